@@ -1,0 +1,1 @@
+//! spade-runtime (placeholder until the sandbox core lands).

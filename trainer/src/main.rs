@@ -1,0 +1,6 @@
+//! The `spade` command-line tool.
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    ExitCode::SUCCESS
+}
