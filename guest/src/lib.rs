@@ -1,1 +1,46 @@
+//! spade-guest: a RustPython interpreter exporting the `spade:env` world.
+//!
+//! The host instantiates this component once per sandbox (one environment instance). Calls are
+//! thin wrappers over [`interpreter`], which owns the Python state; [`convert`] turns Python
+//! return values into WIT values strictly, without going through Python's `json`.
+
+mod convert;
+mod interpreter;
+
 wit_bindgen::generate!({ world: "sandbox", path: "../wit" });
+
+use exports::spade::env::environment as env;
+
+struct Component;
+
+impl Guest for Component {
+    /// Run by wizer when the component is built: the snapshot holds a booted interpreter with
+    /// the prelude and the commonly used standard library already imported.
+    fn wizer_initialize() {
+        interpreter::initialize();
+    }
+}
+
+impl env::Guest for Component {
+    fn load(source: String, options: env::LoadOptions) -> Result<env::EnvInfo, env::EnvError> {
+        interpreter::with(|s| s.load(&source, options))
+    }
+
+    fn reset(seed: Option<u64>) -> Result<env::ResetResult, env::EnvError> {
+        interpreter::with(|s| s.reset(seed))
+    }
+
+    fn step(action: String) -> Result<env::StepResult, env::EnvError> {
+        interpreter::with(|s| s.step(&action))
+    }
+
+    fn solution() -> Result<String, env::EnvError> {
+        interpreter::with(|s| s.solution())
+    }
+
+    fn close() -> Result<(), env::EnvError> {
+        interpreter::with(|s| s.close())
+    }
+}
+
+export!(Component);

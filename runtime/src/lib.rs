@@ -1,1 +1,51 @@
-//! spade-runtime (placeholder until the sandbox core lands).
+//! spade-runtime: run untrusted, model-written Python environments in a WebAssembly sandbox.
+//!
+//! The environment runs inside RustPython compiled to `wasm32-wasip2`, under wasmtime, behind
+//! the `spade:env` WIT interface. Every call is bounded by fuel (deterministic), a memory cap
+//! and a wall-clock deadline; the sandbox sees no files, network, environment variables, real
+//! clocks or real entropy, so an episode replays bit for bit.
+//!
+//! Lifecycles:
+//! - per process: [`Runtime`] (engine, linker, pre-instantiated guest, compiled-artifact cache);
+//! - per environment instance: [`Sandbox`] (one store, one loaded environment, one seed);
+//! - per call: fuel and deadline are set afresh; a trap kills the sandbox.
+//!
+//! ```no_run
+//! # async fn demo() -> anyhow::Result<()> {
+//! use spade_runtime::{Config, Runtime, SandboxOptions};
+//!
+//! let runtime = Runtime::new(Config::default())?;
+//! let source = std::fs::read_to_string("env.py")?;
+//! let mut sandbox = runtime.sandbox(&source, SandboxOptions::seeded(7)).await?;
+//! let reset = sandbox.reset(Some(7)).await?;
+//! println!("{}", reset.observation);
+//! let step = sandbox.step(r"\boxed{42}").await?;
+//! println!("reward {}", step.reward);
+//! # Ok(()) }
+//! ```
+
+mod artifact;
+mod bindings;
+mod config;
+mod error;
+mod runtime;
+mod sandbox;
+pub mod trajectory;
+mod wasi;
+
+pub use config::{Config, Limits};
+pub use error::{CallError, ErrorKind, RuntimeError};
+pub use runtime::Runtime;
+pub use sandbox::{CallOutput, EnvInfo, Reset, Sandbox, SandboxOptions, Step};
+
+/// sha256 (hex) of the guest component this build embeds, before pre-initialisation.
+pub const GUEST_SHA256: &str = env!("SPADE_GUEST_SHA256");
+
+/// The sandbox's Python prelude modules as `(module name, source)`, exactly as the guest embeds
+/// them. They also run under CPython, which lets tools (benchmarks, fidelity checks) load an
+/// environment there the way the sandbox does: `spade_prelude.load(source, max_turns, seed)`.
+pub const PRELUDE_MODULES: &[(&str, &str)] = &[
+    ("math_verify", include_str!("../../guest/python/math_verify.py")),
+    ("spade_tool_use", include_str!("../../guest/python/spade_tool_use.py")),
+    ("spade_prelude", include_str!("../../guest/python/spade_prelude.py")),
+];

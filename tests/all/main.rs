@@ -1,1 +1,11 @@
-//! Integration tests (one binary, a mod per area).
+//! spade's integration tests: one binary, a module per area. Fixture environments live in
+//! `tests/envs/<name>/` (`env.py`, the actions to play, the expected outcome beside them).
+
+mod cli;
+mod common;
+mod determinism;
+mod envs;
+mod faults;
+mod fidelity;
+mod replay;
+mod sandbox;

@@ -1,0 +1,164 @@
+"""The spade sandbox prelude, imported once when the interpreter is pre-initialised.
+
+It builds the namespace every environment module starts from (the names the SPADE reference
+loader injects), installs the import guard, and implements `load`.
+"""
+
+import collections
+import copy
+import functools
+import heapq
+import itertools
+import json
+import linecache
+import math
+import random
+import re
+import statistics
+import string
+import sys
+import traceback
+import types
+import typing
+
+import math_verify
+import spade_tool_use
+
+ENV_FILENAME = "env.py"
+ENV_MODULE = "env"
+
+# Modules that exist in the standard library but give no capability inside the sandbox.
+# Importing them fails here with a message; the WASI context grants no sockets, files or
+# processes either, so this guard is for clear errors, not for security.
+_UNAVAILABLE = {
+    "socket": "network access", "_socket": "network access", "ssl": "network access",
+    "_ssl": "network access",
+    "subprocess": "processes", "_posixsubprocess": "processes",
+    "multiprocessing": "processes", "_multiprocessing": "processes",
+    "ctypes": "native code", "_ctypes": "native code",
+}
+
+
+def _stdlib_names():
+    names = getattr(sys, "stdlib_module_names", None)
+    return frozenset(names) if names else frozenset()
+
+
+class LoadError(Exception):
+    """The environment source could not be loaded; the message says why."""
+
+
+class _ImportGuard:
+    """A meta-path finder that turns imports the sandbox cannot satisfy into clear errors."""
+
+    stdlib = _stdlib_names()
+
+    @classmethod
+    def find_spec(cls, fullname, path=None, target=None):
+        top = fullname.partition(".")[0]
+        if top in _UNAVAILABLE:
+            raise ModuleNotFoundError(
+                f"module '{fullname}' is not available in the spade sandbox "
+                f"(environments run without {_UNAVAILABLE[top]})",
+                name=fullname,
+            )
+        return None
+
+
+class _MissingModule:
+    """The last meta-path finder: nothing else found the module."""
+
+    @classmethod
+    def find_spec(cls, fullname, path=None, target=None):
+        top = fullname.partition(".")[0]
+        if top in _ImportGuard.stdlib:
+            return None
+        raise ModuleNotFoundError(
+            f"No module named '{fullname}': the spade sandbox provides only the Python "
+            f"standard library ('{top}' is not part of it)",
+            name=fullname,
+        )
+
+
+def _injected():
+    names = {
+        "random": random, "re": re, "math": math, "json": json, "itertools": itertools,
+        "collections": collections, "functools": functools, "heapq": heapq,
+        "statistics": statistics, "copy": copy, "string": string,
+        "ToolUseBaseEnv": spade_tool_use.ToolUseBaseEnv,
+    }
+    for name in typing.__all__:
+        value = getattr(typing, name, None)
+        if value is not None and not isinstance(value, types.ModuleType):
+            names[name] = value
+    return names
+
+
+INJECTED = _injected()
+
+
+def install_import_guard():
+    sys.meta_path.insert(0, _ImportGuard)
+    sys.meta_path.append(_MissingModule)
+    for name in list(sys.modules):
+        if name.partition(".")[0] in _UNAVAILABLE:
+            del sys.modules[name]
+
+
+def _find_env_class(module):
+    candidates = [
+        value for name, value in vars(module).items()
+        if isinstance(value, type) and name.endswith("Env") and value.__module__ == ENV_MODULE
+    ]
+    # A module may define a base class and one concrete environment: keep the most derived.
+    leaves = [c for c in candidates if not any(o is not c and issubclass(o, c) for o in candidates)]
+    if not leaves:
+        raise LoadError(
+            "no environment class found: define one class whose name ends in 'Env' "
+            "with reset(seed) and step(action)"
+        )
+    if len(leaves) > 1:
+        names = ", ".join(sorted(c.__name__ for c in leaves))
+        raise LoadError(f"found {len(leaves)} environment classes ({names}): define exactly one class whose name ends in 'Env'")
+    return leaves[0]
+
+
+def load(source, max_turns, seed):
+    """Execute `source` as the environment module and construct its environment class.
+
+    Raises `LoadError` (with a traceback for errors raised by the source) when the module cannot
+    be loaded; exceptions raised by the constructor propagate unchanged.
+    """
+    random.seed(seed)
+    module = types.ModuleType(ENV_MODULE)
+    module.__file__ = ENV_FILENAME
+    module.__dict__.update(INJECTED)
+    sys.modules[ENV_MODULE] = module
+    linecache.cache[ENV_FILENAME] = (len(source), None, source.splitlines(True), ENV_FILENAME)
+    try:
+        code = compile(source, ENV_FILENAME, "exec")
+    except SyntaxError as exc:
+        detail = "".join(traceback.format_exception_only(type(exc), exc)).rstrip()
+        raise LoadError(f"syntax error in the environment source:\n{detail}") from None
+    try:
+        exec(code, module.__dict__)
+    except ImportError as exc:
+        raise LoadError(f"import failed: {exc}\n{traceback.format_exc().rstrip()}") from None
+    except Exception as exc:
+        raise LoadError(
+            f"the environment module raised while loading:\n{traceback.format_exc().rstrip()}"
+        ) from None
+    cls = _find_env_class(module)
+    env = cls(max_turns=max_turns) if max_turns is not None else cls()
+    return env, cls.__name__
+
+
+def describe(value):
+    """A short description of a value for contract errors: its type and a bounded repr."""
+    try:
+        text = repr(value)
+    except Exception as exc:
+        text = f"<repr raised {type(exc).__name__}>"
+    if len(text) > 200:
+        text = text[:200] + "..."
+    return f"{type(value).__name__} {text}"

@@ -1,0 +1,256 @@
+//! Strict conversion of environment return values into WIT values.
+//!
+//! Conversion happens in Rust, walking Python objects directly: a step's info dict becomes
+//! JSON text here rather than through Python's `json` module, which used to dominate a step.
+
+use std::fmt::Write as _;
+
+use rustpython_vm::builtins::{PyDict, PyFloat, PyInt, PyList, PyStr, PyTuple};
+use rustpython_vm::{AsObject, PyObject, PyObjectRef, VirtualMachine};
+
+use crate::exports::spade::env::environment::{EnvError, EnvInfo, ResetResult, StepResult};
+use crate::interpreter::format_exception;
+
+/// Deepest nesting accepted in an info dict.
+const MAX_JSON_DEPTH: usize = 64;
+
+fn describe(vm: &VirtualMachine, prelude: &PyObjectRef, value: &PyObject) -> String {
+    vm.call_method(prelude, "describe", (value.to_owned(),))
+        .ok()
+        .and_then(|s| s.downcast_ref::<PyStr>().map(|s| s.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| value.class().name().to_string())
+}
+
+fn contract(message: String) -> EnvError {
+    EnvError::Contract(message)
+}
+
+fn is_bool(vm: &VirtualMachine, value: &PyObject) -> bool {
+    value.class().is(vm.ctx.types.bool_type)
+}
+
+/// A Python `str` as Rust text; lone surrogates (not valid UTF-8) are a contract error.
+fn utf8(value: &PyStr, what: &str) -> Result<String, EnvError> {
+    value
+        .to_str()
+        .map(str::to_owned)
+        .ok_or_else(|| contract(format!("{what} contains a lone surrogate and is not valid UTF-8")))
+}
+
+/// `value` must be a `str`.
+pub fn text(vm: &VirtualMachine, prelude: &PyObjectRef, value: &PyObject, what: &str) -> Result<String, EnvError> {
+    match value.downcast_ref::<PyStr>() {
+        Some(s) => utf8(s, what),
+        None => Err(contract(format!("{what}, got {}", describe(vm, prelude, value)))),
+    }
+}
+
+fn tuple_of<'a>(
+    vm: &VirtualMachine,
+    prelude: &PyObjectRef,
+    value: &'a PyObject,
+    len: usize,
+    shape: &str,
+) -> Result<&'a [PyObjectRef], EnvError> {
+    let items = value.downcast_ref::<PyTuple>().map(|t| t.as_slice()).filter(|items| items.len() == len);
+    items.ok_or_else(|| contract(format!("{shape}, got {}", describe(vm, prelude, value))))
+}
+
+fn info_json(vm: &VirtualMachine, prelude: &PyObjectRef, value: &PyObject, call: &str) -> Result<String, EnvError> {
+    if value.downcast_ref::<PyDict>().is_none() {
+        return Err(contract(format!("{call}: info must be a dict, got {}", describe(vm, prelude, value))));
+    }
+    let mut out = String::new();
+    let mut path = Vec::new();
+    write_json(vm, prelude, value, &mut out, &mut path, "info")
+        .map_err(|message| contract(format!("{call}: info is not JSON-serialisable: {message}")))?;
+    Ok(out)
+}
+
+/// `reset()` must return `(observation: str, info: dict)`.
+pub fn reset_result(vm: &VirtualMachine, prelude: &PyObjectRef, value: &PyObject) -> Result<ResetResult, EnvError> {
+    const SHAPE: &str = "reset() must return a tuple (observation: str, info: dict)";
+    let items = tuple_of(vm, prelude, value, 2, SHAPE)?;
+    let observation = text(vm, prelude, &items[0], "reset(): the observation must be a str")?;
+    let info = info_json(vm, prelude, &items[1], "reset()")?;
+    Ok(ResetResult { observation, info })
+}
+
+/// `step()` must return `(observation: str, reward: int | float, terminated: bool, truncated: bool, info: dict)`.
+pub fn step_result(vm: &VirtualMachine, prelude: &PyObjectRef, value: &PyObject) -> Result<StepResult, EnvError> {
+    const SHAPE: &str =
+        "step() must return a tuple (observation: str, reward: float, terminated: bool, truncated: bool, info: dict)";
+    let items = tuple_of(vm, prelude, value, 5, SHAPE)?;
+    let observation = text(vm, prelude, &items[0], "step(): the observation must be a str")?;
+    let reward = number(&items[1]).ok_or_else(|| {
+        contract(format!("step(): the reward must be an int or float, got {}", describe(vm, prelude, &items[1])))
+    })?;
+    if !reward.is_finite() {
+        return Err(contract(format!("step(): the reward must be finite, got {}", describe(vm, prelude, &items[1]))));
+    }
+    let flag = |index: usize, name: &str| {
+        if is_bool(vm, &items[index]) {
+            Ok(items[index].is(&vm.ctx.true_value))
+        } else {
+            Err(contract(format!("step(): {name} must be a bool, got {}", describe(vm, prelude, &items[index]))))
+        }
+    };
+    let terminated = flag(2, "terminated")?;
+    let truncated = flag(3, "truncated")?;
+    let info = info_json(vm, prelude, &items[4], "step()")?;
+    Ok(StepResult { observation, reward, terminated, truncated, info })
+}
+
+/// An int or float (bools are ints in Python, as the reference accepts them) as f64.
+fn number(value: &PyObject) -> Option<f64> {
+    if let Some(f) = value.downcast_ref::<PyFloat>() {
+        return Some(f.to_f64());
+    }
+    value.downcast_ref::<PyInt>().map(|i| {
+        use rustpython_vm::common::int::bigint_to_finite_float;
+        bigint_to_finite_float(i.as_bigint()).unwrap_or(f64::INFINITY)
+    })
+}
+
+/// The loaded environment and what the host should know about it.
+pub fn loaded(
+    vm: &VirtualMachine,
+    prelude: &PyObjectRef,
+    value: PyObjectRef,
+) -> Result<(PyObjectRef, EnvInfo), EnvError> {
+    let items = tuple_of(vm, prelude, &value, 2, "internal: load() returns (env, class name)")?;
+    let env = items[0].clone();
+    let class_name = text(vm, prelude, &items[1], "internal: class name")?;
+    let max_turns = env
+        .get_attr("max_turns", vm)
+        .ok()
+        .and_then(|v| if is_bool(vm, &v) { None } else { v.downcast_ref::<PyInt>().and_then(|i| i.as_bigint().try_into().ok()) });
+    let tools = match env.get_attr("get_tools", vm) {
+        Err(_) => None,
+        Ok(get_tools) => {
+            let schemas = get_tools.call((), vm).map_err(|exc| EnvError::Exception(format_exception(vm, &exc)))?;
+            let mut out = String::new();
+            write_json(vm, prelude, &schemas, &mut out, &mut Vec::new(), "get_tools()")
+                .map_err(|message| contract(format!("get_tools() is not JSON-serialisable: {message}")))?;
+            Some(out)
+        }
+    };
+    Ok((env, EnvInfo { class_name, max_turns, tools }))
+}
+
+fn write_str(out: &mut String, s: &str) {
+    // serde_json's escaping: quotes, backslashes and control characters; UTF-8 kept as is.
+    out.push_str(&serde_json::to_string(s).expect("a str always serialises"));
+}
+
+fn write_float(out: &mut String, value: f64, at: &str) -> Result<(), String> {
+    if !value.is_finite() {
+        return Err(format!("{at} is {value}, which JSON cannot represent"));
+    }
+    out.push_str(&serde_json::to_string(&value).expect("finite floats serialise"));
+    Ok(())
+}
+
+/// A JSON object key as Python's `json` makes one from str, int, float, bool and None keys.
+fn json_key(vm: &VirtualMachine, prelude: &PyObjectRef, key: &PyObject, at: &str) -> Result<String, String> {
+    if let Some(s) = key.downcast_ref::<PyStr>() {
+        return s.to_str().map(str::to_owned).ok_or_else(|| format!("a key of {at} contains a lone surrogate"));
+    }
+    if is_bool(vm, key) {
+        return Ok(if key.is(&vm.ctx.true_value) { "true" } else { "false" }.to_owned());
+    }
+    if vm.is_none(key) {
+        return Ok("null".to_owned());
+    }
+    if let Some(i) = key.downcast_ref::<PyInt>() {
+        return Ok(i.as_bigint().to_string());
+    }
+    if let Some(f) = key.downcast_ref::<PyFloat>() {
+        let mut out = String::new();
+        write_float(&mut out, f.to_f64(), &format!("a key of {at}"))?;
+        return Ok(out);
+    }
+    Err(format!("{at} has a key of type {} ({})", key.class().name(), describe(vm, prelude, key)))
+}
+
+fn write_json(
+    vm: &VirtualMachine,
+    prelude: &PyObjectRef,
+    value: &PyObject,
+    out: &mut String,
+    path: &mut Vec<usize>,
+    at: &str,
+) -> Result<(), String> {
+    if vm.is_none(value) {
+        out.push_str("null");
+        return Ok(());
+    }
+    if is_bool(vm, value) {
+        out.push_str(if value.is(&vm.ctx.true_value) { "true" } else { "false" });
+        return Ok(());
+    }
+    if let Some(i) = value.downcast_ref::<PyInt>() {
+        let _ = write!(out, "{}", i.as_bigint());
+        return Ok(());
+    }
+    if let Some(f) = value.downcast_ref::<PyFloat>() {
+        return write_float(out, f.to_f64(), at);
+    }
+    if let Some(s) = value.downcast_ref::<PyStr>() {
+        let s = s.to_str().ok_or_else(|| format!("{at} contains a lone surrogate"))?;
+        write_str(out, s);
+        return Ok(());
+    }
+    let id = value as *const PyObject as usize;
+    if path.contains(&id) {
+        return Err(format!("{at} refers back to itself (circular reference)"));
+    }
+    if path.len() >= MAX_JSON_DEPTH {
+        return Err(format!("{at} is nested more than {MAX_JSON_DEPTH} levels deep"));
+    }
+    path.push(id);
+    let result = write_container(vm, prelude, value, out, path, at);
+    path.pop();
+    result
+}
+
+fn write_container(
+    vm: &VirtualMachine,
+    prelude: &PyObjectRef,
+    value: &PyObject,
+    out: &mut String,
+    path: &mut Vec<usize>,
+    at: &str,
+) -> Result<(), String> {
+    if let Some(dict) = value.downcast_ref::<PyDict>() {
+        out.push('{');
+        for (n, (key, item)) in dict.items_vec().into_iter().enumerate() {
+            if n > 0 {
+                out.push(',');
+            }
+            let key = json_key(vm, prelude, &key, at)?;
+            write_str(out, &key);
+            out.push(':');
+            let child = format!("{at}[{}]", serde_json::to_string(&key).unwrap_or_default());
+            write_json(vm, prelude, &item, out, path, &child)?;
+        }
+        out.push('}');
+        return Ok(());
+    }
+    let items: Vec<PyObjectRef> = if let Some(list) = value.downcast_ref::<PyList>() {
+        list.borrow_vec().to_vec()
+    } else if let Some(tuple) = value.downcast_ref::<PyTuple>() {
+        tuple.as_slice().to_vec()
+    } else {
+        return Err(format!("{at} is a {}, not a JSON type ({})", value.class().name(), describe(vm, prelude, value)));
+    };
+    out.push('[');
+    for (n, item) in items.iter().enumerate() {
+        if n > 0 {
+            out.push(',');
+        }
+        write_json(vm, prelude, item, out, path, &format!("{at}[{n}]"))?;
+    }
+    out.push(']');
+    Ok(())
+}

@@ -1,0 +1,89 @@
+//! Helpers shared by the test modules.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use spade_runtime::{Config, Limits, Runtime};
+
+/// The repository root.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+/// `tests/envs/<name>`.
+pub fn env_dir(name: &str) -> PathBuf {
+    repo_root().join("tests").join("envs").join(name)
+}
+
+/// The source of fixture `name`.
+pub fn env_source(name: &str) -> String {
+    std::fs::read_to_string(env_dir(name).join("env.py")).unwrap()
+}
+
+/// The fixture's action lines.
+pub fn env_actions(name: &str) -> Vec<String> {
+    std::fs::read_to_string(env_dir(name).join("actions.txt")).unwrap().lines().map(str::to_owned).collect()
+}
+
+/// Fixture names with the given prefix (or all good ones when `faults` is false).
+pub fn fixtures(faults: bool) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(repo_root().join("tests").join("envs"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.starts_with("fault_") == faults)
+        .collect();
+    names.sort();
+    names
+}
+
+/// Limits small enough that fault tests finish quickly.
+pub fn test_limits() -> Limits {
+    Limits {
+        fuel_per_call: 1_000_000_000,
+        load_fuel: 4_000_000_000,
+        memory_limit: 128 << 20,
+        call_deadline: Duration::from_secs(60),
+        output_limit: 64 << 10,
+    }
+}
+
+/// One runtime per test process (building it maps the cached artifact).
+pub fn runtime() -> Runtime {
+    static RUNTIME: OnceLock<Runtime> = OnceLock::new();
+    RUNTIME
+        .get_or_init(|| Runtime::new(Config::default()).expect("runtime"))
+        .with_limits(test_limits())
+}
+
+/// Runs the `spade` binary with `args` from the repository root.
+pub fn spade(args: &[&str]) -> Output {
+    spade_with_stdin(args, None)
+}
+
+/// Runs `spade` with `stdin` piped in.
+pub fn spade_with_stdin(args: &[&str], stdin: Option<&[u8]>) -> Output {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_spade"))
+        .args(args)
+        .current_dir(repo_root())
+        .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawning spade");
+    if let Some(input) = stdin {
+        child.stdin.take().unwrap().write_all(input).unwrap();
+    }
+    child.wait_with_output().unwrap()
+}
+
+pub fn stdout(output: &Output) -> String {
+    String::from_utf8(output.stdout.clone()).unwrap()
+}
+
+pub fn stderr(output: &Output) -> String {
+    String::from_utf8(output.stderr.clone()).unwrap()
+}

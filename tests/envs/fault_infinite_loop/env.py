@@ -1,0 +1,13 @@
+class FaultyEnv:
+    def __init__(self, max_turns=5):
+        self.max_turns = max_turns
+
+    def reset(self, seed=None):
+        return "ready", {}
+
+    def step(self, action):
+        while True:
+            pass
+
+    def solution(self):
+        return "none"

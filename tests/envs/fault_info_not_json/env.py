@@ -1,0 +1,12 @@
+class FaultyEnv:
+    def __init__(self, max_turns=5):
+        self.max_turns = max_turns
+
+    def reset(self, seed=None):
+        return "ready", {}
+
+    def step(self, action):
+        return "ok", 0.0, False, False, {"seen": {1, 2}}
+
+    def solution(self):
+        return "none"

@@ -1,0 +1,14 @@
+class FaultyEnv:
+    def __init__(self, max_turns=5):
+        self.max_turns = max_turns
+
+    def reset(self, seed=None):
+        return "ready", {}
+
+    def step(self, action):
+        def dive(n):
+            return dive(n + 1) + 1
+        return str(dive(0)), 0.0, False, False, {}
+
+    def solution(self):
+        return "none"

@@ -1,0 +1,12 @@
+class FaultyEnv:
+    def __init__(self, max_turns=5):
+        self.max_turns = max_turns
+
+    def reset(self, seed=None):
+        raise ValueError("board too small")
+
+    def step(self, action):
+        return "ok", 0.0, False, False, {}
+
+    def solution(self):
+        return "none"

@@ -1,0 +1,3 @@
+class BrokenEnv:
+    def reset(self, seed=None:
+        return 'x', {}

@@ -1,0 +1,100 @@
+//! `spade replay`: re-execute a recorded episode and compare it field by field, or check a
+//! trajectory for tampering without executing it.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use clap::Args;
+use spade_runtime::trajectory::{ReplayOptions, Trajectory, TrajectoryError, replay};
+use spade_runtime::{Config, Runtime};
+
+use super::{EXIT_USAGE, read_text, tokio_runtime};
+
+/// Exit code when the replay diverged or the file was tampered with.
+pub const EXIT_DIVERGED: u8 = 3;
+/// Exit code when the file was cut short (its complete lines replayed identically).
+pub const EXIT_TRUNCATED: u8 = 4;
+
+/// Replay a trajectory file bit for bit, or check it for tampering.
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    /// The trajectory file (written by `spade run --record` or the runtime's `Recorder`).
+    pub trajectory: PathBuf,
+    /// Use this environment source instead of the copy embedded in the trajectory (it must
+    /// match the recorded sha256).
+    #[arg(long, value_name = "ENV.py")]
+    pub env: Option<PathBuf>,
+    /// Replay even if the trajectory was recorded with a different guest build, and report it.
+    #[arg(long)]
+    pub allow_guest_mismatch: bool,
+    /// Only check the trace hash and line chain (no execution).
+    #[arg(long)]
+    pub verify_hash: bool,
+}
+
+impl ReplayArgs {
+    pub fn execute(self) -> anyhow::Result<ExitCode> {
+        let text = read_text(&self.trajectory, "trajectory file")?;
+        let trajectory = match Trajectory::parse(&text) {
+            Ok(t) => t,
+            Err(err) => return Ok(fail(&self.trajectory, &err)),
+        };
+        if self.verify_hash {
+            return Ok(match trajectory.verify() {
+                Ok(verified) => match &trajectory.truncated {
+                    Some(truncation) => {
+                        eprintln!("truncated: {truncation}; the {} complete calls are intact", verified.calls);
+                        ExitCode::from(EXIT_TRUNCATED)
+                    }
+                    None => {
+                        println!("intact: {} calls, trace sha256 {}", verified.calls, verified.trace_sha256);
+                        ExitCode::SUCCESS
+                    }
+                },
+                Err(err) => fail(&self.trajectory, &err),
+            });
+        }
+        let env_source = match &self.env {
+            Some(path) => Some(read_text(path, "environment file")?),
+            None => None,
+        };
+        let options = ReplayOptions { env_source, allow_guest_mismatch: self.allow_guest_mismatch };
+        let runtime = Runtime::new(Config::default()).context("starting the sandbox runtime")?;
+        let report = match tokio_runtime()?.block_on(replay(&runtime, &trajectory, &options)) {
+            Ok(report) => report,
+            Err(err) => return Ok(fail(&self.trajectory, &err)),
+        };
+        if let Some((recorded, this)) = &report.guest_mismatch {
+            eprintln!("warning: recorded with guest {recorded}, replayed with this build's guest {this}");
+        }
+        if let Some(divergence) = &report.divergence {
+            eprintln!("diverged at {divergence}");
+            return Ok(ExitCode::from(EXIT_DIVERGED));
+        }
+        if let Some(truncation) = &report.truncated {
+            eprintln!(
+                "truncated: {truncation}; the {} complete calls ({} steps) replayed identically",
+                report.calls,
+                report.steps
+            );
+            return Ok(ExitCode::from(EXIT_TRUNCATED));
+        }
+        println!(
+            "identical: {} calls ({} steps), outcome {}, trace sha256 {}",
+            report.calls,
+            report.steps,
+            report.outcome.as_deref().unwrap_or("unknown"),
+            report.trace_sha256
+        );
+        Ok(ExitCode::SUCCESS)
+    }
+}
+
+fn fail(path: &std::path::Path, err: &TrajectoryError) -> ExitCode {
+    eprintln!("error: {}: {err}", path.display());
+    match err {
+        TrajectoryError::Tampered(_) => ExitCode::from(EXIT_DIVERGED),
+        _ => ExitCode::from(EXIT_USAGE),
+    }
+}

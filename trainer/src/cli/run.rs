@@ -1,0 +1,308 @@
+//! `spade run`: play an environment from the command line, one action per line.
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context as _, bail};
+use clap::Args;
+use serde_json::{Value, json};
+use spade_runtime::trajectory::{RecordError, RecordMeta, Recorder};
+use spade_runtime::{CallError, CallOutput, Config, Runtime, SandboxOptions};
+
+use super::{EXIT_ENV_FAILED, read_text, tokio_runtime};
+
+/// Run an environment in the sandbox: reset, then one step per action line.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The environment source (a Python file defining one class whose name ends in `Env`).
+    pub env: PathBuf,
+    /// Seed for the sandbox and for `reset(seed=...)`.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Passed to the environment's constructor as `max_turns=`.
+    #[arg(long)]
+    pub max_turns: Option<u32>,
+    /// Actions, one per line: a file, or `-` for standard input. Without it, actions are read
+    /// interactively from standard input.
+    #[arg(long, value_name = "FILE|-")]
+    pub actions: Option<String>,
+    /// Print one JSON object per call instead of human-readable text.
+    #[arg(long)]
+    pub json: bool,
+    /// Write the episode to this trajectory file (JSON Lines), replayable with `spade replay`.
+    #[arg(long, value_name = "FILE")]
+    pub record: Option<PathBuf>,
+}
+
+/// Where actions come from.
+enum Actions {
+    /// All actions known up front (a file or piped stdin).
+    List(Vec<String>),
+    /// Read one line at a time from stdin, prompting when it is a terminal.
+    Interactive,
+}
+
+impl RunArgs {
+    pub fn execute(self) -> anyhow::Result<ExitCode> {
+        let source = read_text(&self.env, "environment file")?;
+        let actions = self.actions()?;
+        let runtime = Runtime::new(Config::default()).context("starting the sandbox runtime")?;
+        tokio_runtime()?.block_on(self.play(&runtime, &source, actions))
+    }
+
+    fn actions(&self) -> anyhow::Result<Actions> {
+        let text = match self.actions.as_deref() {
+            None => return Ok(Actions::Interactive),
+            Some("-") => {
+                let mut text = String::new();
+                std::io::stdin().lock().read_to_string_checked(&mut text)?;
+                if text.trim().is_empty() {
+                    bail!("no actions on standard input (expected one action per line)");
+                }
+                text
+            }
+            Some(path) => {
+                let text = read_text(path.as_ref(), "actions file")?;
+                if text.trim().is_empty() {
+                    bail!("actions file '{path}' is empty (expected one action per line)");
+                }
+                text
+            }
+        };
+        Ok(Actions::List(text.lines().map(str::to_owned).collect()))
+    }
+
+    async fn play(&self, runtime: &Runtime, source: &str, actions: Actions) -> anyhow::Result<ExitCode> {
+        let sink: Box<dyn Write> = match &self.record {
+            Some(path) => Box::new(std::io::BufWriter::new(
+                std::fs::File::create(path).with_context(|| format!("cannot create trajectory file '{}'", path.display()))?,
+            )),
+            None => Box::new(std::io::sink()),
+        };
+        let mut out = Printer { json: self.json };
+        let options = SandboxOptions { seed: self.seed, max_turns: self.max_turns };
+        let mut recorder = Recorder::start(runtime, source, options, RecordMeta::default(), sink)
+            .await
+            .context("writing the trajectory")?;
+        let code = self.episode(&mut recorder, &mut out, actions).await?;
+        recorder.finish().context("writing the trajectory")?;
+        Ok(code)
+    }
+
+    async fn episode<W: Write>(&self, recorder: &mut Recorder<W>, out: &mut Printer, actions: Actions) -> anyhow::Result<ExitCode> {
+        let fuel = |r: &Recorder<W>| r.sandbox().map(|s| s.last_fuel()).unwrap_or(0);
+        let output = |r: &Recorder<W>| r.sandbox().map(|s| s.last_output().clone()).unwrap_or_default();
+        match recorder.info() {
+            Ok(info) => out.loaded(&info.class_name, fuel(recorder)),
+            Err(err) => return out.failure("load", None, err, 0, &CallOutput::default()),
+        }
+        let reset = match recorder.reset(Some(self.seed)).await {
+            Ok(reset) => reset,
+            Err(err) => return out.failure("reset", None, &call_error(err)?, fuel(recorder), &output(recorder)),
+        };
+        out.reset(self.seed, &reset.observation, &reset.info, fuel(recorder), &output(recorder));
+
+        let mut lines: Box<dyn Iterator<Item = anyhow::Result<String>>> = match actions {
+            Actions::List(list) => Box::new(list.into_iter().map(Ok)),
+            Actions::Interactive => Box::new(InteractiveLines::new()),
+        };
+        let mut total = 0.0;
+        let mut steps = 0usize;
+        while let Some(action) = lines.next() {
+            let action = action?;
+            steps += 1;
+            let step = match recorder.step(&action).await {
+                Ok(step) => step,
+                Err(err) => {
+                    return out.failure("step", Some((steps, &action)), &call_error(err)?, fuel(recorder), &output(recorder));
+                }
+            };
+            total += step.reward;
+            out.step(steps, &action, &step, fuel(recorder), &output(recorder));
+            if step.terminated || step.truncated {
+                let unused = lines.size_hint().0;
+                out.finished(steps, total, step.terminated, unused);
+                return Ok(ExitCode::SUCCESS);
+            }
+        }
+        out.unfinished(steps, total);
+        Ok(ExitCode::SUCCESS)
+    }
+}
+
+/// The sandbox error inside a recording error; I/O failures become command errors.
+fn call_error(err: RecordError) -> anyhow::Result<CallError> {
+    match err {
+        RecordError::Call(err) => Ok(err),
+        RecordError::Io(err) => Err(anyhow::Error::new(err).context("writing the trajectory")),
+    }
+}
+
+trait ReadChecked {
+    fn read_to_string_checked(&mut self, buf: &mut String) -> anyhow::Result<()>;
+}
+
+impl<R: std::io::Read> ReadChecked for R {
+    fn read_to_string_checked(&mut self, buf: &mut String) -> anyhow::Result<()> {
+        let mut bytes = Vec::new();
+        self.read_to_end(&mut bytes).context("reading actions from standard input")?;
+        *buf = String::from_utf8(bytes).map_err(|err| {
+            anyhow::anyhow!(
+                "actions on standard input are not valid UTF-8 text (invalid byte at offset {})",
+                err.utf8_error().valid_up_to()
+            )
+        })?;
+        Ok(())
+    }
+}
+
+/// Lines from stdin, with an `action> ` prompt on a terminal.
+struct InteractiveLines {
+    prompt: bool,
+    stdin: std::io::StdinLock<'static>,
+}
+
+impl InteractiveLines {
+    fn new() -> Self {
+        InteractiveLines { prompt: std::io::stdin().is_terminal(), stdin: std::io::stdin().lock() }
+    }
+}
+
+impl Iterator for InteractiveLines {
+    type Item = anyhow::Result<String>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.prompt {
+            eprint!("action> ");
+            let _ = std::io::stderr().flush();
+        }
+        let mut line = String::new();
+        match self.stdin.read_line(&mut line) {
+            Ok(0) => None,
+            Ok(_) => Some(Ok(line.trim_end_matches(['\n', '\r']).to_owned())),
+            Err(err) => Some(Err(anyhow::Error::new(err).context("reading an action from standard input"))),
+        }
+    }
+}
+
+/// Prints calls as text or as one JSON object per line.
+struct Printer {
+    json: bool,
+}
+
+fn info_value(info: &str) -> Value {
+    serde_json::from_str(info).unwrap_or(Value::String(info.to_owned()))
+}
+
+impl Printer {
+    fn emit(&self, value: Value) {
+        println!("{value}");
+    }
+
+    fn output(&self, object: &mut Value, output: &CallOutput) {
+        if self.json {
+            if !output.stdout.is_empty() {
+                object["stdout"] = json!(output.stdout);
+            }
+            if !output.stderr.is_empty() {
+                object["stderr"] = json!(output.stderr);
+            }
+            if output.dropped_bytes > 0 {
+                object["output_dropped_bytes"] = json!(output.dropped_bytes);
+            }
+        } else {
+            for line in output.stdout.lines() {
+                eprintln!("[env stdout] {line}");
+            }
+            for line in output.stderr.lines() {
+                eprintln!("[env stderr] {line}");
+            }
+            if output.dropped_bytes > 0 {
+                eprintln!("[env output] {} more bytes were printed and dropped", output.dropped_bytes);
+            }
+        }
+    }
+
+    fn loaded(&mut self, class_name: &str, fuel: u64) {
+        if self.json {
+            self.emit(json!({"call": "load", "class": class_name, "fuel": fuel}));
+        } else {
+            println!("== loaded {class_name}");
+        }
+    }
+
+    fn reset(&mut self, seed: u64, observation: &str, info: &str, fuel: u64, output: &CallOutput) {
+        if self.json {
+            let mut object = json!({"call": "reset", "seed": seed, "observation": observation, "info": info_value(info), "fuel": fuel});
+            self.output(&mut object, output);
+            self.emit(object);
+        } else {
+            self.output(&mut Value::Null, output);
+            println!("== reset (seed {seed})\n{observation}");
+        }
+    }
+
+    fn step(&mut self, index: usize, action: &str, step: &spade_runtime::Step, fuel: u64, output: &CallOutput) {
+        if self.json {
+            let mut object = json!({
+                "call": "step", "index": index, "action": action, "observation": step.observation,
+                "reward": step.reward, "terminated": step.terminated, "truncated": step.truncated,
+                "info": info_value(&step.info), "fuel": fuel,
+            });
+            self.output(&mut object, output);
+            self.emit(object);
+        } else {
+            self.output(&mut Value::Null, output);
+            println!("== step {index}: {action}\n{}", step.observation);
+            println!("reward {}  terminated {}  truncated {}", step.reward, step.terminated, step.truncated);
+        }
+    }
+
+    fn finished(&mut self, steps: usize, total: f64, terminated: bool, unused: usize) {
+        let how = if terminated { "terminated" } else { "truncated" };
+        if self.json {
+            self.emit(json!({"call": "end", "steps": steps, "total_reward": total, "ended": how, "unused_actions": unused}));
+        } else {
+            println!("== episode {how} after {steps} steps, total reward {total}");
+            if unused > 0 {
+                println!("({unused} remaining actions were not used)");
+            }
+        }
+    }
+
+    fn unfinished(&mut self, steps: usize, total: f64) {
+        if self.json {
+            self.emit(json!({"call": "end", "steps": steps, "total_reward": total, "ended": "actions_exhausted"}));
+        } else {
+            println!("== no more actions after {steps} steps (episode not over), total reward {total}");
+        }
+    }
+
+    fn failure(
+        &mut self,
+        call: &str,
+        step: Option<(usize, &str)>,
+        err: &CallError,
+        fuel: u64,
+        output: &CallOutput,
+    ) -> anyhow::Result<ExitCode> {
+        if self.json {
+            let mut object = json!({"call": call, "error": {"kind": err.kind().as_str(), "message": err.detail()}, "fuel": fuel});
+            if let Some((index, action)) = step {
+                object["index"] = json!(index);
+                object["action"] = json!(action);
+            }
+            self.output(&mut object, output);
+            self.emit(object);
+        } else {
+            self.output(&mut Value::Null, output);
+            let at = match step {
+                Some((index, action)) => format!("step {index} ({action})"),
+                None => call.to_owned(),
+            };
+            eprintln!("error in {at}: {}: {}", err.kind(), err.detail());
+        }
+        Ok(ExitCode::from(EXIT_ENV_FAILED))
+    }
+}
