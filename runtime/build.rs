@@ -10,7 +10,9 @@ const TARGET: &str = "wasm32-wasip2";
 
 fn main() {
     let manifest_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());
-    let root = manifest_dir.parent().expect("runtime/ lives in the workspace root");
+    let root = manifest_dir
+        .parent()
+        .expect("runtime/ lives in the workspace root");
     let guest = root.join("guest");
     for path in ["src", "python", "Cargo.toml", "Cargo.lock", ".cargo"] {
         println!("cargo:rerun-if-changed={}", guest.join(path).display());
@@ -36,7 +38,10 @@ fn guest_target_dir() -> PathBuf {
     // OUT_DIR is <target-dir>[/<triple>]/<profile>/build/<pkg>/out.
     let out = PathBuf::from(std::env::var("OUT_DIR").unwrap());
     let profile_dir = out.ancestors().nth(3).expect("OUT_DIR has the usual shape");
-    let mut dir = profile_dir.parent().expect("profile dir has a parent").to_path_buf();
+    let mut dir = profile_dir
+        .parent()
+        .expect("profile dir has a parent")
+        .to_path_buf();
     if dir.file_name().and_then(|n| n.to_str()) == std::env::var("TARGET").ok().as_deref() {
         dir.pop();
     }
@@ -48,7 +53,14 @@ fn build_guest(guest: &Path) -> PathBuf {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
     let mut cmd = Command::new(cargo);
     cmd.current_dir(guest)
-        .args(["build", "--release", "--locked", "--ignore-rust-version", "--target", TARGET])
+        .args([
+            "build",
+            "--release",
+            "--locked",
+            "--ignore-rust-version",
+            "--target",
+            TARGET,
+        ])
         .arg("--target-dir")
         .arg(&target_dir);
     // The outer build's flags and target settings are for the host, not for the guest.
@@ -64,12 +76,17 @@ fn build_guest(guest: &Path) -> PathBuf {
     ] {
         cmd.env_remove(var);
     }
-    let status = cmd.status().unwrap_or_else(|e| panic!("could not run cargo to build the guest: {e}"));
+    let status = cmd
+        .status()
+        .unwrap_or_else(|e| panic!("could not run cargo to build the guest: {e}"));
     if !status.success() {
         panic!(
             "building the spade guest for {TARGET} failed (see the output above). \
              If the target is missing, install it with `rustup target add {TARGET}`."
         );
     }
-    target_dir.join(TARGET).join("release").join("spade_guest.wasm")
+    target_dir
+        .join(TARGET)
+        .join("release")
+        .join("spade_guest.wasm")
 }

@@ -17,7 +17,10 @@ const MAX_JSON_DEPTH: usize = 64;
 fn describe(vm: &VirtualMachine, prelude: &PyObjectRef, value: &PyObject) -> String {
     vm.call_method(prelude, "describe", (value.to_owned(),))
         .ok()
-        .and_then(|s| s.downcast_ref::<PyStr>().map(|s| s.to_string_lossy().into_owned()))
+        .and_then(|s| {
+            s.downcast_ref::<PyStr>()
+                .map(|s| s.to_string_lossy().into_owned())
+        })
         .unwrap_or_else(|| value.class().name().to_string())
 }
 
@@ -31,17 +34,26 @@ fn is_bool(vm: &VirtualMachine, value: &PyObject) -> bool {
 
 /// A Python `str` as Rust text; lone surrogates (not valid UTF-8) are a contract error.
 fn utf8(value: &PyStr, what: &str) -> Result<String, EnvError> {
-    value
-        .to_str()
-        .map(str::to_owned)
-        .ok_or_else(|| contract(format!("{what} contains a lone surrogate and is not valid UTF-8")))
+    value.to_str().map(str::to_owned).ok_or_else(|| {
+        contract(format!(
+            "{what} contains a lone surrogate and is not valid UTF-8"
+        ))
+    })
 }
 
 /// `value` must be a `str`.
-pub fn text(vm: &VirtualMachine, prelude: &PyObjectRef, value: &PyObject, what: &str) -> Result<String, EnvError> {
+pub fn text(
+    vm: &VirtualMachine,
+    prelude: &PyObjectRef,
+    value: &PyObject,
+    what: &str,
+) -> Result<String, EnvError> {
     match value.downcast_ref::<PyStr>() {
         Some(s) => utf8(s, what),
-        None => Err(contract(format!("{what}, got {}", describe(vm, prelude, value)))),
+        None => Err(contract(format!(
+            "{what}, got {}",
+            describe(vm, prelude, value)
+        ))),
     }
 }
 
@@ -52,13 +64,24 @@ fn tuple_of<'a>(
     len: usize,
     shape: &str,
 ) -> Result<&'a [PyObjectRef], EnvError> {
-    let items = value.downcast_ref::<PyTuple>().map(|t| t.as_slice()).filter(|items| items.len() == len);
+    let items = value
+        .downcast_ref::<PyTuple>()
+        .map(|t| t.as_slice())
+        .filter(|items| items.len() == len);
     items.ok_or_else(|| contract(format!("{shape}, got {}", describe(vm, prelude, value))))
 }
 
-fn info_json(vm: &VirtualMachine, prelude: &PyObjectRef, value: &PyObject, call: &str) -> Result<String, EnvError> {
+fn info_json(
+    vm: &VirtualMachine,
+    prelude: &PyObjectRef,
+    value: &PyObject,
+    call: &str,
+) -> Result<String, EnvError> {
     if value.downcast_ref::<PyDict>().is_none() {
-        return Err(contract(format!("{call}: info must be a dict, got {}", describe(vm, prelude, value))));
+        return Err(contract(format!(
+            "{call}: info must be a dict, got {}",
+            describe(vm, prelude, value)
+        )));
     }
     let mut out = String::new();
     let mut path = Vec::new();
@@ -68,37 +91,69 @@ fn info_json(vm: &VirtualMachine, prelude: &PyObjectRef, value: &PyObject, call:
 }
 
 /// `reset()` must return `(observation: str, info: dict)`.
-pub fn reset_result(vm: &VirtualMachine, prelude: &PyObjectRef, value: &PyObject) -> Result<ResetResult, EnvError> {
+pub fn reset_result(
+    vm: &VirtualMachine,
+    prelude: &PyObjectRef,
+    value: &PyObject,
+) -> Result<ResetResult, EnvError> {
     const SHAPE: &str = "reset() must return a tuple (observation: str, info: dict)";
     let items = tuple_of(vm, prelude, value, 2, SHAPE)?;
-    let observation = text(vm, prelude, &items[0], "reset(): the observation must be a str")?;
+    let observation = text(
+        vm,
+        prelude,
+        &items[0],
+        "reset(): the observation must be a str",
+    )?;
     let info = info_json(vm, prelude, &items[1], "reset()")?;
     Ok(ResetResult { observation, info })
 }
 
 /// `step()` must return `(observation: str, reward: int | float, terminated: bool, truncated: bool, info: dict)`.
-pub fn step_result(vm: &VirtualMachine, prelude: &PyObjectRef, value: &PyObject) -> Result<StepResult, EnvError> {
-    const SHAPE: &str =
-        "step() must return a tuple (observation: str, reward: float, terminated: bool, truncated: bool, info: dict)";
+pub fn step_result(
+    vm: &VirtualMachine,
+    prelude: &PyObjectRef,
+    value: &PyObject,
+) -> Result<StepResult, EnvError> {
+    const SHAPE: &str = "step() must return a tuple (observation: str, reward: float, terminated: bool, truncated: bool, info: dict)";
     let items = tuple_of(vm, prelude, value, 5, SHAPE)?;
-    let observation = text(vm, prelude, &items[0], "step(): the observation must be a str")?;
+    let observation = text(
+        vm,
+        prelude,
+        &items[0],
+        "step(): the observation must be a str",
+    )?;
     let reward = number(&items[1]).ok_or_else(|| {
-        contract(format!("step(): the reward must be an int or float, got {}", describe(vm, prelude, &items[1])))
+        contract(format!(
+            "step(): the reward must be an int or float, got {}",
+            describe(vm, prelude, &items[1])
+        ))
     })?;
     if !reward.is_finite() {
-        return Err(contract(format!("step(): the reward must be finite, got {}", describe(vm, prelude, &items[1]))));
+        return Err(contract(format!(
+            "step(): the reward must be finite, got {}",
+            describe(vm, prelude, &items[1])
+        )));
     }
     let flag = |index: usize, name: &str| {
         if is_bool(vm, &items[index]) {
             Ok(items[index].is(&vm.ctx.true_value))
         } else {
-            Err(contract(format!("step(): {name} must be a bool, got {}", describe(vm, prelude, &items[index]))))
+            Err(contract(format!(
+                "step(): {name} must be a bool, got {}",
+                describe(vm, prelude, &items[index])
+            )))
         }
     };
     let terminated = flag(2, "terminated")?;
     let truncated = flag(3, "truncated")?;
     let info = info_json(vm, prelude, &items[4], "step()")?;
-    Ok(StepResult { observation, reward, terminated, truncated, info })
+    Ok(StepResult {
+        observation,
+        reward,
+        terminated,
+        truncated,
+        info,
+    })
 }
 
 /// An int or float (bools are ints in Python, as the reference accepts them) as f64.
@@ -118,24 +173,52 @@ pub fn loaded(
     prelude: &PyObjectRef,
     value: PyObjectRef,
 ) -> Result<(PyObjectRef, EnvInfo), EnvError> {
-    let items = tuple_of(vm, prelude, &value, 2, "internal: load() returns (env, class name)")?;
+    let items = tuple_of(
+        vm,
+        prelude,
+        &value,
+        2,
+        "internal: load() returns (env, class name)",
+    )?;
     let env = items[0].clone();
     let class_name = text(vm, prelude, &items[1], "internal: class name")?;
-    let max_turns = env
-        .get_attr("max_turns", vm)
-        .ok()
-        .and_then(|v| if is_bool(vm, &v) { None } else { v.downcast_ref::<PyInt>().and_then(|i| i.as_bigint().try_into().ok()) });
+    let max_turns = env.get_attr("max_turns", vm).ok().and_then(|v| {
+        if is_bool(vm, &v) {
+            None
+        } else {
+            v.downcast_ref::<PyInt>()
+                .and_then(|i| i.as_bigint().try_into().ok())
+        }
+    });
     let tools = match env.get_attr("get_tools", vm) {
         Err(_) => None,
         Ok(get_tools) => {
-            let schemas = get_tools.call((), vm).map_err(|exc| EnvError::Exception(format_exception(vm, &exc)))?;
+            let schemas = get_tools
+                .call((), vm)
+                .map_err(|exc| EnvError::Exception(format_exception(vm, &exc)))?;
             let mut out = String::new();
-            write_json(vm, prelude, &schemas, &mut out, &mut Vec::new(), "get_tools()")
-                .map_err(|message| contract(format!("get_tools() is not JSON-serialisable: {message}")))?;
+            write_json(
+                vm,
+                prelude,
+                &schemas,
+                &mut out,
+                &mut Vec::new(),
+                "get_tools()",
+            )
+            .map_err(|message| {
+                contract(format!("get_tools() is not JSON-serialisable: {message}"))
+            })?;
             Some(out)
         }
     };
-    Ok((env, EnvInfo { class_name, max_turns, tools }))
+    Ok((
+        env,
+        EnvInfo {
+            class_name,
+            max_turns,
+            tools,
+        },
+    ))
 }
 
 fn write_str(out: &mut String, s: &str) {
@@ -152,12 +235,25 @@ fn write_float(out: &mut String, value: f64, at: &str) -> Result<(), String> {
 }
 
 /// A JSON object key as Python's `json` makes one from str, int, float, bool and None keys.
-fn json_key(vm: &VirtualMachine, prelude: &PyObjectRef, key: &PyObject, at: &str) -> Result<String, String> {
+fn json_key(
+    vm: &VirtualMachine,
+    prelude: &PyObjectRef,
+    key: &PyObject,
+    at: &str,
+) -> Result<String, String> {
     if let Some(s) = key.downcast_ref::<PyStr>() {
-        return s.to_str().map(str::to_owned).ok_or_else(|| format!("a key of {at} contains a lone surrogate"));
+        return s
+            .to_str()
+            .map(str::to_owned)
+            .ok_or_else(|| format!("a key of {at} contains a lone surrogate"));
     }
     if is_bool(vm, key) {
-        return Ok(if key.is(&vm.ctx.true_value) { "true" } else { "false" }.to_owned());
+        return Ok(if key.is(&vm.ctx.true_value) {
+            "true"
+        } else {
+            "false"
+        }
+        .to_owned());
     }
     if vm.is_none(key) {
         return Ok("null".to_owned());
@@ -170,7 +266,11 @@ fn json_key(vm: &VirtualMachine, prelude: &PyObjectRef, key: &PyObject, at: &str
         write_float(&mut out, f.to_f64(), &format!("a key of {at}"))?;
         return Ok(out);
     }
-    Err(format!("{at} has a key of type {} ({})", key.class().name(), describe(vm, prelude, key)))
+    Err(format!(
+        "{at} has a key of type {} ({})",
+        key.class().name(),
+        describe(vm, prelude, key)
+    ))
 }
 
 fn write_json(
@@ -186,7 +286,11 @@ fn write_json(
         return Ok(());
     }
     if is_bool(vm, value) {
-        out.push_str(if value.is(&vm.ctx.true_value) { "true" } else { "false" });
+        out.push_str(if value.is(&vm.ctx.true_value) {
+            "true"
+        } else {
+            "false"
+        });
         return Ok(());
     }
     if let Some(i) = value.downcast_ref::<PyInt>() {
@@ -197,7 +301,9 @@ fn write_json(
         return write_float(out, f.to_f64(), at);
     }
     if let Some(s) = value.downcast_ref::<PyStr>() {
-        let s = s.to_str().ok_or_else(|| format!("{at} contains a lone surrogate"))?;
+        let s = s
+            .to_str()
+            .ok_or_else(|| format!("{at} contains a lone surrogate"))?;
         write_str(out, s);
         return Ok(());
     }
@@ -206,7 +312,9 @@ fn write_json(
         return Err(format!("{at} refers back to itself (circular reference)"));
     }
     if path.len() >= MAX_JSON_DEPTH {
-        return Err(format!("{at} is nested more than {MAX_JSON_DEPTH} levels deep"));
+        return Err(format!(
+            "{at} is nested more than {MAX_JSON_DEPTH} levels deep"
+        ));
     }
     path.push(id);
     let result = write_container(vm, prelude, value, out, path, at);
@@ -242,7 +350,11 @@ fn write_container(
     } else if let Some(tuple) = value.downcast_ref::<PyTuple>() {
         tuple.as_slice().to_vec()
     } else {
-        return Err(format!("{at} is a {}, not a JSON type ({})", value.class().name(), describe(vm, prelude, value)));
+        return Err(format!(
+            "{at} is a {}, not a JSON type ({})",
+            value.class().name(),
+            describe(vm, prelude, value)
+        ));
     };
     out.push('[');
     for (n, item) in items.iter().enumerate() {

@@ -7,20 +7,47 @@ use rustpython_vm::function::{FuncArgs, KwArgs};
 use rustpython_vm::{AsObject, Interpreter, PyObjectRef, PyResult, Settings, VirtualMachine};
 
 use crate::convert;
-use crate::exports::spade::env::environment::{EnvError, EnvInfo, LoadOptions, ResetResult, StepResult};
+use crate::exports::spade::env::environment::{
+    EnvError, EnvInfo, LoadOptions, ResetResult, StepResult,
+};
 
 /// Python modules of the sandbox, installed in this order when the interpreter boots.
 const PRELUDE_MODULES: &[(&str, &str)] = &[
     ("math_verify", include_str!("../python/math_verify.py")),
-    ("spade_tool_use", include_str!("../python/spade_tool_use.py")),
+    (
+        "spade_tool_use",
+        include_str!("../python/spade_tool_use.py"),
+    ),
     ("spade_prelude", include_str!("../python/spade_prelude.py")),
 ];
 
 /// Standard-library modules imported at boot so that the snapshot already holds them.
 const WARM_IMPORTS: &[&str] = &[
-    "random", "re", "math", "json", "itertools", "collections", "functools", "heapq",
-    "statistics", "copy", "string", "typing", "traceback", "linecache", "fractions", "dataclasses",
-    "enum", "abc", "operator", "textwrap", "decimal", "datetime", "time", "bisect", "os",
+    "random",
+    "re",
+    "math",
+    "json",
+    "itertools",
+    "collections",
+    "functools",
+    "heapq",
+    "statistics",
+    "copy",
+    "string",
+    "typing",
+    "traceback",
+    "linecache",
+    "fractions",
+    "dataclasses",
+    "enum",
+    "abc",
+    "operator",
+    "textwrap",
+    "decimal",
+    "datetime",
+    "time",
+    "bisect",
+    "os",
 ];
 
 const INSTALL_MODULE: &str = r#"
@@ -108,10 +135,18 @@ impl State {
             };
             match boot() {
                 Ok(prelude) => prelude,
-                Err(exc) => panic!("the spade prelude failed to boot:\n{}", format_exception(vm, &exc)),
+                Err(exc) => panic!(
+                    "the spade prelude failed to boot:\n{}",
+                    format_exception(vm, &exc)
+                ),
             }
         });
-        State { interpreter, prelude, env: None, poisoned: None }
+        State {
+            interpreter,
+            prelude,
+            env: None,
+            poisoned: None,
+        }
     }
 
     fn env(&self) -> Result<PyObjectRef, EnvError> {
@@ -128,9 +163,19 @@ impl State {
         }
         let prelude = self.prelude.clone();
         let result = self.interpreter.enter(|vm| {
-            let max_turns = options.max_turns.map_or_else(|| vm.ctx.none(), |n| vm.ctx.new_int(n).into());
+            let max_turns = options
+                .max_turns
+                .map_or_else(|| vm.ctx.none(), |n| vm.ctx.new_int(n).into());
             let loaded = vm
-                .call_method(&prelude, "load", (vm.ctx.new_str(source), max_turns, vm.ctx.new_int(options.random_seed)))
+                .call_method(
+                    &prelude,
+                    "load",
+                    (
+                        vm.ctx.new_str(source),
+                        max_turns,
+                        vm.ctx.new_int(options.random_seed),
+                    ),
+                )
                 .map_err(|exc| self_error(vm, &prelude, &exc))?;
             convert::loaded(vm, &prelude, loaded)
         });
@@ -148,10 +193,14 @@ impl State {
         let prelude = self.prelude.clone();
         let result = self.interpreter.enter(|vm| {
             let kwargs: KwArgs = match seed {
-                Some(seed) => [("seed", vm.ctx.new_int(seed).into())].into_iter().collect(),
+                Some(seed) => [("seed", vm.ctx.new_int(seed).into())]
+                    .into_iter()
+                    .collect(),
                 None => KwArgs::default(),
             };
-            let reset = env.get_attr("reset", vm).map_err(|exc| self_error(vm, &prelude, &exc))?;
+            let reset = env
+                .get_attr("reset", vm)
+                .map_err(|exc| self_error(vm, &prelude, &exc))?;
             let value = reset
                 .call_with_args(FuncArgs::new(Vec::new(), kwargs), vm)
                 .map_err(|exc| self_error(vm, &prelude, &exc))?;
@@ -190,7 +239,10 @@ impl State {
         let result = self.interpreter.enter(|vm| {
             // `close` is optional in the environment contract.
             match env.get_attr("close", vm) {
-                Ok(close) => close.call((), vm).map(drop).map_err(|exc| self_error(vm, &prelude, &exc)),
+                Ok(close) => close
+                    .call((), vm)
+                    .map(drop)
+                    .map_err(|exc| self_error(vm, &prelude, &exc)),
                 Err(exc) if exc.fast_isinstance(vm.ctx.exceptions.attribute_error) => Ok(()),
                 Err(exc) => Err(self_error(vm, &prelude, &exc)),
             }
@@ -229,7 +281,11 @@ fn self_error(vm: &VirtualMachine, prelude: &PyObjectRef, exc: &PyBaseExceptionR
         return EnvError::OutOfMemory(format_exception(vm, exc));
     }
     if let Ok(load_error) = prelude.get_attr("LoadError", vm) {
-        if exc.as_object().is_instance(&load_error, vm).unwrap_or(false) {
+        if exc
+            .as_object()
+            .is_instance(&load_error, vm)
+            .unwrap_or(false)
+        {
             let message = exc
                 .as_object()
                 .str(vm)
@@ -245,7 +301,10 @@ fn self_error(vm: &VirtualMachine, prelude: &PyObjectRef, exc: &PyBaseExceptionR
 pub fn format_exception(vm: &VirtualMachine, exc: &PyBaseExceptionRef) -> String {
     let mut text = String::new();
     if vm.write_exception(&mut text, exc).is_err() || text.is_empty() {
-        text = format!("{} (the traceback could not be formatted)", exc.class().name());
+        text = format!(
+            "{} (the traceback could not be formatted)",
+            exc.class().name()
+        );
     }
     text.trim_end().to_owned()
 }

@@ -48,7 +48,10 @@ pub fn artifact_key(engine: &Engine) -> String {
 }
 
 /// The compiled, pre-initialised guest for `engine`, from the cache when possible.
-pub fn load_component(engine: &Engine, cache_dir: Option<&Path>) -> Result<Component, RuntimeError> {
+pub fn load_component(
+    engine: &Engine,
+    cache_dir: Option<&Path>,
+) -> Result<Component, RuntimeError> {
     let key = artifact_key(engine);
     let path = cache_dir.map(|dir| dir.join(format!("guest-{}.cwasm", &key[..32])));
     if let Some(path) = &path {
@@ -67,7 +70,10 @@ pub fn load_component(engine: &Engine, cache_dir: Option<&Path>) -> Result<Compo
     }
     let compiled = build_artifact(engine).map_err(|e| RuntimeError::Guest(format!("{e:#}")))?;
     if let Some(path) = &path {
-        store(path, &compiled).map_err(|e| RuntimeError::Cache { path: path.clone(), message: format!("{e:#}") })?;
+        store(path, &compiled).map_err(|e| RuntimeError::Cache {
+            path: path.clone(),
+            message: format!("{e:#}"),
+        })?;
     }
     // SAFETY: `compiled` was produced just now by `engine.precompile_component`.
     #[allow(unsafe_code)]
@@ -77,9 +83,15 @@ pub fn load_component(engine: &Engine, cache_dir: Option<&Path>) -> Result<Compo
 }
 
 fn store(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
-    let dir = path.parent().ok_or_else(|| anyhow!("no parent directory"))?;
+    let dir = path
+        .parent()
+        .ok_or_else(|| anyhow!("no parent directory"))?;
     std::fs::create_dir_all(dir).context("creating the cache directory")?;
-    let tmp: PathBuf = dir.join(format!(".{}.{}.tmp", path.file_name().unwrap().to_string_lossy(), std::process::id()));
+    let tmp: PathBuf = dir.join(format!(
+        ".{}.{}.tmp",
+        path.file_name().unwrap().to_string_lossy(),
+        std::process::id()
+    ));
     std::fs::write(&tmp, bytes).context("writing the compiled guest")?;
     std::fs::rename(&tmp, path).context("moving the compiled guest into place")?;
     Ok(())
@@ -102,7 +114,9 @@ fn build_artifact(engine: &Engine) -> anyhow::Result<Vec<u8>> {
             .join()
             .map_err(|_| anyhow!("pre-initialisation panicked"))?
     })?;
-    engine.precompile_component(&wizened).map_err(|e| anyhow!("compiling the guest: {e}"))
+    engine
+        .precompile_component(&wizened)
+        .map_err(|e| anyhow!("compiling the guest: {e}"))
 }
 
 /// Runs the guest's `wizer-initialize` export (boots RustPython, imports the prelude) and
@@ -115,7 +129,8 @@ async fn preinitialize() -> anyhow::Result<Vec<u8>> {
     config.async_stack_size(17 << 20);
     let engine = Engine::new(&config).map_err(|e| anyhow!("wizer engine: {e}"))?;
     let mut linker: Linker<SandboxState> = Linker::new(&engine);
-    wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(|e| anyhow!("linking WASI: {e}"))?;
+    wasmtime_wasi::p2::add_to_linker_async(&mut linker)
+        .map_err(|e| anyhow!("linking WASI: {e}"))?;
     let mut store = Store::new(&engine, SandboxState::for_preinit());
     let mut wizer = Wizer::new();
     wizer.keep_init_func(true);

@@ -6,4 +6,4 @@ wasmtime::component::bindgen!({
     exports: { default: async },
 });
 
-pub use exports::spade::env::environment::{EnvError, EnvInfo, LoadOptions, ResetResult, StepResult};
+pub use exports::spade::env::environment::{EnvError, LoadOptions};

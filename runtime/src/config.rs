@@ -59,7 +59,11 @@ impl Default for Limits {
 
 impl Default for Config {
     fn default() -> Self {
-        Config { limits: Limits::default(), max_wasm_stack: 16 << 20, cache_dir: default_cache_dir() }
+        Config {
+            limits: Limits::default(),
+            max_wasm_stack: 16 << 20,
+            cache_dir: default_cache_dir(),
+        }
     }
 }
 

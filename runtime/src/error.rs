@@ -114,7 +114,10 @@ impl CallError {
     /// The detail text without the kind prefix (the traceback, the contract message, ...).
     pub fn detail(&self) -> String {
         match self {
-            CallError::Load(s) | CallError::Contract(s) | CallError::Exception(s) | CallError::Usage(s) => s.clone(),
+            CallError::Load(s)
+            | CallError::Contract(s)
+            | CallError::Exception(s)
+            | CallError::Usage(s) => s.clone(),
             CallError::GuestTrap(s) => s.clone(),
             other => other.to_string(),
         }
@@ -129,5 +132,8 @@ pub enum RuntimeError {
     #[error("could not prepare the guest component: {0}")]
     Guest(String),
     #[error("artifact cache at {path}: {message}")]
-    Cache { path: std::path::PathBuf, message: String },
+    Cache {
+        path: std::path::PathBuf,
+        message: String,
+    },
 }

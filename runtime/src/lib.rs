@@ -45,7 +45,16 @@ pub const GUEST_SHA256: &str = env!("SPADE_GUEST_SHA256");
 /// them. They also run under CPython, which lets tools (benchmarks, fidelity checks) load an
 /// environment there the way the sandbox does: `spade_prelude.load(source, max_turns, seed)`.
 pub const PRELUDE_MODULES: &[(&str, &str)] = &[
-    ("math_verify", include_str!("../../guest/python/math_verify.py")),
-    ("spade_tool_use", include_str!("../../guest/python/spade_tool_use.py")),
-    ("spade_prelude", include_str!("../../guest/python/spade_prelude.py")),
+    (
+        "math_verify",
+        include_str!("../../guest/python/math_verify.py"),
+    ),
+    (
+        "spade_tool_use",
+        include_str!("../../guest/python/spade_tool_use.py"),
+    ),
+    (
+        "spade_prelude",
+        include_str!("../../guest/python/spade_prelude.py"),
+    ),
 ];

@@ -57,27 +57,46 @@ pub(crate) fn engine_config(config: &Config) -> wasmtime::Config {
 impl Runtime {
     /// Builds the engine and prepares the guest (from the artifact cache when possible).
     pub fn new(config: Config) -> Result<Runtime, RuntimeError> {
-        let engine = Engine::new(&engine_config(&config)).map_err(|e| RuntimeError::Engine(e.to_string()))?;
+        let engine = Engine::new(&engine_config(&config))
+            .map_err(|e| RuntimeError::Engine(e.to_string()))?;
         let component = artifact::load_component(&engine, config.cache_dir.as_deref())?;
         let mut linker: Linker<SandboxState> = Linker::new(&engine);
-        wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(|e| RuntimeError::Engine(e.to_string()))?;
-        let instance_pre = linker.instantiate_pre(&component).map_err(|e| RuntimeError::Guest(e.to_string()))?;
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker)
+            .map_err(|e| RuntimeError::Engine(e.to_string()))?;
+        let instance_pre = linker
+            .instantiate_pre(&component)
+            .map_err(|e| RuntimeError::Guest(e.to_string()))?;
         let pre = SandboxPre::new(instance_pre).map_err(|e| RuntimeError::Guest(e.to_string()))?;
         let stop_ticker = Arc::new(AtomicBool::new(false));
         spawn_ticker(engine.clone(), stop_ticker.clone());
         let limits = Arc::new(config.limits.clone());
-        Ok(Runtime { inner: Arc::new(Inner { engine, pre, config, stop_ticker }), limits })
+        Ok(Runtime {
+            inner: Arc::new(Inner {
+                engine,
+                pre,
+                config,
+                stop_ticker,
+            }),
+            limits,
+        })
     }
 
     /// Creates a sandbox and loads the environment `source` into it.
-    pub async fn sandbox(&self, source: &str, options: SandboxOptions) -> Result<Sandbox, CallError> {
+    pub async fn sandbox(
+        &self,
+        source: &str,
+        options: SandboxOptions,
+    ) -> Result<Sandbox, CallError> {
         Sandbox::load(&self.inner.pre, self.limits.clone(), source, options).await
     }
 
     /// A runtime sharing this one's engine and compiled guest, whose sandboxes run under
     /// `limits`. Cheap: nothing is compiled or instantiated.
     pub fn with_limits(&self, limits: Limits) -> Runtime {
-        Runtime { inner: self.inner.clone(), limits: Arc::new(limits) }
+        Runtime {
+            inner: self.inner.clone(),
+            limits: Arc::new(limits),
+        }
     }
 
     /// The limits sandboxes of this runtime run under.

@@ -25,7 +25,10 @@ pub struct SandboxOptions {
 impl SandboxOptions {
     /// Options with the given seed and the environment's own `max_turns`.
     pub fn seeded(seed: u64) -> Self {
-        SandboxOptions { seed, max_turns: None }
+        SandboxOptions {
+            seed,
+            max_turns: None,
+        }
     }
 }
 
@@ -77,7 +80,12 @@ pub(crate) struct MemoryLimiter {
 }
 
 impl ResourceLimiter for MemoryLimiter {
-    fn memory_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
         if desired > self.limit {
             self.denied = Some(desired);
             return Ok(false);
@@ -85,7 +93,12 @@ impl ResourceLimiter for MemoryLimiter {
         Ok(true)
     }
 
-    fn table_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
         Ok(desired <= 1 << 20)
     }
 }
@@ -107,7 +120,10 @@ impl SandboxState {
         SandboxState {
             wasi: deterministic_ctx(seed, stdout.clone(), stderr.clone()),
             table: ResourceTable::new(),
-            limiter: MemoryLimiter { limit: config.memory_limit, denied: None },
+            limiter: MemoryLimiter {
+                limit: config.memory_limit,
+                denied: None,
+            },
             stdout,
             stderr,
             deadline_at: None,
@@ -122,7 +138,10 @@ impl SandboxState {
 
 impl WasiView for SandboxState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
     }
 }
 
@@ -174,19 +193,33 @@ impl Sandbox {
             Ok(bindings) => bindings,
             Err(err) => return Err(classify_trap(&mut store, &config, budget, err)),
         };
-        let load_options = bindings::LoadOptions { max_turns: options.max_turns, random_seed: options.seed };
-        let outcome = bindings.spade_env_environment().call_load(&mut store, source, load_options).await;
+        let load_options = bindings::LoadOptions {
+            max_turns: options.max_turns,
+            random_seed: options.seed,
+        };
+        let outcome = bindings
+            .spade_env_environment()
+            .call_load(&mut store, source, load_options)
+            .await;
         let mut sandbox = Sandbox {
             store,
             bindings,
-            info: EnvInfo { class_name: String::new(), max_turns: None, tools: None },
+            info: EnvInfo {
+                class_name: String::new(),
+                max_turns: None,
+                tools: None,
+            },
             config,
             dead: None,
             last_fuel: 0,
             last_output: CallOutput::default(),
         };
         let info = sandbox.finish(budget, outcome)?;
-        sandbox.info = EnvInfo { class_name: info.class_name, max_turns: info.max_turns, tools: info.tools };
+        sandbox.info = EnvInfo {
+            class_name: info.class_name,
+            max_turns: info.max_turns,
+            tools: info.tools,
+        };
         Ok(sandbox)
     }
 
@@ -213,30 +246,55 @@ impl Sandbox {
     /// Calls `reset(seed=seed)` (or `reset()` when `seed` is `None`).
     pub async fn reset(&mut self, seed: Option<u64>) -> Result<Reset, CallError> {
         let budget = self.start()?;
-        let outcome = self.bindings.spade_env_environment().call_reset(&mut self.store, seed).await;
+        let outcome = self
+            .bindings
+            .spade_env_environment()
+            .call_reset(&mut self.store, seed)
+            .await;
         let r = self.finish(budget, outcome)?;
-        Ok(Reset { observation: r.observation, info: r.info })
+        Ok(Reset {
+            observation: r.observation,
+            info: r.info,
+        })
     }
 
     /// Calls `step(action)`.
     pub async fn step(&mut self, action: &str) -> Result<Step, CallError> {
         let budget = self.start()?;
-        let outcome = self.bindings.spade_env_environment().call_step(&mut self.store, action).await;
+        let outcome = self
+            .bindings
+            .spade_env_environment()
+            .call_step(&mut self.store, action)
+            .await;
         let r = self.finish(budget, outcome)?;
-        Ok(Step { observation: r.observation, reward: r.reward, terminated: r.terminated, truncated: r.truncated, info: r.info })
+        Ok(Step {
+            observation: r.observation,
+            reward: r.reward,
+            terminated: r.terminated,
+            truncated: r.truncated,
+            info: r.info,
+        })
     }
 
     /// Calls `solution()`.
     pub async fn solution(&mut self) -> Result<String, CallError> {
         let budget = self.start()?;
-        let outcome = self.bindings.spade_env_environment().call_solution(&mut self.store).await;
+        let outcome = self
+            .bindings
+            .spade_env_environment()
+            .call_solution(&mut self.store)
+            .await;
         self.finish(budget, outcome)
     }
 
     /// Calls `close()` if the environment defines it.
     pub async fn close(&mut self) -> Result<(), CallError> {
         let budget = self.start()?;
-        let outcome = self.bindings.spade_env_environment().call_close(&mut self.store).await;
+        let outcome = self
+            .bindings
+            .spade_env_environment()
+            .call_close(&mut self.store)
+            .await;
         self.finish(budget, outcome)
     }
 
@@ -249,7 +307,11 @@ impl Sandbox {
         Ok(budget)
     }
 
-    fn finish<R>(&mut self, budget: u64, outcome: wasmtime::Result<Result<R, EnvError>>) -> Result<R, CallError> {
+    fn finish<R>(
+        &mut self,
+        budget: u64,
+        outcome: wasmtime::Result<Result<R, EnvError>>,
+    ) -> Result<R, CallError> {
         self.store.data_mut().deadline_at = None;
         self.last_fuel = budget.saturating_sub(self.store.get_fuel().unwrap_or(0));
         let result = match outcome {
@@ -282,7 +344,9 @@ impl Sandbox {
 
 /// Sets a call's fuel budget and deadline.
 fn begin_call(store: &mut Store<SandboxState>, config: &Limits, budget: u64) {
-    store.set_fuel(budget).expect("fuel is enabled on the engine");
+    store
+        .set_fuel(budget)
+        .expect("fuel is enabled on the engine");
     store.set_epoch_deadline(1);
     store.data_mut().deadline_at = Some(Instant::now() + config.call_deadline);
 }
@@ -299,7 +363,12 @@ fn take_output(store: &mut Store<SandboxState>) -> CallOutput {
 }
 
 /// Turns a wasmtime error from a guest call into the host outcome it stands for.
-fn classify_trap(store: &mut Store<SandboxState>, config: &Limits, budget: u64, err: wasmtime::Error) -> CallError {
+fn classify_trap(
+    store: &mut Store<SandboxState>,
+    config: &Limits,
+    budget: u64,
+    err: wasmtime::Error,
+) -> CallError {
     if err.downcast_ref::<DeadlineExceeded>().is_some() {
         return CallError::Deadline(config.call_deadline);
     }
@@ -311,15 +380,32 @@ fn classify_trap(store: &mut Store<SandboxState>, config: &Limits, budget: u64, 
         Some(Trap::Interrupt) => CallError::Deadline(config.call_deadline),
         _ if denied.is_some() => CallError::MemoryLimit {
             limit: config.memory_limit,
-            detail: format!("the environment tried to grow the sandbox memory to {} bytes", denied.unwrap_or(0)),
+            detail: format!(
+                "the environment tried to grow the sandbox memory to {} bytes",
+                denied.unwrap_or(0)
+            ),
         },
         _ => {
             // A guest panic prints its message to stderr before trapping: keep its tail.
             let (stderr, _) = store.data().stderr.take();
             let stderr = String::from_utf8_lossy(&stderr);
-            let tail: String = stderr.lines().rev().take(5).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n");
-            let what = trap.map(|t| t.to_string()).unwrap_or_else(|| format!("{err:#}"));
-            if tail.is_empty() { CallError::GuestTrap(what) } else { CallError::GuestTrap(format!("{what}\n{tail}")) }
+            let tail: String = stderr
+                .lines()
+                .rev()
+                .take(5)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect::<Vec<_>>()
+                .join("\n");
+            let what = trap
+                .map(|t| t.to_string())
+                .unwrap_or_else(|| format!("{err:#}"));
+            if tail.is_empty() {
+                CallError::GuestTrap(what)
+            } else {
+                CallError::GuestTrap(format!("{what}\n{tail}"))
+            }
         }
     }
 }

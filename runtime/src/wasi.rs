@@ -128,7 +128,10 @@ pub struct CappedOutput {
 
 impl CappedOutput {
     pub fn new(limit: usize) -> Self {
-        CappedOutput { limit, inner: Arc::default() }
+        CappedOutput {
+            limit,
+            inner: Arc::default(),
+        }
     }
 
     /// Takes what was captured since the last call: (kept bytes, number of bytes dropped).
@@ -170,7 +173,11 @@ impl Pollable for CappedOutput {
 }
 
 impl tokio::io::AsyncWrite for CappedOutput {
-    fn poll_write(self: Pin<&mut Self>, _cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
         self.push(buf);
         Poll::Ready(Ok(buf.len()))
     }

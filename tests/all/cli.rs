@@ -8,29 +8,67 @@ fn path(name: &str, file: &str) -> String {
 
 #[test]
 fn run_prints_observations_rewards_and_flags() {
-    let output = spade(&["run", &path("arithmetic_puzzle", "env.py"), "--seed", "7", "--actions", &path("arithmetic_puzzle", "actions.txt")]);
+    let output = spade(&[
+        "run",
+        &path("arithmetic_puzzle", "env.py"),
+        "--seed",
+        "7",
+        "--actions",
+        &path("arithmetic_puzzle", "actions.txt"),
+    ]);
     assert!(output.status.success(), "{}", stderr(&output));
     let text = stdout(&output);
-    assert!(text.contains("== reset (seed 7)\nCompute 43 * 21 + 405."), "{text}");
-    assert!(text.contains("== step 3: \\boxed{1308}\nCorrect!\nreward 1  terminated true  truncated false"), "{text}");
-    assert!(text.contains("== episode terminated after 3 steps, total reward 0.9"), "{text}");
+    assert!(
+        text.contains("== reset (seed 7)\nCompute 43 * 21 + 405."),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "== step 3: \\boxed{1308}\nCorrect!\nreward 1  terminated true  truncated false"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("== episode terminated after 3 steps, total reward 0.9"),
+        "{text}"
+    );
 }
 
 #[test]
 fn actions_can_come_from_stdin() {
     let env = path("arithmetic_puzzle", "env.py");
-    let piped = spade_with_stdin(&["run", &env, "--seed", "7", "--actions", "-", "--json"], Some(b"\\boxed{1308}\n"));
+    let piped = spade_with_stdin(
+        &["run", &env, "--seed", "7", "--actions", "-", "--json"],
+        Some(b"\\boxed{1308}\n"),
+    );
     assert!(piped.status.success(), "{}", stderr(&piped));
-    assert!(stdout(&piped).contains(r#""reward":1.0,"terminated":true"#), "{}", stdout(&piped));
+    assert!(
+        stdout(&piped).contains(r#""reward":1.0,"terminated":true"#),
+        "{}",
+        stdout(&piped)
+    );
     let interactive = spade_with_stdin(&["run", &env, "--seed", "7"], Some(b"\\boxed{1}\n"));
     assert!(interactive.status.success(), "{}", stderr(&interactive));
-    assert!(stdout(&interactive).contains("no more actions after 1 steps"), "{}", stdout(&interactive));
+    assert!(
+        stdout(&interactive).contains("no more actions after 1 steps"),
+        "{}",
+        stdout(&interactive)
+    );
 }
 
 fn fails_with(args: &[&str], stdin: Option<&[u8]>, code: i32, message: &str) {
     let output = spade_with_stdin(args, stdin);
-    assert_eq!(output.status.code(), Some(code), "{args:?}: {}", stderr(&output));
-    assert!(stderr(&output).contains(message), "{args:?}: expected {message:?} in:\n{}", stderr(&output));
+    assert_eq!(
+        output.status.code(),
+        Some(code),
+        "{args:?}: {}",
+        stderr(&output)
+    );
+    assert!(
+        stderr(&output).contains(message),
+        "{args:?}: expected {message:?} in:\n{}",
+        stderr(&output)
+    );
 }
 
 #[test]
@@ -41,24 +79,79 @@ fn bad_input_gives_one_clear_message() {
     let empty = dir.path().join("empty.txt");
     std::fs::write(&empty, "\n\n").unwrap();
     let env = path("arithmetic_puzzle", "env.py");
-    fails_with(&["run", "no/such/env.py"], None, 1, "error: environment file 'no/such/env.py' does not exist");
+    fails_with(
+        &["run", "no/such/env.py"],
+        None,
+        1,
+        "error: environment file 'no/such/env.py' does not exist",
+    );
     let dir_str = dir.path().to_str().unwrap();
     fails_with(&["run", dir_str], None, 1, "is a directory, not a file");
-    fails_with(&["run", not_utf8.to_str().unwrap()], None, 1, "is not valid UTF-8 text (invalid byte at offset 3)");
-    fails_with(&["run", &env, "--actions", empty.to_str().unwrap()], None, 1, "is empty (expected one action per line)");
-    fails_with(&["run", &env, "--actions", "missing.txt"], None, 1, "error: actions file 'missing.txt' does not exist");
-    fails_with(&["run", &env, "--actions", not_utf8.to_str().unwrap()], None, 1, "actions file");
-    fails_with(&["run", &env, "--actions", "-"], Some(b""), 1, "no actions on standard input");
-    fails_with(&["run", &env, "--seed", "minus-one"], None, 1, "invalid value 'minus-one' for '--seed <SEED>'");
+    fails_with(
+        &["run", not_utf8.to_str().unwrap()],
+        None,
+        1,
+        "is not valid UTF-8 text (invalid byte at offset 3)",
+    );
+    fails_with(
+        &["run", &env, "--actions", empty.to_str().unwrap()],
+        None,
+        1,
+        "is empty (expected one action per line)",
+    );
+    fails_with(
+        &["run", &env, "--actions", "missing.txt"],
+        None,
+        1,
+        "error: actions file 'missing.txt' does not exist",
+    );
+    fails_with(
+        &["run", &env, "--actions", not_utf8.to_str().unwrap()],
+        None,
+        1,
+        "actions file",
+    );
+    fails_with(
+        &["run", &env, "--actions", "-"],
+        Some(b""),
+        1,
+        "no actions on standard input",
+    );
+    fails_with(
+        &["run", &env, "--seed", "minus-one"],
+        None,
+        1,
+        "invalid value 'minus-one' for '--seed <SEED>'",
+    );
 }
 
 #[test]
 fn environment_errors_print_their_kind_and_detail() {
-    fails_with(&["run", &path("fault_import_numpy", "env.py")], None, 2, "error in load: load: import failed: No module named 'numpy'");
-    fails_with(&["run", &path("fault_reset_raises", "env.py")], None, 2, "error in reset: exception: Traceback");
-    let output = spade_with_stdin(&["run", &path("fault_step_four_tuple", "env.py"), "--actions", "-", "--json"], Some(b"go\n"));
+    fails_with(
+        &["run", &path("fault_import_numpy", "env.py")],
+        None,
+        2,
+        "error in load: load: import failed: No module named 'numpy'",
+    );
+    fails_with(
+        &["run", &path("fault_reset_raises", "env.py")],
+        None,
+        2,
+        "error in reset: exception: Traceback",
+    );
+    let output = spade_with_stdin(
+        &[
+            "run",
+            &path("fault_step_four_tuple", "env.py"),
+            "--actions",
+            "-",
+            "--json",
+        ],
+        Some(b"go\n"),
+    );
     assert_eq!(output.status.code(), Some(2));
-    let last: serde_json::Value = serde_json::from_str(stdout(&output).lines().last().unwrap()).unwrap();
+    let last: serde_json::Value =
+        serde_json::from_str(stdout(&output).lines().last().unwrap()).unwrap();
     assert_eq!(last["call"], "step");
     assert_eq!(last["error"]["kind"], "contract");
     assert_eq!(last["action"], "go");

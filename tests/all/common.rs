@@ -9,7 +9,10 @@ use spade_runtime::{Config, Limits, Runtime};
 
 /// The repository root.
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
 }
 
 /// `tests/envs/<name>`.
@@ -24,7 +27,11 @@ pub fn env_source(name: &str) -> String {
 
 /// The fixture's action lines.
 pub fn env_actions(name: &str) -> Vec<String> {
-    std::fs::read_to_string(env_dir(name).join("actions.txt")).unwrap().lines().map(str::to_owned).collect()
+    std::fs::read_to_string(env_dir(name).join("actions.txt"))
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect()
 }
 
 /// Fixture names with the given prefix (or all good ones when `faults` is false).
@@ -69,7 +76,11 @@ pub fn spade_with_stdin(args: &[&str], stdin: Option<&[u8]>) -> Output {
     let mut child = Command::new(env!("CARGO_BIN_EXE_spade"))
         .args(args)
         .current_dir(repo_root())
-        .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

@@ -24,8 +24,15 @@ fn python_transcript(name: &str, seed: u64) -> Vec<Value> {
         .arg(dir.join("actions.txt"))
         .output()
         .expect("python3 is needed for the fidelity tests");
-    assert!(output.status.success(), "{name}: {}", String::from_utf8_lossy(&output.stderr));
-    stdout(&output).lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    assert!(
+        output.status.success(),
+        "{name}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout(&output)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
 }
 
 fn sandbox_transcript(name: &str, seed: u64) -> Vec<Value> {
@@ -63,7 +70,11 @@ fn fixture_envs_match_cpython() {
         for seed in [7, 8, 9] {
             let cpython = python_transcript(&name, seed);
             let sandbox = sandbox_transcript(&name, seed);
-            assert_eq!(cpython.len(), sandbox.len(), "{name} seed {seed}: number of calls");
+            assert_eq!(
+                cpython.len(),
+                sandbox.len(),
+                "{name} seed {seed}: number of calls"
+            );
             for (c, s) in cpython.iter().zip(&sandbox) {
                 assert_eq!(c, s, "{name} seed {seed}: CPython and the sandbox differ");
             }
@@ -75,12 +86,23 @@ fn fixture_envs_match_cpython() {
 /// the sandbox.
 async fn both(expr: &str) -> (String, String) {
     let program = format!("import random, json, math\nrandom.seed(7)\nprint(repr({expr}))");
-    let output = Command::new("python3").arg("-c").arg(&program).env("PYTHONHASHSEED", "0").output().unwrap();
-    let cpython = String::from_utf8(output.stdout).unwrap().trim_end().to_owned();
+    let output = Command::new("python3")
+        .arg("-c")
+        .arg(&program)
+        .env("PYTHONHASHSEED", "0")
+        .output()
+        .unwrap();
+    let cpython = String::from_utf8(output.stdout)
+        .unwrap()
+        .trim_end()
+        .to_owned();
     let source = format!(
         "class ProbeEnv:\n    def reset(self, seed=None):\n        random.seed(7)\n        return repr({expr}), {{}}\n    def step(self, action):\n        return '', 0.0, True, False, {{}}\n"
     );
-    let mut sandbox = runtime().sandbox(&source, SandboxOptions::seeded(0)).await.unwrap();
+    let mut sandbox = runtime()
+        .sandbox(&source, SandboxOptions::seeded(0))
+        .await
+        .unwrap();
     (cpython, sandbox.reset(None).await.unwrap().observation)
 }
 
@@ -112,8 +134,18 @@ async fn known_differences() {
     // iteration order of sets of strings differs. Environments that print a set of strings
     // (rather than sorting it) are not reproducible across the two; see docs/fidelity.md.
     let (cpython, sandbox) = both("hash('x')").await;
-    assert_ne!(cpython, sandbox, "if this now matches, update docs/fidelity.md");
-    // Sets of small ints iterate in the same order in both.
+    assert_ne!(
+        cpython, sandbox,
+        "if this now matches, update docs/fidelity.md"
+    );
+    // RustPython's sets iterate in insertion order; CPython's in hash-table order.
     let (cpython, sandbox) = both("list({5, 3, 1, 4})").await;
+    assert_eq!(
+        (cpython.as_str(), sandbox.as_str()),
+        ("[1, 3, 4, 5]", "[5, 3, 1, 4]")
+    );
+    // Sorting, or dicts (insertion-ordered in both), give the same result.
+    let (cpython, sandbox) =
+        both("(sorted({5, 3, 1, 4}), list(dict.fromkeys([5, 3, 1, 4])))").await;
     assert_eq!(cpython, sandbox);
 }

@@ -4,7 +4,8 @@
 use serde_json::Value;
 use spade_runtime::SandboxOptions;
 use spade_runtime::trajectory::{
-    RecordMeta, Recorder, ReplayOptions, Trajectory, TrajectoryError, Truncation, replay, sha256_hex,
+    RecordMeta, Recorder, ReplayOptions, Trajectory, TrajectoryError, Truncation, replay,
+    sha256_hex,
 };
 
 use crate::common::{env_actions, env_dir, env_source, fixtures, runtime, spade, stderr, stdout};
@@ -13,10 +14,19 @@ use crate::common::{env_actions, env_dir, env_source, fixtures, runtime, spade, 
 /// `solution`.
 async fn record(name: &str, seed: u64) -> String {
     let runtime = runtime();
-    let meta = RecordMeta { hint: Some("try the obvious".to_owned()), ..RecordMeta::default() };
-    let mut recorder = Recorder::start(&runtime, &env_source(name), SandboxOptions::seeded(seed), meta, Vec::new())
-        .await
-        .unwrap();
+    let meta = RecordMeta {
+        hint: Some("try the obvious".to_owned()),
+        ..RecordMeta::default()
+    };
+    let mut recorder = Recorder::start(
+        &runtime,
+        &env_source(name),
+        SandboxOptions::seeded(seed),
+        meta,
+        Vec::new(),
+    )
+    .await
+    .unwrap();
     recorder.reset(Some(seed)).await.unwrap();
     for action in env_actions(name) {
         let step = recorder.step(&action).await.unwrap();
@@ -31,7 +41,9 @@ async fn record(name: &str, seed: u64) -> String {
 
 async fn replay_text(text: &str) -> spade_runtime::trajectory::ReplayReport {
     let trajectory = Trajectory::parse(text).unwrap();
-    replay(&runtime(), &trajectory, &ReplayOptions::default()).await.unwrap()
+    replay(&runtime(), &trajectory, &ReplayOptions::default())
+        .await
+        .unwrap()
 }
 
 #[tokio::test]
@@ -41,7 +53,9 @@ async fn record_then_replay_is_identical_for_every_fixture() {
             let text = record(&name, seed).await;
             let trajectory = Trajectory::parse(&text).unwrap();
             trajectory.verify().unwrap();
-            let report = replay(&runtime(), &trajectory, &ReplayOptions::default()).await.unwrap();
+            let report = replay(&runtime(), &trajectory, &ReplayOptions::default())
+                .await
+                .unwrap();
             assert_eq!(report.divergence, None, "{name} seed {seed}");
             assert_eq!(report.truncated, None);
             let footer: Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
@@ -73,16 +87,25 @@ fn separate_processes_record_the_same_trace_hash() {
         hashes.push(footer["trace_sha256"].as_str().unwrap().to_owned());
         let replayed = spade(&["replay", path.to_str().unwrap()]);
         assert!(replayed.status.success(), "{}", stderr(&replayed));
-        assert!(stdout(&replayed).starts_with("identical: 5 calls (3 steps), outcome open"), "{}", stdout(&replayed));
+        assert!(
+            stdout(&replayed).starts_with("identical: 5 calls (3 steps), outcome open"),
+            "{}",
+            stdout(&replayed)
+        );
     }
     assert_eq!(hashes[0], hashes[1]);
 }
 
-/// Recomputes the hash chain and the footer's trace hash, as a careful forger would.
+/// Recomputes the hash chain and the footer's totals and trace hash, as a careful forger would.
 fn rechain(lines: &mut [Value]) {
+    let total: f64 = lines
+        .iter()
+        .filter_map(|l| l["ok"]["reward"].as_f64())
+        .sum();
+    let n = lines.len();
+    lines[n - 1]["total_reward"] = Value::from(total);
     let mut prev = serde_json::to_string(&lines[0]).unwrap();
     let mut trace = format!("{prev}\n");
-    let n = lines.len();
     for line in lines.iter_mut().take(n - 1).skip(1) {
         line["prev_sha256"] = Value::String(sha256_hex(prev.as_bytes()));
         prev = serde_json::to_string(line).unwrap();
@@ -93,11 +116,16 @@ fn rechain(lines: &mut [Value]) {
 }
 
 fn parse_lines(text: &str) -> Vec<Value> {
-    text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    text.lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
 }
 
 fn join(lines: &[Value]) -> String {
-    lines.iter().map(|l| format!("{}\n", serde_json::to_string(l).unwrap())).collect()
+    lines
+        .iter()
+        .map(|l| format!("{}\n", serde_json::to_string(l).unwrap()))
+        .collect()
 }
 
 fn tamper_message(text: &str) -> String {
@@ -114,28 +142,45 @@ async fn tampering_is_detected_with_a_precise_message() {
     // Lines: 1 header, 2 load, 3 reset, 4.. steps.
     let mut reward = lines.clone();
     reward[4]["ok"]["reward"] = Value::from(1.0);
-    assert_eq!(tamper_message(&join(&reward)), "line 5 was modified after recording: its sha256 does not match prev_sha256 in line 6");
+    assert_eq!(
+        tamper_message(&join(&reward)),
+        "line 5 was modified after recording: its sha256 does not match prev_sha256 in line 6"
+    );
 
     let mut observation = lines.clone();
     observation[3]["ok"]["observation"] = Value::from("a different board");
-    assert_eq!(tamper_message(&join(&observation)), "line 4 was modified after recording: its sha256 does not match prev_sha256 in line 5");
+    assert_eq!(
+        tamper_message(&join(&observation)),
+        "line 4 was modified after recording: its sha256 does not match prev_sha256 in line 5"
+    );
 
     let mut removed = lines.clone();
     removed.remove(5);
-    assert_eq!(tamper_message(&join(&removed)), "line 6 holds call 5 where call 4 was expected: a line was removed or lines were reordered");
+    assert_eq!(
+        tamper_message(&join(&removed)),
+        "line 6 holds call 5 where call 4 was expected: a line was removed or lines were reordered"
+    );
 
     let mut swapped = lines.clone();
     swapped.swap(4, 5);
-    assert_eq!(tamper_message(&join(&swapped)), "line 5 holds call 4 where call 3 was expected: a line was removed or lines were reordered");
+    assert_eq!(
+        tamper_message(&join(&swapped)),
+        "line 5 holds call 4 where call 3 was expected: a line was removed or lines were reordered"
+    );
 
     let mut source = lines.clone();
     source[0]["env_source"] = Value::from(env_source("grid_walk").replace("0.1", "0.5"));
-    assert!(tamper_message(&join(&source)).starts_with("the embedded environment source was altered"));
+    assert!(
+        tamper_message(&join(&source)).starts_with("the embedded environment source was altered")
+    );
 
     let mut last = lines.clone();
     let n = last.len();
     last[n - 2]["fuel"] = Value::from(1);
-    assert!(tamper_message(&join(&last)).starts_with(&format!("line {} was modified after recording: the lines hash to", n - 1)));
+    assert!(tamper_message(&join(&last)).starts_with(&format!(
+        "line {} was modified after recording: the lines hash to",
+        n - 1
+    )));
 
     let mut footer = lines.clone();
     footer[n - 1]["total_reward"] = Value::from(9.0);
@@ -145,27 +190,53 @@ async fn tampering_is_detected_with_a_precise_message() {
     forged[4]["ok"]["reward"] = Value::from(0.75);
     rechain(&mut forged);
     let forged_text = join(&forged);
-    Trajectory::parse(&forged_text).unwrap().verify().expect("a consistent forgery passes the hash check");
+    Trajectory::parse(&forged_text)
+        .unwrap()
+        .verify()
+        .expect("a consistent forgery passes the hash check");
     let report = replay_text(&forged_text).await;
-    let divergence = report.divergence.expect("replay catches what the hash check cannot");
-    assert_eq!((divergence.line, divergence.what.as_str(), divergence.field.as_str()), (5, "step 2", "ok.reward"));
-    assert_eq!((divergence.recorded.as_str(), divergence.replayed.as_str()), ("0.75", "0.1"));
+    let divergence = report
+        .divergence
+        .expect("replay catches what the hash check cannot");
+    assert_eq!(
+        (
+            divergence.line,
+            divergence.what.as_str(),
+            divergence.field.as_str()
+        ),
+        (5, "step 2", "ok.reward")
+    );
+    assert_eq!(
+        (divergence.recorded.as_str(), divergence.replayed.as_str()),
+        ("0.75", "0.1")
+    );
 }
 
 #[tokio::test]
 async fn a_behaviour_change_is_reported_at_the_right_line_and_field() {
     let text = record("arithmetic_puzzle", 7).await;
     let mut lines = parse_lines(&text);
-    // The same environment, except that a wrong answer now says "too low" instead of "higher".
-    let changed = env_source("arithmetic_puzzle").replace("the answer is {hint}", "too {hint}");
+    // The same environment, except that a malformed answer now costs 0.2 instead of 0.1 (a
+    // change that leaves the cost of loading, and so the load line's fuel, unchanged).
+    let changed = env_source("arithmetic_puzzle").replace("-0.1, False", "-0.2, False");
+    assert_ne!(changed, env_source("arithmetic_puzzle"));
     lines[0]["env_source"] = Value::from(changed.clone());
     lines[0]["env_sha256"] = Value::from(sha256_hex(changed.as_bytes()));
     rechain(&mut lines);
     let report = replay_text(&join(&lines)).await;
     let divergence = report.divergence.unwrap();
-    assert_eq!((divergence.line, divergence.what.as_str(), divergence.field.as_str()), (4, "step 1", "ok.observation"));
-    assert_eq!(divergence.recorded, "\"Wrong: the answer is higher.\"");
-    assert_eq!(divergence.replayed, "\"Wrong: too higher.\"");
+    assert_eq!(
+        (
+            divergence.line,
+            divergence.what.as_str(),
+            divergence.field.as_str()
+        ),
+        (5, "step 2", "ok.reward")
+    );
+    assert_eq!(
+        (divergence.recorded.as_str(), divergence.replayed.as_str()),
+        ("-0.1", "-0.2")
+    );
 }
 
 #[tokio::test]
@@ -174,12 +245,20 @@ async fn truncated_files_are_reported_as_truncated() {
     let cut = &text[..text.len() - 40];
     let trajectory = Trajectory::parse(cut).unwrap();
     let partial_line = cut.lines().count();
-    assert_eq!(trajectory.truncated, Some(Truncation::PartialLine { line: partial_line }));
-    let report = replay(&runtime(), &trajectory, &ReplayOptions::default()).await.unwrap();
+    assert_eq!(
+        trajectory.truncated,
+        Some(Truncation::PartialLine { line: partial_line })
+    );
+    let report = replay(&runtime(), &trajectory, &ReplayOptions::default())
+        .await
+        .unwrap();
     assert_eq!(report.divergence, None);
     assert!(report.truncated.is_some());
     let no_footer: String = text.lines().take(4).map(|l| format!("{l}\n")).collect();
-    assert_eq!(Trajectory::parse(&no_footer).unwrap().truncated, Some(Truncation::NoFooter));
+    assert_eq!(
+        Trajectory::parse(&no_footer).unwrap().truncated,
+        Some(Truncation::NoFooter)
+    );
 }
 
 #[test]
@@ -192,40 +271,106 @@ fn replay_rejects_bad_files_with_clear_messages() {
     };
     let check = |args: &[&str], code: i32, message: &str| {
         let output = spade(args);
-        assert_eq!(output.status.code(), Some(code), "{args:?}: {}", stderr(&output));
-        assert!(stderr(&output).contains(message), "{args:?}: expected {message:?} in {}", stderr(&output));
+        assert_eq!(
+            output.status.code(),
+            Some(code),
+            "{args:?}: {}",
+            stderr(&output)
+        );
+        assert!(
+            stderr(&output).contains(message),
+            "{args:?}: expected {message:?} in {}",
+            stderr(&output)
+        );
     };
-    check(&["replay", &write("plain.txt", "hello\n")], 1, "not a spade trajectory: line 1 is not JSON");
-    check(&["replay", &write("other.jsonl", "{\"type\":\"event\"}\n")], 1, "not a spade trajectory: line 1 is not a trajectory header");
-    check(&["replay", &write("future.jsonl", "{\"type\":\"header\",\"format\":99}\n")], 1, "unsupported trajectory format version 99 (this spade reads version 1)");
-    check(&["replay", "missing.jsonl"], 1, "trajectory file 'missing.jsonl' does not exist");
+    check(
+        &["replay", &write("plain.txt", "hello\n")],
+        1,
+        "not a spade trajectory: line 1 is not JSON",
+    );
+    check(
+        &["replay", &write("other.jsonl", "{\"type\":\"event\"}\n")],
+        1,
+        "not a spade trajectory: line 1 is not a trajectory header",
+    );
+    check(
+        &[
+            "replay",
+            &write("future.jsonl", "{\"type\":\"header\",\"format\":99}\n"),
+        ],
+        1,
+        "unsupported trajectory format version 99 (this spade reads version 1)",
+    );
+    check(
+        &["replay", "missing.jsonl"],
+        1,
+        "trajectory file 'missing.jsonl' does not exist",
+    );
 
     let recorded = dir.path().join("rec.jsonl");
     let env = env_dir("arithmetic_puzzle");
-    let output = spade(&["run", env.join("env.py").to_str().unwrap(), "--seed", "3", "--actions", env.join("actions.txt").to_str().unwrap(), "--record", recorded.to_str().unwrap()]);
+    let output = spade(&[
+        "run",
+        env.join("env.py").to_str().unwrap(),
+        "--seed",
+        "3",
+        "--actions",
+        env.join("actions.txt").to_str().unwrap(),
+        "--record",
+        recorded.to_str().unwrap(),
+    ]);
     assert!(output.status.success());
     let text = std::fs::read_to_string(&recorded).unwrap();
     let other_env = write("other_env.py", &env_source("grid_walk"));
-    check(&["replay", recorded.to_str().unwrap(), "--env", &other_env], 1, "the environment source differs from the recorded one");
+    check(
+        &["replay", recorded.to_str().unwrap(), "--env", &other_env],
+        1,
+        "the environment source differs from the recorded one",
+    );
     let same_env = env.join("env.py");
-    let ok = spade(&["replay", recorded.to_str().unwrap(), "--env", same_env.to_str().unwrap()]);
+    let ok = spade(&[
+        "replay",
+        recorded.to_str().unwrap(),
+        "--env",
+        same_env.to_str().unwrap(),
+    ]);
     assert!(ok.status.success(), "{}", stderr(&ok));
 
     let mut lines = parse_lines(&text);
     lines[0]["guest_sha256"] = Value::from("0".repeat(64));
     rechain(&mut lines);
     let mismatched = write("guest.jsonl", &join(&lines));
-    check(&["replay", &mismatched], 1, "pass --allow-guest-mismatch to replay anyway");
+    check(
+        &["replay", &mismatched],
+        1,
+        "pass --allow-guest-mismatch to replay anyway",
+    );
     let anyway = spade(&["replay", &mismatched, "--allow-guest-mismatch"]);
     assert!(anyway.status.success(), "{}", stderr(&anyway));
-    assert!(stderr(&anyway).contains("warning: recorded with guest 0000"), "{}", stderr(&anyway));
+    assert!(
+        stderr(&anyway).contains("warning: recorded with guest 0000"),
+        "{}",
+        stderr(&anyway)
+    );
 
     let truncated = write("cut.jsonl", &text[..text.len() - 10]);
-    check(&["replay", &truncated], 4, "truncated: the file ends in the middle of line");
+    check(
+        &["replay", &truncated],
+        4,
+        "truncated: the file ends in the middle of line",
+    );
     let mut edited = parse_lines(&text);
     edited[3]["ok"]["reward"] = Value::from(1.0);
     let edited = write("edited.jsonl", &join(&edited));
-    check(&["replay", &edited, "--verify-hash"], 3, "tampered: line 4 was modified after recording");
+    check(
+        &["replay", &edited, "--verify-hash"],
+        3,
+        "tampered: line 4 was modified after recording",
+    );
     let intact = spade(&["replay", recorded.to_str().unwrap(), "--verify-hash"]);
-    assert!(stdout(&intact).starts_with("intact: "), "{}", stdout(&intact));
+    assert!(
+        stdout(&intact).starts_with("intact: "),
+        "{}",
+        stdout(&intact)
+    );
 }

@@ -27,7 +27,11 @@ fn main() -> ExitCode {
         Err(err) => {
             // --help and --version land here too, on stdout and with success.
             let _ = err.print();
-            return if err.use_stderr() { ExitCode::from(cli::EXIT_USAGE) } else { ExitCode::SUCCESS };
+            return if err.use_stderr() {
+                ExitCode::from(cli::EXIT_USAGE)
+            } else {
+                ExitCode::SUCCESS
+            };
         }
     };
     let result = match cli.command {

@@ -93,13 +93,19 @@ pub struct RecordedOptions {
 
 impl From<SandboxOptions> for RecordedOptions {
     fn from(o: SandboxOptions) -> Self {
-        RecordedOptions { seed: o.seed, max_turns: o.max_turns }
+        RecordedOptions {
+            seed: o.seed,
+            max_turns: o.max_turns,
+        }
     }
 }
 
 impl From<RecordedOptions> for SandboxOptions {
     fn from(o: RecordedOptions) -> Self {
-        SandboxOptions { seed: o.seed, max_turns: o.max_turns }
+        SandboxOptions {
+            seed: o.seed,
+            max_turns: o.max_turns,
+        }
     }
 }
 
@@ -190,7 +196,6 @@ impl CallRecord {
             prev_sha256: String::new(),
         }
     }
-
 }
 
 /// The result of a successful call, shaped by the call.
@@ -228,7 +233,10 @@ pub struct RecordedError {
 
 impl From<&CallError> for RecordedError {
     fn from(err: &CallError) -> Self {
-        RecordedError { kind: err.kind(), message: err.to_string() }
+        RecordedError {
+            kind: err.kind(),
+            message: err.to_string(),
+        }
     }
 }
 
@@ -253,7 +261,8 @@ pub struct Footer {
 /// A JSON text embedded verbatim in a line.
 pub fn raw_json(text: &str) -> Box<RawValue> {
     RawValue::from_string(text.to_owned()).unwrap_or_else(|_| {
-        RawValue::from_string(serde_json::to_string(text).expect("strings serialise")).expect("a JSON string")
+        RawValue::from_string(serde_json::to_string(text).expect("strings serialise"))
+            .expect("a JSON string")
     })
 }
 

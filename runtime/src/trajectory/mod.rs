@@ -7,8 +7,8 @@ mod replay;
 mod writer;
 
 pub use format::{
-    CallKind, CallRecord, CallResult, FORMAT_VERSION, Footer, Header, Line, ReadCall, ReadLine, RecordedError,
-    RecordedLimits, RecordedOptions, sha256_hex,
+    CallKind, CallRecord, CallResult, FORMAT_VERSION, Footer, Header, Line, ReadCall, ReadLine,
+    RecordedError, RecordedLimits, RecordedOptions, sha256_hex,
 };
 pub use read::{Trajectory, TrajectoryError, Truncation, Verified};
 pub use recorder::{RecordError, RecordMeta, RecordSummary, Recorder};

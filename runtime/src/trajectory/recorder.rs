@@ -4,13 +4,14 @@ use std::collections::BTreeMap;
 use std::io::{self, Write};
 
 use super::format::{
-    CallKind, CallRecord, CallResult, FORMAT_VERSION, Footer, Header, RecordedError, raw_json, sha256_hex,
+    CallKind, CallRecord, CallResult, FORMAT_VERSION, Footer, Header, RecordedError, raw_json,
+    sha256_hex,
 };
 use super::writer::TrajectoryWriter;
+use crate::GUEST_SHA256;
 use crate::error::{CallError, ErrorKind};
 use crate::runtime::Runtime;
 use crate::sandbox::{CallOutput, EnvInfo, Reset, Sandbox, SandboxOptions, Step};
-use crate::GUEST_SHA256;
 
 /// What a recording carries besides the episode itself.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -88,8 +89,15 @@ impl<W: Write> Recorder<W> {
             Ok(s) => (s.last_fuel(), s.last_output().clone()),
             Err(_) => (0, CallOutput::default()),
         };
-        let mut recorder =
-            Recorder { sandbox, writer, next_index: 0, steps: 0, total_reward: 0.0, last_step: None, failed: None };
+        let mut recorder = Recorder {
+            sandbox,
+            writer,
+            next_index: 0,
+            steps: 0,
+            total_reward: 0.0,
+            last_step: None,
+            failed: None,
+        };
         let mut record = recorder.record(CallKind::Load, fuel, &output);
         match &recorder.sandbox {
             Ok(s) => {
@@ -138,11 +146,19 @@ impl<W: Write> Recorder<W> {
     fn sandbox_mut(&mut self) -> Result<&mut Sandbox, CallError> {
         match &mut self.sandbox {
             Ok(s) => Ok(s),
-            Err(err) => Err(CallError::Usage(format!("the environment failed to load ({}); nothing to call", err.kind()))),
+            Err(err) => Err(CallError::Usage(format!(
+                "the environment failed to load ({}); nothing to call",
+                err.kind()
+            ))),
         }
     }
 
-    fn finish_call<T>(&mut self, mut record: CallRecord, result: Result<T, CallError>, ok: impl FnOnce(&T) -> CallResult) -> Result<T, RecordError> {
+    fn finish_call<T>(
+        &mut self,
+        mut record: CallRecord,
+        result: Result<T, CallError>,
+        ok: impl FnOnce(&T) -> CallResult,
+    ) -> Result<T, RecordError> {
         match &result {
             Ok(value) => record.ok = Some(ok(value)),
             Err(err) => {
@@ -161,7 +177,10 @@ impl<W: Write> Recorder<W> {
         let mut record = self.record(CallKind::Reset, fuel, &output);
         record.seed = seed;
         self.last_step = None;
-        self.finish_call(record, result, |r: &Reset| CallResult::Reset { observation: r.observation.clone(), info: raw_json(&r.info) })
+        self.finish_call(record, result, |r: &Reset| CallResult::Reset {
+            observation: r.observation.clone(),
+            info: raw_json(&r.info),
+        })
     }
 
     /// Calls and records `step`.
@@ -189,7 +208,9 @@ impl<W: Write> Recorder<W> {
         let result = self.sandbox_mut()?.solution().await;
         let (fuel, output) = output_of(&self.sandbox);
         let record = self.record(CallKind::Solution, fuel, &output);
-        self.finish_call(record, result, |s: &String| CallResult::Solution { solution: s.clone() })
+        self.finish_call(record, result, |s: &String| CallResult::Solution {
+            solution: s.clone(),
+        })
     }
 
     /// Calls and records `close`.

@@ -68,17 +68,24 @@ pub async fn replay(
     options: &ReplayOptions,
 ) -> Result<ReplayReport, TrajectoryError> {
     let header = &trajectory.header;
-    let guest_mismatch = (header.guest_sha256 != GUEST_SHA256).then(|| (header.guest_sha256.clone(), GUEST_SHA256.to_owned()));
+    let guest_mismatch = (header.guest_sha256 != GUEST_SHA256)
+        .then(|| (header.guest_sha256.clone(), GUEST_SHA256.to_owned()));
     if let Some((recorded, this)) = &guest_mismatch {
         if !options.allow_guest_mismatch {
-            return Err(TrajectoryError::GuestMismatch { recorded: recorded.clone(), this: this.clone() });
+            return Err(TrajectoryError::GuestMismatch {
+                recorded: recorded.clone(),
+                this: this.clone(),
+            });
         }
     }
     let source = match &options.env_source {
         Some(source) => {
             let given = sha256_hex(source.as_bytes());
             if given != header.env_sha256 {
-                return Err(TrajectoryError::EnvMismatch { recorded: header.env_sha256.clone(), given });
+                return Err(TrajectoryError::EnvMismatch {
+                    recorded: header.env_sha256.clone(),
+                    given,
+                });
             }
             source.clone()
         }
@@ -94,9 +101,17 @@ pub async fn replay(
         }
     };
     let runtime = runtime.with_limits(header.limits.into());
-    let meta = RecordMeta { hint: header.hint.clone(), metadata: header.metadata.clone() };
-    let io = |e: std::io::Error| TrajectoryError::Corrupt { line: 0, message: format!("in-memory write failed: {e}") };
-    let mut recorder = Recorder::start(&runtime, &source, header.options.into(), meta, Vec::new()).await.map_err(io)?;
+    let meta = RecordMeta {
+        hint: header.hint.clone(),
+        metadata: header.metadata.clone(),
+    };
+    let io = |e: std::io::Error| TrajectoryError::Corrupt {
+        line: 0,
+        message: format!("in-memory write failed: {e}"),
+    };
+    let mut recorder = Recorder::start(&runtime, &source, header.options.into(), meta, Vec::new())
+        .await
+        .map_err(io)?;
     let mut report = ReplayReport {
         calls: 0,
         steps: 0,
@@ -106,8 +121,18 @@ pub async fn replay(
         outcome: trajectory.footer.as_ref().map(|(_, f)| f.outcome.clone()),
         trace_sha256: String::new(),
     };
-    let ignore: &[&str] = if guest_mismatch.is_some() { &["guest_sha256", "prev_sha256"] } else { &[] };
-    report.divergence = compare(1, "header", &trajectory.header_text, &recorder.header_text(), ignore);
+    let ignore: &[&str] = if guest_mismatch.is_some() {
+        &["guest_sha256", "prev_sha256"]
+    } else {
+        &[]
+    };
+    report.divergence = compare(
+        1,
+        "header",
+        &trajectory.header_text,
+        &recorder.header_text(),
+        ignore,
+    );
     let mut step = 0;
     for (i, (text, call)) in trajectory.calls.iter().enumerate() {
         if report.divergence.is_some() {
@@ -126,7 +151,10 @@ pub async fn replay(
         let _ = match call.call {
             CallKind::Load => Ok(()),
             CallKind::Reset => recorder.reset(call.seed).await.map(drop),
-            CallKind::Step => recorder.step(call.action.as_deref().unwrap_or_default()).await.map(drop),
+            CallKind::Step => recorder
+                .step(call.action.as_deref().unwrap_or_default())
+                .await
+                .map(drop),
             CallKind::Solution => recorder.solution().await.map(drop),
             CallKind::Close => recorder.close().await.map(drop),
         };
@@ -139,19 +167,32 @@ pub async fn replay(
     report.trace_sha256 = footer.trace_sha256.clone();
     if report.divergence.is_none() {
         if let Some((text, _)) = &trajectory.footer {
-            let replayed = serde_json::to_string(&super::format::Line::Footer(footer)).expect("footer serialises");
+            let replayed = serde_json::to_string(&super::format::Line::Footer(footer))
+                .expect("footer serialises");
             let mut ignore_footer = ignore.to_vec();
             if guest_mismatch.is_some() {
                 ignore_footer.push("trace_sha256");
             }
-            report.divergence = compare(trajectory.calls.len() + 2, "footer", text, &replayed, &ignore_footer);
+            report.divergence = compare(
+                trajectory.calls.len() + 2,
+                "footer",
+                text,
+                &replayed,
+                &ignore_footer,
+            );
         }
     }
     Ok(report)
 }
 
 /// Compares two lines as JSON, ignoring the named top-level fields.
-fn compare(line: usize, what: &str, recorded: &str, replayed: &str, ignore: &[&str]) -> Option<Divergence> {
+fn compare(
+    line: usize,
+    what: &str,
+    recorded: &str,
+    replayed: &str,
+    ignore: &[&str],
+) -> Option<Divergence> {
     if recorded == replayed {
         return None;
     }
@@ -169,7 +210,11 @@ fn compare(line: usize, what: &str, recorded: &str, replayed: &str, ignore: &[&s
     Some(Divergence {
         line,
         what: what.to_owned(),
-        field: if field.is_empty() { "(whole line)".to_owned() } else { field },
+        field: if field.is_empty() {
+            "(whole line)".to_owned()
+        } else {
+            field
+        },
         recorded: show(x),
         replayed: show(y),
     })
@@ -180,14 +225,28 @@ fn show(value: Option<&Value>) -> String {
         None => "(absent)".to_owned(),
         Some(v) => v.to_string(),
     };
-    if text.chars().count() > 300 { format!("{}...", text.chars().take(300).collect::<String>()) } else { text }
+    if text.chars().count() > 300 {
+        format!("{}...", text.chars().take(300).collect::<String>())
+    } else {
+        text
+    }
 }
 
-fn first_difference<'a>(a: &'a Value, b: &'a Value, path: String) -> Option<(String, Option<&'a Value>, Option<&'a Value>)> {
+fn first_difference<'a>(
+    a: &'a Value,
+    b: &'a Value,
+    path: String,
+) -> Option<(String, Option<&'a Value>, Option<&'a Value>)> {
     if a == b {
         return None;
     }
-    let join = |key: &str| if path.is_empty() { key.to_owned() } else { format!("{path}.{key}") };
+    let join = |key: &str| {
+        if path.is_empty() {
+            key.to_owned()
+        } else {
+            format!("{path}.{key}")
+        }
+    };
     match (a, b) {
         (Value::Object(x), Value::Object(y)) => {
             // Field order of the canonical line: walk the recorded object's keys, then extras.
@@ -201,7 +260,9 @@ fn first_difference<'a>(a: &'a Value, b: &'a Value, path: String) -> Option<(Str
                     None => return Some((join(key), Some(va), None)),
                 }
             }
-            y.iter().find(|(k, _)| !x.contains_key(*k)).map(|(k, vb)| (join(k), None, Some(vb)))
+            y.iter()
+                .find(|(k, _)| !x.contains_key(*k))
+                .map(|(k, vb)| (join(k), None, Some(vb)))
         }
         (Value::Array(x), Value::Array(y)) => {
             for (i, (va, vb)) in x.iter().zip(y).enumerate() {

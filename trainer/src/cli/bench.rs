@@ -20,7 +20,11 @@ pub struct BenchArgs {
     #[arg(long, default_value = "tests/envs")]
     pub envs_dir: PathBuf,
     /// Environments to measure, comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "arithmetic_puzzle,grid_walk,tool_inventory,fraction_answer")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "arithmetic_puzzle,grid_walk,tool_inventory,fraction_answer"
+    )]
     pub envs: Vec<String>,
     /// Fresh sandboxes created per environment for the creation latency.
     #[arg(long, default_value_t = 200)]
@@ -64,9 +68,17 @@ fn us(d: Duration) -> String {
 
 /// Resident set size of this process, from /proc.
 fn rss_bytes() -> anyhow::Result<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").context("reading /proc/self/status")?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:")).context("no VmRSS line")?;
-    let kb: u64 = line.split_whitespace().nth(1).context("malformed VmRSS")?.parse()?;
+    let status =
+        std::fs::read_to_string("/proc/self/status").context("reading /proc/self/status")?;
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .context("no VmRSS line")?;
+    let kb: u64 = line
+        .split_whitespace()
+        .nth(1)
+        .context("malformed VmRSS")?
+        .parse()?;
     Ok(kb * 1024)
 }
 
@@ -78,9 +90,13 @@ impl BenchArgs {
         let fixtures = self.fixtures()?;
         let t0 = Instant::now();
         let runtime = Runtime::new(Config::default()).context("starting the sandbox runtime")?;
-        println!("spade bench: guest {}, runtime ready in {}", &GUEST_SHA256[..12], ms(t0.elapsed()));
+        say!(
+            "spade bench: guest {}, runtime ready in {}",
+            &GUEST_SHA256[..12],
+            ms(t0.elapsed())
+        );
         let startup = self.process_starts(&fixtures[0])?;
-        println!(
+        say!(
             "process start to first reset (warm artifact cache): median {} over {} runs",
             ms(startup),
             self.starts
@@ -90,9 +106,17 @@ impl BenchArgs {
             std::fs::write(prelude_dir.join(format!("{name}.py")), source)?;
         }
         std::fs::write(prelude_dir.join("bench_driver.py"), DRIVER)?;
-        println!(
+        say!(
             "\n{:<18} {:>22} {:>11} {:>11} {:>9} {:>9} {:>10} {:>12} {:>7}",
-            "env", "fresh sandbox med/p99", "+1st reset", "reset med", "step med", "CPy step", "steps/s", "CPy steps/s", "ratio"
+            "env",
+            "fresh sandbox med/p99",
+            "+1st reset",
+            "reset med",
+            "step med",
+            "CPy step",
+            "steps/s",
+            "CPy steps/s",
+            "ratio"
         );
         let tokio = tokio_runtime()?;
         let mut ratios = Vec::new();
@@ -103,7 +127,7 @@ impl BenchArgs {
             let ratio = row.steps_per_s / cpython.0;
             ratios.push(ratio);
             fresh_medians.push(row.fresh_with_reset);
-            println!(
+            say!(
                 "{:<18} {:>22} {:>11} {:>11} {:>9} {:>9} {:>10.0} {:>12.0} {:>6.2}x",
                 fixture.name,
                 format!("{} / {}", ms(row.fresh_median), ms(row.fresh_p99)),
@@ -117,13 +141,24 @@ impl BenchArgs {
             );
         }
         let rss = tokio.block_on(self.live_memory(&runtime, &fixtures[0]))?;
-        println!("\nresident memory per live sandbox: {:.2} MiB ({} sandboxes of {})", rss / 1048576.0, self.live, fixtures[0].name);
+        say!(
+            "\nresident memory per live sandbox: {:.2} MiB ({} sandboxes of {})",
+            rss / 1048576.0,
+            self.live,
+            fixtures[0].name
+        );
         let worst_ratio = ratios.iter().cloned().fold(f64::INFINITY, f64::min);
         let worst_fresh = fresh_medians.iter().max().copied().unwrap_or_default();
-        println!("\ntargets (median over envs, worst env shown):");
-        println!("  fresh sandbox + first reset: {} (target 3 ms, goal 1 ms)", ms(worst_fresh));
-        println!("  steps/s vs CPython: {worst_ratio:.2}x (target 0.20x, goal 0.50x)");
-        println!("  memory per live sandbox: {:.2} MiB (target 8 MiB)", rss / 1048576.0);
+        say!("\ntargets (median over envs, worst env shown):");
+        say!(
+            "  fresh sandbox + first reset: {} (target 3 ms, goal 1 ms)",
+            ms(worst_fresh)
+        );
+        say!("  steps/s vs CPython: {worst_ratio:.2}x (target 0.20x, goal 0.50x)");
+        say!(
+            "  memory per live sandbox: {:.2} MiB (target 8 MiB)",
+            rss / 1048576.0
+        );
         let _ = std::fs::remove_dir_all(&prelude_dir);
         Ok(ExitCode::SUCCESS)
     }
@@ -137,12 +172,22 @@ impl BenchArgs {
             .map(|name| {
                 let dir = self.envs_dir.join(name);
                 let source = read_text(&dir.join("env.py"), "environment file")?;
-                let actions: Vec<String> =
-                    read_text(&dir.join("actions.txt"), "actions file")?.lines().map(str::to_owned).collect();
+                let actions: Vec<String> = read_text(&dir.join("actions.txt"), "actions file")?
+                    .lines()
+                    .map(str::to_owned)
+                    .collect();
                 if actions.is_empty() {
-                    bail!("actions file '{}' is empty", dir.join("actions.txt").display());
+                    bail!(
+                        "actions file '{}' is empty",
+                        dir.join("actions.txt").display()
+                    );
                 }
-                Ok(Fixture { name: name.clone(), dir, source, actions })
+                Ok(Fixture {
+                    name: name.clone(),
+                    dir,
+                    source,
+                    actions,
+                })
             })
             .collect()
     }
@@ -172,7 +217,9 @@ impl BenchArgs {
         let mut resets = Vec::new();
         for i in 0..self.samples.max(1) {
             let start = Instant::now();
-            let mut sandbox = runtime.sandbox(&fixture.source, SandboxOptions::seeded(i as u64)).await?;
+            let mut sandbox = runtime
+                .sandbox(&fixture.source, SandboxOptions::seeded(i as u64))
+                .await?;
             fresh.push(start.elapsed());
             let reset_start = Instant::now();
             sandbox.reset(Some(i as u64)).await?;
@@ -183,14 +230,18 @@ impl BenchArgs {
         fresh_with_reset.sort();
         resets.sort();
 
-        let mut sandbox = runtime.sandbox(&fixture.source, SandboxOptions::seeded(0)).await?;
+        let mut sandbox = runtime
+            .sandbox(&fixture.source, SandboxOptions::seeded(0))
+            .await?;
         sandbox.reset(Some(0)).await?;
         let mut steps = Vec::with_capacity(self.steps);
         let (mut episode, mut index) = (0u64, 0usize);
         let start = Instant::now();
         for _ in 0..self.steps {
             let t = Instant::now();
-            let step = sandbox.step(&fixture.actions[index % fixture.actions.len()]).await?;
+            let step = sandbox
+                .step(&fixture.actions[index % fixture.actions.len()])
+                .await?;
             steps.push(t.elapsed());
             index += 1;
             if step.terminated || step.truncated {
@@ -222,11 +273,18 @@ impl BenchArgs {
             .output()
             .with_context(|| format!("running {}", self.python))?;
         if !output.status.success() {
-            bail!("the CPython driver failed on {}: {}", fixture.name, String::from_utf8_lossy(&output.stderr));
+            bail!(
+                "the CPython driver failed on {}: {}",
+                fixture.name,
+                String::from_utf8_lossy(&output.stderr)
+            );
         }
-        let result: serde_json::Value = serde_json::from_slice(&output.stdout).context("reading the CPython driver's output")?;
+        let result: serde_json::Value = serde_json::from_slice(&output.stdout)
+            .context("reading the CPython driver's output")?;
         let steps_per_s = result["steps_per_s"].as_f64().context("steps_per_s")?;
-        let step_us = result["step_us_median"].as_f64().context("step_us_median")?;
+        let step_us = result["step_us_median"]
+            .as_f64()
+            .context("step_us_median")?;
         Ok((steps_per_s, Duration::from_secs_f64(step_us / 1e6)))
     }
 
@@ -234,7 +292,9 @@ impl BenchArgs {
         let before = rss_bytes()?;
         let mut live: Vec<Sandbox> = Vec::new();
         for i in 0..self.live.max(1) {
-            let mut sandbox = runtime.sandbox(&fixture.source, SandboxOptions::seeded(i as u64)).await?;
+            let mut sandbox = runtime
+                .sandbox(&fixture.source, SandboxOptions::seeded(i as u64))
+                .await?;
             sandbox.reset(Some(i as u64)).await?;
             sandbox.step(&fixture.actions[0]).await?;
             live.push(sandbox);

@@ -1,5 +1,12 @@
 //! One module per subcommand, each with an `execute` method.
 
+/// `println!` that ends the process quietly when stdout is a closed pipe.
+macro_rules! say {
+    ($($arg:tt)*) => {
+        $crate::cli::say_line(format_args!($($arg)*))
+    };
+}
+
 pub mod bench;
 pub mod replay;
 pub mod run;
@@ -13,6 +20,20 @@ pub const EXIT_USAGE: u8 = 1;
 /// Exit code when the environment failed (load, contract, exception) or hit a limit.
 pub const EXIT_ENV_FAILED: u8 = 2;
 
+/// Writes one line to stdout. A closed pipe (`spade run ... | head`) ends the process quietly
+/// instead of panicking.
+pub fn say_line(line: impl std::fmt::Display) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    if let Err(err) = writeln!(out, "{line}") {
+        if err.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("error: writing to standard output: {err}");
+        std::process::exit(i32::from(EXIT_USAGE));
+    }
+}
+
 /// Prints an error and its causes the way a person wants to read them.
 pub fn report_error(err: &anyhow::Error) {
     eprintln!("error: {err}");
@@ -23,7 +44,10 @@ pub fn report_error(err: &anyhow::Error) {
 
 /// A tokio runtime for a command.
 pub fn tokio_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")
 }
 
 /// Reads a UTF-8 text file, with messages that name the file and the problem.
@@ -33,7 +57,10 @@ pub fn read_text(path: &Path, what: &str) -> anyhow::Result<String> {
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
             bail!("{what} '{}' does not exist", path.display())
         }
-        Err(err) if path.is_dir() => bail!("{what} '{}' is a directory, not a file ({err})", path.display()),
+        Err(err) if path.is_dir() => bail!(
+            "{what} '{}' is a directory, not a file ({err})",
+            path.display()
+        ),
         Err(err) => bail!("cannot read {what} '{}': {err}", path.display()),
     };
     String::from_utf8(bytes).map_err(|err| {

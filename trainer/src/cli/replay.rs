@@ -44,11 +44,18 @@ impl ReplayArgs {
             return Ok(match trajectory.verify() {
                 Ok(verified) => match &trajectory.truncated {
                     Some(truncation) => {
-                        eprintln!("truncated: {truncation}; the {} complete calls are intact", verified.calls);
+                        eprintln!(
+                            "truncated: {truncation}; the {} complete calls are intact",
+                            verified.calls
+                        );
                         ExitCode::from(EXIT_TRUNCATED)
                     }
                     None => {
-                        println!("intact: {} calls, trace sha256 {}", verified.calls, verified.trace_sha256);
+                        say!(
+                            "intact: {} calls, trace sha256 {}",
+                            verified.calls,
+                            verified.trace_sha256
+                        );
                         ExitCode::SUCCESS
                     }
                 },
@@ -59,14 +66,19 @@ impl ReplayArgs {
             Some(path) => Some(read_text(path, "environment file")?),
             None => None,
         };
-        let options = ReplayOptions { env_source, allow_guest_mismatch: self.allow_guest_mismatch };
+        let options = ReplayOptions {
+            env_source,
+            allow_guest_mismatch: self.allow_guest_mismatch,
+        };
         let runtime = Runtime::new(Config::default()).context("starting the sandbox runtime")?;
         let report = match tokio_runtime()?.block_on(replay(&runtime, &trajectory, &options)) {
             Ok(report) => report,
             Err(err) => return Ok(fail(&self.trajectory, &err)),
         };
         if let Some((recorded, this)) = &report.guest_mismatch {
-            eprintln!("warning: recorded with guest {recorded}, replayed with this build's guest {this}");
+            eprintln!(
+                "warning: recorded with guest {recorded}, replayed with this build's guest {this}"
+            );
         }
         if let Some(divergence) = &report.divergence {
             eprintln!("diverged at {divergence}");
@@ -75,12 +87,11 @@ impl ReplayArgs {
         if let Some(truncation) = &report.truncated {
             eprintln!(
                 "truncated: {truncation}; the {} complete calls ({} steps) replayed identically",
-                report.calls,
-                report.steps
+                report.calls, report.steps
             );
             return Ok(ExitCode::from(EXIT_TRUNCATED));
         }
-        println!(
+        say!(
             "identical: {} calls ({} steps), outcome {}, trace sha256 {}",
             report.calls,
             report.steps,

@@ -73,15 +73,25 @@ impl RunArgs {
         Ok(Actions::List(text.lines().map(str::to_owned).collect()))
     }
 
-    async fn play(&self, runtime: &Runtime, source: &str, actions: Actions) -> anyhow::Result<ExitCode> {
+    async fn play(
+        &self,
+        runtime: &Runtime,
+        source: &str,
+        actions: Actions,
+    ) -> anyhow::Result<ExitCode> {
         let sink: Box<dyn Write> = match &self.record {
             Some(path) => Box::new(std::io::BufWriter::new(
-                std::fs::File::create(path).with_context(|| format!("cannot create trajectory file '{}'", path.display()))?,
+                std::fs::File::create(path).with_context(|| {
+                    format!("cannot create trajectory file '{}'", path.display())
+                })?,
             )),
             None => Box::new(std::io::sink()),
         };
         let mut out = Printer { json: self.json };
-        let options = SandboxOptions { seed: self.seed, max_turns: self.max_turns };
+        let options = SandboxOptions {
+            seed: self.seed,
+            max_turns: self.max_turns,
+        };
         let mut recorder = Recorder::start(runtime, source, options, RecordMeta::default(), sink)
             .await
             .context("writing the trajectory")?;
@@ -90,18 +100,41 @@ impl RunArgs {
         Ok(code)
     }
 
-    async fn episode<W: Write>(&self, recorder: &mut Recorder<W>, out: &mut Printer, actions: Actions) -> anyhow::Result<ExitCode> {
+    async fn episode<W: Write>(
+        &self,
+        recorder: &mut Recorder<W>,
+        out: &mut Printer,
+        actions: Actions,
+    ) -> anyhow::Result<ExitCode> {
         let fuel = |r: &Recorder<W>| r.sandbox().map(|s| s.last_fuel()).unwrap_or(0);
-        let output = |r: &Recorder<W>| r.sandbox().map(|s| s.last_output().clone()).unwrap_or_default();
+        let output = |r: &Recorder<W>| {
+            r.sandbox()
+                .map(|s| s.last_output().clone())
+                .unwrap_or_default()
+        };
         match recorder.info() {
             Ok(info) => out.loaded(&info.class_name, fuel(recorder)),
             Err(err) => return out.failure("load", None, err, 0, &CallOutput::default()),
         }
         let reset = match recorder.reset(Some(self.seed)).await {
             Ok(reset) => reset,
-            Err(err) => return out.failure("reset", None, &call_error(err)?, fuel(recorder), &output(recorder)),
+            Err(err) => {
+                return out.failure(
+                    "reset",
+                    None,
+                    &call_error(err)?,
+                    fuel(recorder),
+                    &output(recorder),
+                );
+            }
         };
-        out.reset(self.seed, &reset.observation, &reset.info, fuel(recorder), &output(recorder));
+        out.reset(
+            self.seed,
+            &reset.observation,
+            &reset.info,
+            fuel(recorder),
+            &output(recorder),
+        );
 
         let mut lines: Box<dyn Iterator<Item = anyhow::Result<String>>> = match actions {
             Actions::List(list) => Box::new(list.into_iter().map(Ok)),
@@ -115,7 +148,13 @@ impl RunArgs {
             let step = match recorder.step(&action).await {
                 Ok(step) => step,
                 Err(err) => {
-                    return out.failure("step", Some((steps, &action)), &call_error(err)?, fuel(recorder), &output(recorder));
+                    return out.failure(
+                        "step",
+                        Some((steps, &action)),
+                        &call_error(err)?,
+                        fuel(recorder),
+                        &output(recorder),
+                    );
                 }
             };
             total += step.reward;
@@ -146,7 +185,8 @@ trait ReadChecked {
 impl<R: std::io::Read> ReadChecked for R {
     fn read_to_string_checked(&mut self, buf: &mut String) -> anyhow::Result<()> {
         let mut bytes = Vec::new();
-        self.read_to_end(&mut bytes).context("reading actions from standard input")?;
+        self.read_to_end(&mut bytes)
+            .context("reading actions from standard input")?;
         *buf = String::from_utf8(bytes).map_err(|err| {
             anyhow::anyhow!(
                 "actions on standard input are not valid UTF-8 text (invalid byte at offset {})",
@@ -165,7 +205,10 @@ struct InteractiveLines {
 
 impl InteractiveLines {
     fn new() -> Self {
-        InteractiveLines { prompt: std::io::stdin().is_terminal(), stdin: std::io::stdin().lock() }
+        InteractiveLines {
+            prompt: std::io::stdin().is_terminal(),
+            stdin: std::io::stdin().lock(),
+        }
     }
 }
 
@@ -181,7 +224,9 @@ impl Iterator for InteractiveLines {
         match self.stdin.read_line(&mut line) {
             Ok(0) => None,
             Ok(_) => Some(Ok(line.trim_end_matches(['\n', '\r']).to_owned())),
-            Err(err) => Some(Err(anyhow::Error::new(err).context("reading an action from standard input"))),
+            Err(err) => Some(Err(
+                anyhow::Error::new(err).context("reading an action from standard input")
+            )),
         }
     }
 }
@@ -197,7 +242,7 @@ fn info_value(info: &str) -> Value {
 
 impl Printer {
     fn emit(&self, value: Value) {
-        println!("{value}");
+        say!("{value}");
     }
 
     fn output(&self, object: &mut Value, output: &CallOutput) {
@@ -219,7 +264,10 @@ impl Printer {
                 eprintln!("[env stderr] {line}");
             }
             if output.dropped_bytes > 0 {
-                eprintln!("[env output] {} more bytes were printed and dropped", output.dropped_bytes);
+                eprintln!(
+                    "[env output] {} more bytes were printed and dropped",
+                    output.dropped_bytes
+                );
             }
         }
     }
@@ -228,7 +276,7 @@ impl Printer {
         if self.json {
             self.emit(json!({"call": "load", "class": class_name, "fuel": fuel}));
         } else {
-            println!("== loaded {class_name}");
+            say!("== loaded {class_name}");
         }
     }
 
@@ -239,11 +287,18 @@ impl Printer {
             self.emit(object);
         } else {
             self.output(&mut Value::Null, output);
-            println!("== reset (seed {seed})\n{observation}");
+            say!("== reset (seed {seed})\n{observation}");
         }
     }
 
-    fn step(&mut self, index: usize, action: &str, step: &spade_runtime::Step, fuel: u64, output: &CallOutput) {
+    fn step(
+        &mut self,
+        index: usize,
+        action: &str,
+        step: &spade_runtime::Step,
+        fuel: u64,
+        output: &CallOutput,
+    ) {
         if self.json {
             let mut object = json!({
                 "call": "step", "index": index, "action": action, "observation": step.observation,
@@ -254,19 +309,28 @@ impl Printer {
             self.emit(object);
         } else {
             self.output(&mut Value::Null, output);
-            println!("== step {index}: {action}\n{}", step.observation);
-            println!("reward {}  terminated {}  truncated {}", step.reward, step.terminated, step.truncated);
+            say!("== step {index}: {action}\n{}", step.observation);
+            say!(
+                "reward {}  terminated {}  truncated {}",
+                step.reward,
+                step.terminated,
+                step.truncated
+            );
         }
     }
 
     fn finished(&mut self, steps: usize, total: f64, terminated: bool, unused: usize) {
-        let how = if terminated { "terminated" } else { "truncated" };
+        let how = if terminated {
+            "terminated"
+        } else {
+            "truncated"
+        };
         if self.json {
             self.emit(json!({"call": "end", "steps": steps, "total_reward": total, "ended": how, "unused_actions": unused}));
         } else {
-            println!("== episode {how} after {steps} steps, total reward {total}");
+            say!("== episode {how} after {steps} steps, total reward {total}");
             if unused > 0 {
-                println!("({unused} remaining actions were not used)");
+                say!("({unused} remaining actions were not used)");
             }
         }
     }
@@ -275,7 +339,7 @@ impl Printer {
         if self.json {
             self.emit(json!({"call": "end", "steps": steps, "total_reward": total, "ended": "actions_exhausted"}));
         } else {
-            println!("== no more actions after {steps} steps (episode not over), total reward {total}");
+            say!("== no more actions after {steps} steps (episode not over), total reward {total}");
         }
     }
 
