@@ -94,9 +94,7 @@ pub fn with<R>(f: impl FnOnce(&mut State) -> Result<R, EnvError>) -> Result<R, E
                 "this sandbox is unusable after an earlier failure ({reason}); create a new sandbox"
             )));
         }
-        let result = f(state);
-        state.flush_output();
-        result
+        f(state)
     })
 }
 
@@ -112,6 +110,9 @@ impl State {
         settings.write_bytecode = false;
         settings.install_signal_handlers = false;
         settings.argv = vec!["spade".to_owned()];
+        // Writes go straight to WASI, where the host captures and caps them per call; nothing
+        // stays buffered in the guest between calls, so no flush is needed after each call.
+        settings.buffered_stdio = false;
         let builder = Interpreter::builder(settings);
         let defs = rustpython_stdlib::stdlib_module_defs(&builder.ctx);
         let interpreter = builder
@@ -256,18 +257,6 @@ impl State {
             self.poisoned = Some(format!("Python raised MemoryError: {}", first_line(detail)));
         }
         err
-    }
-
-    /// Pushes Python's buffered stdout/stderr to the host after every call, so output is
-    /// attributed to the call that produced it.
-    fn flush_output(&self) {
-        self.interpreter.enter(|vm| {
-            for name in ["stdout", "stderr"] {
-                if let Ok(stream) = vm.sys_module.get_attr(name, vm) {
-                    let _ = vm.call_method(&stream, "flush", ());
-                }
-            }
-        });
     }
 }
 

@@ -54,18 +54,14 @@ pub fn load_component(
 ) -> Result<Component, RuntimeError> {
     let key = artifact_key(engine);
     let path = cache_dir.map(|dir| dir.join(format!("guest-{}.cwasm", &key[..32])));
-    if let Some(path) = &path {
-        if path.exists() {
-            // SAFETY: the file was written by `store` below (atomically, under a name that
-            // encodes this engine's compatibility hash); wasmtime additionally checks its
-            // header against the engine before using it.
-            #[allow(unsafe_code)]
-            match unsafe { Component::deserialize_file(engine, path) } {
-                Ok(component) => return Ok(component),
-                Err(_) => {
-                    // Incompatible or damaged: rebuild it below and overwrite.
-                }
-            }
+    if let Some(path) = path.as_ref().filter(|p| p.exists()) {
+        // SAFETY: the file was written by `store` below (atomically, under a name that
+        // encodes this engine's compatibility hash); wasmtime additionally checks its
+        // header against the engine before using it. An incompatible or damaged file fails
+        // here and is rebuilt below.
+        #[allow(unsafe_code)]
+        if let Ok(component) = unsafe { Component::deserialize_file(engine, path) } {
+            return Ok(component);
         }
     }
     let compiled = build_artifact(engine).map_err(|e| RuntimeError::Guest(format!("{e:#}")))?;

@@ -320,10 +320,10 @@ impl Sandbox {
             Err(err) => Err(classify_trap(&mut self.store, &self.config, budget, err)),
         };
         self.last_output = take_output(&mut self.store);
-        if let Err(err) = &result {
-            if err.kills_sandbox() {
-                self.dead = Some(err.kind());
-            }
+        if let Err(err) = &result
+            && err.kills_sandbox()
+        {
+            self.dead = Some(err.kind());
         }
         result
     }

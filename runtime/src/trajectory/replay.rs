@@ -70,13 +70,13 @@ pub async fn replay(
     let header = &trajectory.header;
     let guest_mismatch = (header.guest_sha256 != GUEST_SHA256)
         .then(|| (header.guest_sha256.clone(), GUEST_SHA256.to_owned()));
-    if let Some((recorded, this)) = &guest_mismatch {
-        if !options.allow_guest_mismatch {
-            return Err(TrajectoryError::GuestMismatch {
-                recorded: recorded.clone(),
-                this: this.clone(),
-            });
-        }
+    if let Some((recorded, this)) = &guest_mismatch
+        && !options.allow_guest_mismatch
+    {
+        return Err(TrajectoryError::GuestMismatch {
+            recorded: recorded.clone(),
+            this: this.clone(),
+        });
     }
     let source = match &options.env_source {
         Some(source) => {
@@ -130,7 +130,7 @@ pub async fn replay(
         1,
         "header",
         &trajectory.header_text,
-        &recorder.header_text(),
+        recorder.header_text(),
         ignore,
     );
     let mut step = 0;
@@ -165,22 +165,22 @@ pub async fn replay(
     }
     let (footer, _) = recorder.finish().map_err(io)?;
     report.trace_sha256 = footer.trace_sha256.clone();
-    if report.divergence.is_none() {
-        if let Some((text, _)) = &trajectory.footer {
-            let replayed = serde_json::to_string(&super::format::Line::Footer(footer))
-                .expect("footer serialises");
-            let mut ignore_footer = ignore.to_vec();
-            if guest_mismatch.is_some() {
-                ignore_footer.push("trace_sha256");
-            }
-            report.divergence = compare(
-                trajectory.calls.len() + 2,
-                "footer",
-                text,
-                &replayed,
-                &ignore_footer,
-            );
+    if report.divergence.is_none()
+        && let Some((text, _)) = &trajectory.footer
+    {
+        let replayed =
+            serde_json::to_string(&super::format::Line::Footer(footer)).expect("footer serialises");
+        let mut ignore_footer = ignore.to_vec();
+        if guest_mismatch.is_some() {
+            ignore_footer.push("trace_sha256");
         }
+        report.divergence = compare(
+            trajectory.calls.len() + 2,
+            "footer",
+            text,
+            &replayed,
+            &ignore_footer,
+        );
     }
     Ok(report)
 }
