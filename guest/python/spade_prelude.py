@@ -11,6 +11,7 @@ import heapq
 import itertools
 import json
 import linecache
+import marshal
 import math
 import random
 import re
@@ -108,7 +109,7 @@ def install_import_guard():
 def _find_env_class(module):
     candidates = [
         value for name, value in vars(module).items()
-        if isinstance(value, type) and name.endswith("Env") and value.__module__ == ENV_MODULE
+        if name.endswith("Env") and isinstance(value, type) and value.__module__ == ENV_MODULE
     ]
     # A module may define a base class and one concrete environment: keep the most derived.
     leaves = [c for c in candidates if not any(o is not c and issubclass(o, c) for o in candidates)]
@@ -123,8 +124,18 @@ def _find_env_class(module):
     return leaves[0]
 
 
-def load(source, max_turns, seed):
-    """Execute `source` as the environment module and construct its environment class.
+def compile_source(source):
+    """Compile the environment source to marshalled bytecode; a syntax error is a `LoadError`."""
+    try:
+        code = compile(source, ENV_FILENAME, "exec")
+    except SyntaxError as exc:
+        detail = "".join(traceback.format_exception_only(type(exc), exc)).rstrip()
+        raise LoadError(f"syntax error in the environment source:\n{detail}") from None
+    return marshal.dumps(code)
+
+
+def load_code(source, code, max_turns, seed):
+    """Execute compiled environment code as the environment module and construct its class.
 
     Raises `LoadError` (with a traceback for errors raised by the source) when the module cannot
     be loaded; exceptions raised by the constructor propagate unchanged.
@@ -136,21 +147,21 @@ def load(source, max_turns, seed):
     sys.modules[ENV_MODULE] = module
     linecache.cache[ENV_FILENAME] = (len(source), None, source.splitlines(True), ENV_FILENAME)
     try:
-        code = compile(source, ENV_FILENAME, "exec")
-    except SyntaxError as exc:
-        detail = "".join(traceback.format_exception_only(type(exc), exc)).rstrip()
-        raise LoadError(f"syntax error in the environment source:\n{detail}") from None
-    try:
-        exec(code, module.__dict__)
+        exec(marshal.loads(code), module.__dict__)
     except ImportError as exc:
         raise LoadError(f"import failed: {exc}\n{traceback.format_exc().rstrip()}") from None
-    except Exception as exc:
+    except Exception:
         raise LoadError(
             f"the environment module raised while loading:\n{traceback.format_exc().rstrip()}"
         ) from None
     cls = _find_env_class(module)
     env = cls(max_turns=max_turns) if max_turns is not None else cls()
     return env, cls.__name__
+
+
+def load(source, max_turns, seed):
+    """`compile_source` then `load_code`: how CPython-side tools load an environment."""
+    return load_code(source, compile_source(source), max_turns, seed)
 
 
 def describe(value):

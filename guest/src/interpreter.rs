@@ -2,7 +2,7 @@
 
 use std::cell::RefCell;
 
-use rustpython_vm::builtins::PyBaseExceptionRef;
+use rustpython_vm::builtins::{PyBaseExceptionRef, PyBytes};
 use rustpython_vm::function::{FuncArgs, KwArgs};
 use rustpython_vm::{AsObject, Interpreter, PyObjectRef, PyResult, Settings, VirtualMachine};
 
@@ -156,7 +156,27 @@ impl State {
             .ok_or_else(|| EnvError::Usage("no environment is loaded: call load first".to_owned()))
     }
 
-    pub fn load(&mut self, source: &str, options: LoadOptions) -> Result<EnvInfo, EnvError> {
+    pub fn compile(&mut self, source: &str) -> Result<Vec<u8>, EnvError> {
+        let prelude = self.prelude.clone();
+        let result = self.interpreter.enter(|vm| {
+            let code = vm
+                .call_method(&prelude, "compile_source", (vm.ctx.new_str(source),))
+                .map_err(|exc| self_error(vm, &prelude, &exc))?;
+            code.downcast_ref::<PyBytes>()
+                .map(|bytes| bytes.as_bytes().to_vec())
+                .ok_or_else(|| {
+                    EnvError::Usage("internal: compile_source did not return bytes".to_owned())
+                })
+        });
+        result.map_err(|err| self.note(err))
+    }
+
+    pub fn load(
+        &mut self,
+        source: &str,
+        code: &[u8],
+        options: LoadOptions,
+    ) -> Result<EnvInfo, EnvError> {
         if self.env.is_some() {
             return Err(EnvError::Usage(
                 "an environment is already loaded in this sandbox; create a new sandbox".to_owned(),
@@ -170,9 +190,10 @@ impl State {
             let loaded = vm
                 .call_method(
                     &prelude,
-                    "load",
+                    "load_code",
                     (
                         vm.ctx.new_str(source),
+                        vm.ctx.new_bytes(code.to_vec()),
                         max_turns,
                         vm.ctx.new_int(options.random_seed),
                     ),

@@ -22,8 +22,16 @@ impl Guest for Component {
 }
 
 impl env::Guest for Component {
-    fn load(source: String, options: env::LoadOptions) -> Result<env::EnvInfo, env::EnvError> {
-        interpreter::with(|s| s.load(&source, options))
+    fn compile(source: String) -> Result<Vec<u8>, env::EnvError> {
+        interpreter::with(|s| s.compile(&source))
+    }
+
+    fn load(
+        source: String,
+        code: Vec<u8>,
+        options: env::LoadOptions,
+    ) -> Result<env::EnvInfo, env::EnvError> {
+        interpreter::with(|s| s.load(&source, &code, options))
     }
 
     fn reset(seed: Option<u64>) -> Result<env::ResetResult, env::EnvError> {

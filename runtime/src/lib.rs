@@ -30,6 +30,7 @@ mod config;
 mod error;
 mod runtime;
 mod sandbox;
+mod source;
 pub mod trajectory;
 mod wasi;
 
@@ -37,6 +38,7 @@ pub use config::{Config, Limits};
 pub use error::{CallError, ErrorKind, RuntimeError};
 pub use runtime::Runtime;
 pub use sandbox::{CallOutput, EnvInfo, Reset, Sandbox, SandboxOptions, Step};
+pub use source::EnvSource;
 
 /// sha256 (hex) of the guest component this build embeds, before pre-initialisation.
 pub const GUEST_SHA256: &str = env!("SPADE_GUEST_SHA256");

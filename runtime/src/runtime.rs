@@ -12,6 +12,7 @@ use crate::bindings::SandboxPre;
 use crate::config::{Config, Limits};
 use crate::error::{CallError, RuntimeError};
 use crate::sandbox::{Sandbox, SandboxOptions, SandboxState};
+use crate::source::{EnvSource, SourceCache};
 
 /// How often the engine's epoch advances; deadlines are checked (and long calls yield to the
 /// async executor) at this granularity.
@@ -28,8 +29,12 @@ struct Inner {
     engine: Engine,
     pre: SandboxPre<SandboxState>,
     config: Config,
+    sources: SourceCache,
     stop_ticker: Arc<AtomicBool>,
 }
+
+/// Compiled sources kept per runtime.
+const SOURCE_CACHE_ENTRIES: usize = 1024;
 
 impl Drop for Inner {
     fn drop(&mut self) {
@@ -75,19 +80,45 @@ impl Runtime {
                 engine,
                 pre,
                 config,
+                sources: SourceCache::new(SOURCE_CACHE_ENTRIES),
                 stop_ticker,
             }),
             limits,
         })
     }
 
-    /// Creates a sandbox and loads the environment `source` into it.
+    /// Creates a sandbox and loads the environment `source` into it (compiling the source
+    /// first unless this runtime has compiled it before).
     pub async fn sandbox(
         &self,
         source: &str,
         options: SandboxOptions,
     ) -> Result<Sandbox, CallError> {
+        let prepared = self.prepare(source).await?;
+        self.sandbox_from(&prepared, options).await
+    }
+
+    /// Creates a sandbox from an already compiled source.
+    pub async fn sandbox_from(
+        &self,
+        source: &EnvSource,
+        options: SandboxOptions,
+    ) -> Result<Sandbox, CallError> {
         Sandbox::load(&self.inner.pre, self.limits.clone(), source, options).await
+    }
+
+    /// Compiles `source` once (in a throwaway sandbox, within the load fuel budget) and caches
+    /// the bytecode for every later sandbox of the same source. A syntax error is a
+    /// [`CallError::Load`].
+    pub async fn prepare(&self, source: &str) -> Result<EnvSource, CallError> {
+        let (sha256, hit) = self.inner.sources.get(source);
+        if let Some(prepared) = hit {
+            return Ok(prepared);
+        }
+        let code = Sandbox::compile(&self.inner.pre, self.limits.clone(), source).await?;
+        let prepared = EnvSource::new(source, sha256, code);
+        self.inner.sources.insert(prepared.clone());
+        Ok(prepared)
     }
 
     /// A runtime sharing this one's engine and compiled guest, whose sandboxes run under

@@ -10,6 +10,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use crate::bindings::{self, EnvError};
 use crate::config::Limits;
 use crate::error::{CallError, ErrorKind};
+use crate::source::EnvSource;
 use crate::wasi::{CappedOutput, deterministic_ctx};
 
 /// How a sandbox is set up. Everything that could make two runs differ is here.
@@ -174,32 +175,22 @@ pub struct Sandbox {
 }
 
 impl Sandbox {
-    /// Instantiates the guest and loads `source` into it.
+    /// Instantiates the guest and loads the compiled `source` into it.
     pub(crate) async fn load(
         pre: &bindings::SandboxPre<SandboxState>,
         config: Arc<Limits>,
-        source: &str,
+        source: &EnvSource,
         options: SandboxOptions,
     ) -> Result<Sandbox, CallError> {
-        let mut store = Store::new(pre.engine(), SandboxState::new(options.seed, &config));
-        store.limiter(|state| &mut state.limiter);
-        store.epoch_deadline_callback(|ctx| match ctx.data().deadline_at {
-            Some(at) if Instant::now() >= at => Err(wasmtime::Error::new(DeadlineExceeded)),
-            _ => Ok(UpdateDeadline::Yield(1)),
-        });
         let budget = config.load_fuel;
-        begin_call(&mut store, &config, budget);
-        let bindings = match pre.instantiate_async(&mut store).await {
-            Ok(bindings) => bindings,
-            Err(err) => return Err(classify_trap(&mut store, &config, budget, err)),
-        };
+        let (mut store, bindings) = instantiate(pre, &config, options.seed, budget).await?;
         let load_options = bindings::LoadOptions {
             max_turns: options.max_turns,
             random_seed: options.seed,
         };
         let outcome = bindings
             .spade_env_environment()
-            .call_load(&mut store, source, load_options)
+            .call_load(&mut store, source.text(), source.code(), load_options)
             .await;
         let mut sandbox = Sandbox {
             store,
@@ -221,6 +212,34 @@ impl Sandbox {
             tools: info.tools,
         };
         Ok(sandbox)
+    }
+
+    /// Compiles `source` to bytecode in a throwaway instance (budget: the load fuel).
+    pub(crate) async fn compile(
+        pre: &bindings::SandboxPre<SandboxState>,
+        config: Arc<Limits>,
+        source: &str,
+    ) -> Result<Vec<u8>, CallError> {
+        let budget = config.load_fuel;
+        let (mut store, bindings) = instantiate(pre, &config, 0, budget).await?;
+        let outcome = bindings
+            .spade_env_environment()
+            .call_compile(&mut store, source)
+            .await;
+        let mut sandbox = Sandbox {
+            store,
+            bindings,
+            info: EnvInfo {
+                class_name: String::new(),
+                max_turns: None,
+                tools: None,
+            },
+            config,
+            dead: None,
+            last_fuel: 0,
+            last_output: CallOutput::default(),
+        };
+        sandbox.finish(budget, outcome)
     }
 
     /// What `load` found: class name, `max_turns`, tool schemas.
@@ -339,6 +358,27 @@ impl Sandbox {
                 detail: format!("Python raised MemoryError\n{traceback}"),
             },
         }
+    }
+}
+
+/// A store with the sandbox's limits, deterministic WASI context and deadline callback, and
+/// the guest instantiated in it (the instantiation's fuel comes out of `budget`).
+async fn instantiate(
+    pre: &bindings::SandboxPre<SandboxState>,
+    config: &Limits,
+    seed: u64,
+    budget: u64,
+) -> Result<(Store<SandboxState>, bindings::Sandbox), CallError> {
+    let mut store = Store::new(pre.engine(), SandboxState::new(seed, config));
+    store.limiter(|state| &mut state.limiter);
+    store.epoch_deadline_callback(|ctx| match ctx.data().deadline_at {
+        Some(at) if Instant::now() >= at => Err(wasmtime::Error::new(DeadlineExceeded)),
+        _ => Ok(UpdateDeadline::Yield(1)),
+    });
+    begin_call(&mut store, config, budget);
+    match pre.instantiate_async(&mut store).await {
+        Ok(bindings) => Ok((store, bindings)),
+        Err(err) => Err(classify_trap(&mut store, config, budget, err)),
     }
 }
 
