@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use clap::Args;
+use spade_runtime::trajectory::{RecordMeta, Recorder, ReplayOptions, Trajectory, replay};
 use spade_runtime::{Config, GUEST_SHA256, PRELUDE_MODULES, Runtime, Sandbox, SandboxOptions};
 
 use super::{read_text, tokio_runtime};
@@ -121,11 +122,13 @@ impl BenchArgs {
         let tokio = tokio_runtime()?;
         let mut ratios = Vec::new();
         let mut fresh_medians = Vec::new();
+        let mut plain_rates = Vec::new();
         for fixture in &fixtures {
             let row = tokio.block_on(self.measure(&runtime, fixture))?;
             let cpython = self.cpython(&prelude_dir, fixture)?;
             let ratio = row.steps_per_s / cpython.0;
             ratios.push(ratio);
+            plain_rates.push(row.steps_per_s);
             fresh_medians.push(row.fresh_with_reset);
             say!(
                 "{:<18} {:>22} {:>11} {:>11} {:>9} {:>9} {:>10.0} {:>12.0} {:>6.2}x",
@@ -138,6 +141,29 @@ impl BenchArgs {
                 row.steps_per_s,
                 cpython.0,
                 ratio
+            );
+        }
+        say!(
+            "\n{:<18} {:>12} {:>14} {:>9} {:>12} {:>12} {:>9}",
+            "recording",
+            "steps/s off",
+            "steps/s on",
+            "ratio",
+            "record",
+            "replay",
+            "ratio"
+        );
+        for (fixture, plain) in fixtures.iter().zip(&plain_rates) {
+            let rec = tokio.block_on(self.record_and_replay(&runtime, fixture, &prelude_dir))?;
+            say!(
+                "{:<18} {:>12.0} {:>14.0} {:>8.2}x {:>12} {:>12} {:>8.2}x",
+                fixture.name,
+                plain,
+                rec.steps_per_s,
+                rec.steps_per_s / plain,
+                ms(rec.record),
+                ms(rec.replay),
+                rec.replay.as_secs_f64() / rec.record.as_secs_f64()
             );
         }
         let rss = tokio.block_on(self.live_memory(&runtime, &fixtures[0]))?;
@@ -262,6 +288,39 @@ impl BenchArgs {
         })
     }
 
+    /// Plays the throughput loop through a `Recorder` writing a trajectory file, then replays
+    /// that file.
+    async fn record_and_replay(&self, runtime: &Runtime, fixture: &Fixture, dir: &Path) -> anyhow::Result<Recording> {
+        let path = dir.join(format!("{}.jsonl", fixture.name));
+        let file = std::io::BufWriter::new(std::fs::File::create(&path)?);
+        let start = Instant::now();
+        let mut recorder =
+            Recorder::start(runtime, &fixture.source, SandboxOptions::seeded(0), RecordMeta::default(), file).await?;
+        recorder.reset(Some(0)).await?;
+        let (mut episode, mut index) = (0u64, 0usize);
+        let steps_start = Instant::now();
+        for _ in 0..self.steps {
+            let step = recorder.step(&fixture.actions[index % fixture.actions.len()]).await?;
+            index += 1;
+            if step.terminated || step.truncated {
+                episode += 1;
+                index = 0;
+                recorder.reset(Some(episode)).await?;
+            }
+        }
+        let steps_per_s = self.steps as f64 / steps_start.elapsed().as_secs_f64();
+        recorder.finish()?;
+        let record = start.elapsed();
+        let start = Instant::now();
+        let trajectory = Trajectory::parse(&std::fs::read_to_string(&path)?)?;
+        let report = replay(runtime, &trajectory, &ReplayOptions::default()).await?;
+        let replay_time = start.elapsed();
+        if let Some(divergence) = report.divergence {
+            bail!("the benchmark recording of {} did not replay identically: {divergence}", fixture.name);
+        }
+        Ok(Recording { steps_per_s, record, replay: replay_time })
+    }
+
     fn cpython(&self, prelude_dir: &Path, fixture: &Fixture) -> anyhow::Result<(f64, Duration)> {
         let output = Command::new(&self.python)
             .arg(prelude_dir.join("bench_driver.py"))
@@ -304,6 +363,12 @@ impl BenchArgs {
         drop(live);
         Ok(per)
     }
+}
+
+struct Recording {
+    steps_per_s: f64,
+    record: Duration,
+    replay: Duration,
 }
 
 struct Row {
