@@ -54,15 +54,20 @@ pub fn load_component(
 ) -> Result<Component, RuntimeError> {
     let key = artifact_key(engine);
     let path = cache_dir.map(|dir| dir.join(format!("guest-{}.cwasm", &key[..32])));
-    if let Some(path) = path.as_ref().filter(|p| p.exists()) {
-        // SAFETY: the file was written by `store` below (atomically, under a name that
-        // encodes this engine's compatibility hash); wasmtime additionally checks its
-        // header against the engine before using it. An incompatible or damaged file fails
-        // here and is rebuilt below.
-        #[allow(unsafe_code)]
-        if let Ok(component) = unsafe { Component::deserialize_file(engine, path) } {
-            return Ok(component);
-        }
+    if let Some(component) = path.as_deref().and_then(|p| cached(engine, p)) {
+        return Ok(component);
+    }
+    // Several processes may start at once on a cold cache (a test suite, a fleet of workers):
+    // one builds the artifact while the others wait on a lock file, then map its result.
+    let _lock = match &path {
+        Some(path) => Some(lock(path).map_err(|e| RuntimeError::Cache {
+            path: path.clone(),
+            message: format!("{e:#}"),
+        })?),
+        None => None,
+    };
+    if let Some(component) = path.as_deref().and_then(|p| cached(engine, p)) {
+        return Ok(component);
     }
     let compiled = build_artifact(engine).map_err(|e| RuntimeError::Guest(format!("{e:#}")))?;
     if let Some(path) = &path {
@@ -76,6 +81,36 @@ pub fn load_component(
     let component = unsafe { Component::deserialize(engine, &compiled) }
         .map_err(|e| RuntimeError::Guest(format!("loading the compiled guest: {e}")))?;
     Ok(component)
+}
+
+/// The cached artifact at `path`, if it exists and fits `engine`.
+fn cached(engine: &Engine, path: &Path) -> Option<Component> {
+    if !path.exists() {
+        return None;
+    }
+    // SAFETY: the file was written by `store` below (atomically, under a name that encodes
+    // this engine's compatibility hash); wasmtime additionally checks its header against the
+    // engine before using it. An incompatible or damaged file fails here and is rebuilt.
+    #[allow(unsafe_code)]
+    unsafe { Component::deserialize_file(engine, path) }.ok()
+}
+
+/// An exclusive lock on `<artifact>.lock`, held until the returned file is dropped.
+fn lock(path: &Path) -> anyhow::Result<std::fs::File> {
+    let dir = path
+        .parent()
+        .ok_or_else(|| anyhow!("no parent directory"))?;
+    std::fs::create_dir_all(dir).context("creating the cache directory")?;
+    let lock_path = path.with_extension("lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .with_context(|| format!("opening {}", lock_path.display()))?;
+    file.lock()
+        .with_context(|| format!("locking {}", lock_path.display()))?;
+    Ok(file)
 }
 
 fn store(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {

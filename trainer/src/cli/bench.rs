@@ -290,17 +290,30 @@ impl BenchArgs {
 
     /// Plays the throughput loop through a `Recorder` writing a trajectory file, then replays
     /// that file.
-    async fn record_and_replay(&self, runtime: &Runtime, fixture: &Fixture, dir: &Path) -> anyhow::Result<Recording> {
+    async fn record_and_replay(
+        &self,
+        runtime: &Runtime,
+        fixture: &Fixture,
+        dir: &Path,
+    ) -> anyhow::Result<Recording> {
         let path = dir.join(format!("{}.jsonl", fixture.name));
         let file = std::io::BufWriter::new(std::fs::File::create(&path)?);
         let start = Instant::now();
-        let mut recorder =
-            Recorder::start(runtime, &fixture.source, SandboxOptions::seeded(0), RecordMeta::default(), file).await?;
+        let mut recorder = Recorder::start(
+            runtime,
+            &fixture.source,
+            SandboxOptions::seeded(0),
+            RecordMeta::default(),
+            file,
+        )
+        .await?;
         recorder.reset(Some(0)).await?;
         let (mut episode, mut index) = (0u64, 0usize);
         let steps_start = Instant::now();
         for _ in 0..self.steps {
-            let step = recorder.step(&fixture.actions[index % fixture.actions.len()]).await?;
+            let step = recorder
+                .step(&fixture.actions[index % fixture.actions.len()])
+                .await?;
             index += 1;
             if step.terminated || step.truncated {
                 episode += 1;
@@ -316,9 +329,16 @@ impl BenchArgs {
         let report = replay(runtime, &trajectory, &ReplayOptions::default()).await?;
         let replay_time = start.elapsed();
         if let Some(divergence) = report.divergence {
-            bail!("the benchmark recording of {} did not replay identically: {divergence}", fixture.name);
+            bail!(
+                "the benchmark recording of {} did not replay identically: {divergence}",
+                fixture.name
+            );
         }
-        Ok(Recording { steps_per_s, record, replay: replay_time })
+        Ok(Recording {
+            steps_per_s,
+            record,
+            replay: replay_time,
+        })
     }
 
     fn cpython(&self, prelude_dir: &Path, fixture: &Fixture) -> anyhow::Result<(f64, Duration)> {
