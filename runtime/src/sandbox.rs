@@ -175,6 +175,28 @@ pub struct Sandbox {
 }
 
 impl Sandbox {
+    /// A sandbox around a freshly instantiated guest, before `load`.
+    fn instantiated(
+        store: Store<SandboxState>,
+        bindings: bindings::Sandbox,
+        config: Arc<Limits>,
+    ) -> Sandbox {
+        let info = EnvInfo {
+            class_name: String::new(),
+            max_turns: None,
+            tools: None,
+        };
+        Sandbox {
+            store,
+            bindings,
+            info,
+            config,
+            dead: None,
+            last_fuel: 0,
+            last_output: CallOutput::default(),
+        }
+    }
+
     /// Instantiates the guest and loads the compiled `source` into it.
     pub(crate) async fn load(
         pre: &bindings::SandboxPre<SandboxState>,
@@ -192,19 +214,7 @@ impl Sandbox {
             .spade_env_environment()
             .call_load(&mut store, source.text(), source.code(), load_options)
             .await;
-        let mut sandbox = Sandbox {
-            store,
-            bindings,
-            info: EnvInfo {
-                class_name: String::new(),
-                max_turns: None,
-                tools: None,
-            },
-            config,
-            dead: None,
-            last_fuel: 0,
-            last_output: CallOutput::default(),
-        };
+        let mut sandbox = Sandbox::instantiated(store, bindings, config);
         let info = sandbox.finish(budget, outcome)?;
         sandbox.info = EnvInfo {
             class_name: info.class_name,
@@ -226,19 +236,7 @@ impl Sandbox {
             .spade_env_environment()
             .call_compile(&mut store, source)
             .await;
-        let mut sandbox = Sandbox {
-            store,
-            bindings,
-            info: EnvInfo {
-                class_name: String::new(),
-                max_turns: None,
-                tools: None,
-            },
-            config,
-            dead: None,
-            last_fuel: 0,
-            last_output: CallOutput::default(),
-        };
+        let mut sandbox = Sandbox::instantiated(store, bindings, config);
         sandbox.finish(budget, outcome)
     }
 
