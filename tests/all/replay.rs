@@ -374,3 +374,47 @@ fn replay_rejects_bad_files_with_clear_messages() {
         stdout(&intact)
     );
 }
+
+#[test]
+fn a_killed_recording_replays_as_truncated() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::{Command, Stdio};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("killed.jsonl");
+    let env = env_dir("grid_walk").join("env.py");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_spade"))
+        .args([
+            "run",
+            env.to_str().unwrap(),
+            "--seed",
+            "7",
+            "--json",
+            "--record",
+            path.to_str().unwrap(),
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    // load and reset, then two steps, each acknowledged before the next is sent.
+    lines.next().unwrap().unwrap();
+    lines.next().unwrap().unwrap();
+    for action in ["\\boxed{right}", "\\boxed{down}"] {
+        writeln!(stdin, "{action}").unwrap();
+        stdin.flush().unwrap();
+        let line = lines.next().unwrap().unwrap();
+        assert!(line.contains("\"call\":\"step\""), "{line}");
+    }
+    child.kill().unwrap(); // SIGKILL: no destructor or footer runs
+    child.wait().unwrap();
+    let output = spade(&["replay", path.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(4), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("truncated: the file has no footer (the recording process was interrupted); the 4 complete calls (2 steps) replayed identically"),
+        "{}",
+        stderr(&output)
+    );
+}
