@@ -1,0 +1,165 @@
+//! `spade bench-model`: sampling and RL-update throughput, and peak memory.
+use std::path::PathBuf;
+use std::time::Instant;
+
+use clap::Args;
+use spade_trainer::fetch;
+use spade_trainer::grpo::{GrpoConfig, GrpoSample, GrpoTrainer};
+use spade_trainer::model::{Config, Decoder, LoraConfig, lora};
+use spade_trainer::optim::{AdamW, AdamWConfig};
+use spade_trainer::sample::{Sampler, SamplingParams};
+
+/// Arguments of `spade bench-model`.
+#[derive(Debug, Args)]
+pub struct BenchModel {
+    /// Model (default: the fetched SmolLM2-135M-Instruct; a random model of its shape if absent).
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// New tokens per completion.
+    #[arg(long, default_value_t = 32)]
+    tokens: usize,
+    /// Group size for the batched sampling measurement.
+    #[arg(long, default_value_t = 8)]
+    group: usize,
+    /// Prompt length in tokens.
+    #[arg(long, default_value_t = 32)]
+    prompt: usize,
+    /// Sequences per RL update.
+    #[arg(long, default_value_t = 4)]
+    batch: usize,
+    /// Tokens per sequence in the RL update (prompt included).
+    #[arg(long, default_value_t = 128)]
+    seq: usize,
+    /// LoRA rank for the LoRA update.
+    #[arg(long, default_value_t = 8)]
+    rank: usize,
+    /// Also time one full fine-tuning update.
+    #[arg(long)]
+    full: bool,
+}
+
+fn peak_rss_mib() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| {
+                l.split_whitespace()
+                    .nth(1)
+                    .and_then(|v| v.parse::<f64>().ok())
+            })
+        })
+        .map_or(f64::NAN, |kib| kib / 1024.0)
+}
+
+impl BenchModel {
+    /// Runs the benchmark and prints a table.
+    pub fn execute(self) -> anyhow::Result<()> {
+        let path = self.model.clone().or_else(|| {
+            let p = fetch::default_model_path();
+            p.exists().then_some(p)
+        });
+        let (model, what) = match &path {
+            Some(p) => (super::load_model(Some(p))?.model, p.display().to_string()),
+            None => {
+                let cfg = Config::smollm2_135m();
+                let (m, _vm) = Decoder::random(&cfg, 0, 0.02, &candle_core::Device::Cpu)?;
+                (
+                    m,
+                    "random init, SmolLM2-135M shape (model not fetched)".to_string(),
+                )
+            }
+        };
+        println!("model: {what}");
+        println!("threads: {}", candle_core::utils::get_num_threads());
+        let vocab = model.config().vocab_size as u32;
+        let prompt: Vec<u32> = (0..self.prompt as u32)
+            .map(|i| 100 + (i * 37) % (vocab - 100))
+            .collect();
+        let tokenizer = tokenizers::Tokenizer::new(tokenizers::models::bpe::BPE::default());
+        let params = SamplingParams {
+            temperature: 1.0,
+            max_new_tokens: self.tokens,
+            seed: 1,
+            ..SamplingParams::default()
+        };
+        println!("| measurement | tokens | seconds | tokens/s |");
+        println!("|---|---|---|---|");
+        for g in [1, self.group] {
+            let sampler = Sampler::new(&model, &tokenizer, &[]);
+            let start = Instant::now();
+            let out = sampler.sample(&prompt, g, &params, &mut |_, _| {})?;
+            let secs = start.elapsed().as_secs_f64();
+            let n: usize = out.iter().map(|c| c.tokens.len()).sum();
+            println!(
+                "| sampling G={g} (prompt {}) | {n} | {secs:.2} | {:.1} |",
+                self.prompt,
+                n as f64 / secs
+            );
+        }
+        let half = self.seq / 4;
+        let samples: Vec<GrpoSample> = (0..self.batch)
+            .map(|i| GrpoSample {
+                prompt: prompt.iter().cycle().take(half).copied().collect(),
+                completion: (0..self.seq - half)
+                    .map(|k| 200 + ((k * 7 + i) as u32 % 1000))
+                    .collect(),
+                old_logprobs: vec![-5.0; self.seq - half],
+                reward: i as f64,
+                group: 0,
+                role: "agent".into(),
+            })
+            .collect();
+        let total_tokens = self.batch * self.seq;
+        let grpo = GrpoConfig {
+            micro_batch: self.batch,
+            ..GrpoConfig::default()
+        };
+        let lcfg = LoraConfig {
+            r: self.rank,
+            ..LoraConfig::default()
+        };
+        let mut lora_model = model.clone();
+        let adapters = lora::attach_new(&mut lora_model, &lcfg, 0)?;
+        let opt = AdamW::new(adapters.all_vars(), AdamWConfig::default())?;
+        let mut trainer = GrpoTrainer::new(&lora_model, None, opt, grpo.clone())?;
+        let start = Instant::now();
+        trainer.step(&samples)?;
+        let secs = start.elapsed().as_secs_f64();
+        println!(
+            "| GRPO update, LoRA r={} ({}x{}) | {total_tokens} | {secs:.2} | {:.1} |",
+            self.rank,
+            self.batch,
+            self.seq,
+            total_tokens as f64 / secs
+        );
+        if self.full {
+            drop(trainer);
+            drop(model);
+            let (full_model, varmap) = model_vars(&path)?;
+            let opt = AdamW::new(varmap.all_vars(), AdamWConfig::default())?;
+            let mut trainer = GrpoTrainer::new(&full_model, None, opt, grpo)?;
+            let start = Instant::now();
+            trainer.step(&samples)?;
+            let secs = start.elapsed().as_secs_f64();
+            println!(
+                "| GRPO update, full ({}x{}) | {total_tokens} | {secs:.2} | {:.1} |",
+                self.batch,
+                self.seq,
+                total_tokens as f64 / secs
+            );
+        }
+        println!("peak RSS: {:.0} MiB", peak_rss_mib());
+        Ok(())
+    }
+}
+
+/// A fresh copy of the benchmarked model with its `VarMap` (for full fine-tuning).
+fn model_vars(path: &Option<PathBuf>) -> anyhow::Result<(Decoder, candle_nn::VarMap)> {
+    Ok(match path {
+        Some(p) => {
+            let l = super::load_model(Some(p))?;
+            (l.model, l.varmap)
+        }
+        None => Decoder::random(&Config::smollm2_135m(), 0, 0.02, &candle_core::Device::Cpu)?,
+    })
+}

@@ -1,0 +1,29 @@
+//! One module per subcommand, each with an `execute` method.
+pub mod bench_model;
+pub mod generate;
+pub mod model;
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use spade_trainer::fetch;
+use spade_trainer::load::{self, LoadedModel};
+
+/// The model at `path`, or the default model (with a hint to fetch it when absent).
+pub fn load_model(path: Option<&Path>) -> anyhow::Result<LoadedModel> {
+    let path: PathBuf = match path {
+        Some(p) => p.to_path_buf(),
+        None => {
+            let p = fetch::default_model_path();
+            if !p.exists() {
+                anyhow::bail!(
+                    "the default model is not installed at {}: run `spade model fetch` first, or pass --model",
+                    p.display()
+                );
+            }
+            p
+        }
+    };
+    load::load(&path, &candle_core::Device::Cpu)
+        .with_context(|| format!("loading model {}", path.display()))
+}
