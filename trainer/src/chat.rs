@@ -53,9 +53,15 @@ impl ChatTemplate {
                 "only ChatML templates are supported, got `{head}...`"
             )));
         }
-        let marker = format!("{IM_START}system\\n");
-        let default_system = src.find(&marker).and_then(|i| {
-            let rest = &src[i + marker.len()..];
+        // The newline after the role is a Jinja escape in HF files and a real newline in GGUFs.
+        let default_system = [
+            format!("{IM_START}system\\n"),
+            format!("{IM_START}system\n"),
+        ]
+        .iter()
+        .find_map(|marker| src.find(marker.as_str()).map(|i| i + marker.len()))
+        .and_then(|start| {
+            let rest = &src[start..];
             let end = rest.find(IM_END)?;
             let text = &rest[..end];
             let literal = !text.contains(['{', '}', '\'', '"', '+']);
