@@ -103,19 +103,20 @@ impl Config {
     pub fn validate(&self) -> Result<()> {
         self.family()?;
         let kv = self.kv_heads();
-        if self.num_attention_heads == 0 || kv == 0 || self.num_attention_heads % kv != 0 {
+        if self.num_attention_heads == 0 || kv == 0 || !self.num_attention_heads.is_multiple_of(kv)
+        {
             return Err(TrainerError::InvalidMetadata(format!(
                 "{} attention heads are not a multiple of {kv} key/value heads",
                 self.num_attention_heads
             )));
         }
-        if self.head_dim.is_none() && self.hidden_size % self.num_attention_heads != 0 {
+        if self.head_dim.is_none() && !self.hidden_size.is_multiple_of(self.num_attention_heads) {
             return Err(TrainerError::InvalidMetadata(format!(
                 "hidden size {} is not divisible by {} heads",
                 self.hidden_size, self.num_attention_heads
             )));
         }
-        if self.head_dim() % 2 != 0 {
+        if !self.head_dim().is_multiple_of(2) {
             return Err(TrainerError::InvalidMetadata(format!(
                 "head dim {} must be even for RoPE",
                 self.head_dim()

@@ -134,3 +134,87 @@ fn lora_errors_are_clear() {
         .to_string();
     assert_eq!(err, "invalid parameter: LoRA rank must be at least 1");
 }
+
+#[test]
+fn sharded_hf_directory_loads_and_mismatches_name_the_tensor() {
+    let cfg = tiny_llama_with_vocab();
+    let (model, varmap) = Decoder::random(&cfg, 3, 0.2, &Device::Cpu).unwrap();
+    let chat = ChatTemplate::ChatMl {
+        default_system: None,
+    };
+    let loaded = LoadedModel::new(
+        cfg.clone(),
+        model,
+        varmap,
+        tiny_tokenizer(),
+        chat,
+        cfg.eos_ids(),
+    );
+    let dir = tmp("sharded");
+    checkpoint::save_full(&dir, &loaded).unwrap();
+    // Re-save the weights as two shards with an index.
+    let all = candle_core::safetensors::load(dir.join("model.safetensors"), &Device::Cpu).unwrap();
+    std::fs::remove_file(dir.join("model.safetensors")).unwrap();
+    let mut names: Vec<&String> = all.keys().collect();
+    names.sort();
+    let mut map = serde_json::Map::new();
+    for (k, chunk) in names.chunks(names.len() / 2 + 1).enumerate() {
+        let file = format!("model-0000{}-of-00002.safetensors", k + 1);
+        let part: std::collections::HashMap<String, Tensor> = chunk
+            .iter()
+            .map(|n| ((*n).clone(), all[*n].clone()))
+            .collect();
+        candle_core::safetensors::save(&part, dir.join(&file)).unwrap();
+        for n in chunk {
+            map.insert((*n).clone(), file.clone().into());
+        }
+    }
+    let index = serde_json::json!({ "metadata": {}, "weight_map": map });
+    std::fs::write(dir.join("model.safetensors.index.json"), index.to_string()).unwrap();
+    let back = checkpoint::load_full(&dir, &Device::Cpu).unwrap();
+    assert_eq!(logits(&back.model), logits(&loaded.model));
+    // A config that disagrees with the weights names the tensor.
+    let mut wrong = cfg.clone();
+    wrong.intermediate_size = 48;
+    std::fs::write(
+        dir.join("config.json"),
+        serde_json::to_string(&wrong).unwrap(),
+    )
+    .unwrap();
+    let err = checkpoint::load_full(&dir, &Device::Cpu)
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        err,
+        "shape mismatch for tensor `model.layers.0.mlp.down_proj.weight`: config expects [32, 48], file has [32, 64]"
+    );
+    wrong.model_type = "gpt_neox".into();
+    std::fs::write(
+        dir.join("config.json"),
+        serde_json::to_string(&wrong).unwrap(),
+    )
+    .unwrap();
+    let err = checkpoint::load_full(&dir, &Device::Cpu)
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        err,
+        "unsupported architecture `gpt_neox` (supported: llama, qwen2, qwen3)"
+    );
+    std::fs::remove_file(dir.join("model-00001-of-00002.safetensors")).unwrap();
+    std::fs::write(
+        dir.join("config.json"),
+        serde_json::to_string(&cfg).unwrap(),
+    )
+    .unwrap();
+    let err = checkpoint::load_full(&dir, &Device::Cpu)
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        err,
+        format!(
+            "missing file: {}",
+            dir.join("model-00001-of-00002.safetensors").display()
+        )
+    );
+}

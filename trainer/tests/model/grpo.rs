@@ -13,7 +13,7 @@ fn reward(tokens: &[u32]) -> f64 {
     f64::from(u8::from(tokens.iter().any(|t| (100..130).contains(t))))
 }
 
-fn snapshot(vm: &VarMap) -> Vec<(String, Vec<f32>)> {
+fn snapshot(vm: &VarMap) -> Snapshot {
     let data = vm.data().lock().unwrap();
     let mut out: Vec<(String, Vec<f32>)> = data
         .iter()
@@ -56,16 +56,20 @@ fn mean_reward(s: &Sampler, prompts: &[Vec<u32>], seed: u64) -> f64 {
     total / n
 }
 
-/// Trains LoRA adapters for `steps` updates; returns (reward before, after, adapters, base).
-fn train(
-    steps: usize,
-) -> (
-    f64,
-    f64,
-    Vec<(String, Vec<f32>)>,
-    Vec<(String, Vec<f32>)>,
-    Vec<(String, Vec<f32>)>,
-) {
+/// Variable values by name.
+type Snapshot = Vec<(String, Vec<f32>)>;
+
+/// What a toy training run produced.
+struct Run {
+    before: f64,
+    after: f64,
+    adapters: Snapshot,
+    base_before: Snapshot,
+    base_after: Snapshot,
+}
+
+/// Trains LoRA adapters for `steps` updates.
+fn train(steps: usize) -> Run {
     let cfg = tiny_llama_with_vocab();
     let (mut model, base_vm) = Decoder::random(&cfg, 1, 0.3, &Device::Cpu).unwrap();
     let base_before = snapshot(&base_vm);
@@ -125,23 +129,32 @@ fn train(
         );
     }
     let after = mean_reward(&sampler, &prompts, 1000);
-    (
+    Run {
         before,
         after,
-        snapshot(&adapters),
+        adapters: snapshot(&adapters),
         base_before,
-        snapshot(&base_vm),
-    )
+        base_after: snapshot(&base_vm),
+    }
 }
 
 #[test]
 fn grpo_raises_reward_reproducibly_and_lora_keeps_base_bit_identical() {
-    let (before, after, adapters, base_before, base_after) = train(30);
-    assert!(after > before + 0.2, "mean reward {before} -> {after}");
-    assert_eq!(base_before, base_after, "base weights changed under LoRA");
-    let (b2, a2, adapters2, _, _) = train(30);
-    assert_eq!((before, after), (b2, a2));
-    assert_eq!(adapters, adapters2, "training is not reproducible");
+    let a = train(30);
+    eprintln!("mean reward {} -> {}", a.before, a.after);
+    assert!(
+        a.after > a.before + 0.2,
+        "mean reward {} -> {}",
+        a.before,
+        a.after
+    );
+    assert_eq!(
+        a.base_before, a.base_after,
+        "base weights changed under LoRA"
+    );
+    let b = train(30);
+    assert_eq!((a.before, a.after), (b.before, b.after));
+    assert_eq!(a.adapters, b.adapters, "training is not reproducible");
 }
 
 fn sample(reward: f64, group: usize, role: &str) -> GrpoSample {
