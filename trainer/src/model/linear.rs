@@ -99,8 +99,11 @@ impl Linear {
         let in_dim = *dims.last().expect("linear input has a last dimension");
         let rows = xs.elem_count() / in_dim;
         let x2 = xs.reshape((rows, in_dim))?;
-        let w = param(&self.weight, pass.grad_base);
-        let mut y = x2.matmul(&w.t()?)?;
+        let mut y = if pass.train && !pass.grad_base {
+            super::frozen::frozen_matmul(&x2, &self.weight)?
+        } else {
+            x2.matmul(&param(&self.weight, pass.grad_base).t()?)?
+        };
         if let Some(b) = &self.bias {
             y = y.broadcast_add(&param(b, pass.grad_base))?;
         }

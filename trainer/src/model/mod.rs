@@ -2,6 +2,7 @@
 pub mod cache;
 pub mod config;
 pub mod decoder;
+pub mod frozen;
 pub mod init;
 pub mod linear;
 pub mod lora;

@@ -190,3 +190,51 @@ fn right_padding_does_not_change_earlier_logits() {
     assert!(max_diff(&la, &lp) < 1e-5);
     let _ = D::Minus1;
 }
+
+#[test]
+fn lora_gradients_skip_the_base_and_match_the_plain_matmul_path() {
+    use spade_trainer::model::{LoraConfig, lora};
+    for family in FAMILIES {
+        let cfg = tiny(family);
+        let (mut m, base_vm) = model(&cfg, 7);
+        let adapters = lora::attach_new(&mut m, &LoraConfig::default(), 3).unwrap();
+        // Nonzero B so that A receives a gradient too.
+        init::randomize(&adapters, 4, 0.1, |n| n.contains("lora_B")).unwrap();
+        for v in adapters.all_vars() {
+            if v.as_tensor().sum_all().unwrap().to_scalar::<f32>().unwrap() == 0.0 {
+                let t = (v.as_tensor().ones_like().unwrap() * 0.05).unwrap();
+                v.set(&t).unwrap();
+            }
+        }
+        let x = ids(2, 6, cfg.vocab_size, 1);
+        let frozen = nll(&m, &x).backward().unwrap();
+        for v in base_vm.all_vars() {
+            assert!(
+                frozen.get(v.as_tensor()).is_none(),
+                "{family}: a base weight got a gradient"
+            );
+        }
+        // The same adapters with base weights tracked (plain matmul backward).
+        m.set_train_base(true);
+        let plain = nll(&m, &x).backward().unwrap();
+        for (name, v) in adapters.data().lock().unwrap().iter() {
+            let a = frozen
+                .get(v.as_tensor())
+                .unwrap_or_else(|| panic!("{family}: no gradient for {name}"));
+            let b = plain.get(v.as_tensor()).unwrap();
+            let norm = a
+                .abs()
+                .unwrap()
+                .sum_all()
+                .unwrap()
+                .to_scalar::<f32>()
+                .unwrap();
+            assert!(norm > 0.0, "{family}: zero gradient for {name}");
+            assert!(
+                max_diff(a, b) < 1e-5,
+                "{family}: {name} differs by {}",
+                max_diff(a, b)
+            );
+        }
+    }
+}
