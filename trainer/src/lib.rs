@@ -1,5 +1,6 @@
 //! spade's trainer: a trainable decoder in candle, model loading, seeded sampling, log-probs,
 //! LoRA and GRPO updates.
+#![warn(missing_docs)]
 pub mod chat;
 pub mod checkpoint;
 pub mod error;

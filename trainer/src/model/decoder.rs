@@ -368,6 +368,9 @@ impl Decoder {
     /// returns the logits of the last position `(b, vocab)`. Builds no autograd graph.
     pub fn forward(&self, ids: &Tensor, cache: &mut KvCache) -> Result<Tensor> {
         let t = ids.dim(1)?;
+        if t == 0 {
+            candle_core::bail!("forward needs at least one position");
+        }
         let h = self.hidden(ids, Pass::INFER, Some(cache))?;
         let last = h.narrow(1, t - 1, 1)?.squeeze(1)?;
         self.lm_head.forward(&last, Pass::INFER)

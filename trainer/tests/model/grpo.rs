@@ -334,3 +334,61 @@ fn kl_penalty_and_full_finetuning_update_all_weights() {
         assert_ne!(a, b, "{name} was not updated");
     }
 }
+
+#[test]
+fn micro_batches_accumulate_to_the_full_batch_update() {
+    let cfg = tiny_llama_with_vocab();
+    let batch = vec![
+        GrpoSample {
+            completion: vec![7, 8, 9],
+            old_logprobs: vec![-5.0, -5.5, -6.0],
+            ..sample(1.0, 0, "a")
+        },
+        sample(0.0, 0, "a"),
+        GrpoSample {
+            prompt: vec![4, 5, 6, 7],
+            completion: vec![10, 11],
+            old_logprobs: vec![-5.0, -5.0],
+            ..sample(2.0, 1, "b")
+        },
+        sample(0.5, 1, "b"),
+        sample(0.7, 1, "b"),
+    ];
+    let run = |micro: usize| {
+        let (model, vm) = Decoder::random(&cfg, 1, 0.3, &Device::Cpu).unwrap();
+        let opt = AdamW::new(
+            vm.all_vars(),
+            AdamWConfig {
+                lr: 1e-2,
+                ..AdamWConfig::default()
+            },
+        )
+        .unwrap();
+        let grpo = GrpoConfig {
+            micro_batch: micro,
+            ..GrpoConfig::default()
+        };
+        let stats = GrpoTrainer::new(&model, None, opt, grpo)
+            .unwrap()
+            .step(&batch)
+            .unwrap();
+        (stats, snapshot(&vm))
+    };
+    let (whole, w) = run(5);
+    for micro in [1, 2] {
+        let (stats, m) = run(micro);
+        assert!(
+            (stats.loss - whole.loss).abs() < 1e-5,
+            "{stats:?} vs {whole:?}"
+        );
+        assert!((stats.grad_norm - whole.grad_norm).abs() < 1e-4 * whole.grad_norm);
+        for ((name, a), (_, b)) in w.iter().zip(&m) {
+            let d = a
+                .iter()
+                .zip(b)
+                .map(|(x, y)| (x - y).abs())
+                .fold(0.0f32, f32::max);
+            assert!(d < 1e-5, "micro-batch {micro}: {name} differs by {d}");
+        }
+    }
+}
