@@ -62,7 +62,7 @@ impl BenchModel {
             Some(p) => (super::load_model(Some(p))?.model, p.display().to_string()),
             None => {
                 let cfg = Config::smollm2_135m();
-                let (m, _vm) = Decoder::random(&cfg, 0, 0.02, &candle_core::Device::Cpu)?;
+                let (m, _vm) = Decoder::random(&cfg, 0, 0.02, &super::device()?)?;
                 (
                     m,
                     "random init, SmolLM2-135M shape (model not fetched)".to_string(),
@@ -170,6 +170,6 @@ fn model_vars(path: &Option<PathBuf>) -> anyhow::Result<(Decoder, candle_nn::Var
             let l = super::load_model(Some(p))?;
             (l.model, l.varmap)
         }
-        None => Decoder::random(&Config::smollm2_135m(), 0, 0.02, &candle_core::Device::Cpu)?,
+        None => Decoder::random(&Config::smollm2_135m(), 0, 0.02, &super::device()?)?,
     })
 }

@@ -9,6 +9,18 @@ use anyhow::Context;
 use spade_trainer::fetch;
 use spade_trainer::load::{self, LoadedModel};
 
+/// The device models run on: the first CUDA GPU with the `cuda` feature, else the CPU.
+pub fn device() -> anyhow::Result<candle_core::Device> {
+    #[cfg(feature = "cuda")]
+    {
+        Ok(candle_core::Device::new_cuda(0).context("opening CUDA device 0")?)
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        Ok(candle_core::Device::Cpu)
+    }
+}
+
 /// The model at `path`, or the default model (with a hint to fetch it when absent).
 pub fn load_model(path: Option<&Path>) -> anyhow::Result<LoadedModel> {
     let path: PathBuf = match path {
@@ -24,6 +36,5 @@ pub fn load_model(path: Option<&Path>) -> anyhow::Result<LoadedModel> {
             p
         }
     };
-    load::load(&path, &candle_core::Device::Cpu)
-        .with_context(|| format!("loading model {}", path.display()))
+    load::load(&path, &device()?).with_context(|| format!("loading model {}", path.display()))
 }
