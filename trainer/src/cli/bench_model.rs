@@ -139,6 +139,8 @@ impl BenchModel {
             time_updates(&label, total_tokens, || {
                 Ok(trainer.step(&samples).map(|_| ())?)
             })?;
+            drop(trainer);
+            optimizer_steps(&varmap)?;
         }
         println!("peak RSS: {:.0} MiB", peak_rss_mib());
         Ok(())
@@ -158,6 +160,38 @@ fn time_updates(
         println!(
             "| {label}, {run} | {tokens} | {secs:.2} | {:.1} |",
             tokens as f64 / secs
+        );
+    }
+    Ok(())
+}
+
+/// Times one step of the fused AdamW against `candle_nn::AdamW` over all weights.
+fn optimizer_steps(varmap: &candle_nn::VarMap) -> anyhow::Result<()> {
+    use candle_nn::Optimizer;
+    let vars = varmap.all_vars();
+    let params: usize = vars.iter().map(|v| v.elem_count()).sum();
+    // Gradients of sum(0.001 * w^2), one per weight.
+    let mut loss = candle_core::Tensor::new(0f32, vars[0].device())?;
+    for v in &vars {
+        loss = (loss + (v.as_tensor().sqr()?.sum_all()? * 1e-3)?)?;
+    }
+    let grads = loss.backward()?;
+    let mut fused = AdamW::new(vars.clone(), AdamWConfig::default())?;
+    let mut stock = candle_nn::AdamW::new(vars, candle_nn::ParamsAdamW::default())?;
+    for (name, mut step) in [
+        (
+            "fused AdamW",
+            Box::new(|| Ok(fused.step(&grads, 1.0)?)) as Box<dyn FnMut() -> anyhow::Result<()>>,
+        ),
+        ("candle_nn::AdamW", Box::new(|| Ok(stock.step(&grads)?))),
+    ] {
+        step()?;
+        let start = Instant::now();
+        step()?;
+        let secs = start.elapsed().as_secs_f64();
+        println!(
+            "| {name} step ({:.0}M params) | - | {secs:.2} | - |",
+            params as f64 / 1e6
         );
     }
     Ok(())
