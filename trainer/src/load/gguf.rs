@@ -163,6 +163,7 @@ fn config_from_meta(meta: &Meta, has_output: bool, vocab: usize) -> Result<Confi
         eos_token_id: meta
             .opt_u32("tokenizer.ggml.eos_token_id")
             .map(TokenIds::One),
+        rope_scaling: None,
     };
     cfg.validate()?;
     Ok(cfg)

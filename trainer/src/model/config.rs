@@ -86,6 +86,10 @@ pub struct Config {
     /// End-of-sequence token(s).
     #[serde(default)]
     pub eos_token_id: Option<TokenIds>,
+    /// RoPE scaling (Llama 3.1 and others); not implemented, so a config that sets it is
+    /// rejected rather than run with wrong positions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rope_scaling: Option<serde_json::Value>,
 }
 
 impl Config {
@@ -102,6 +106,11 @@ impl Config {
     /// Checks the family is supported and the head arithmetic is consistent.
     pub fn validate(&self) -> Result<()> {
         self.family()?;
+        if let Some(scaling) = self.rope_scaling.as_ref().filter(|v| !v.is_null()) {
+            return Err(TrainerError::InvalidMetadata(format!(
+                "rope_scaling is not supported: {scaling}"
+            )));
+        }
         let kv = self.kv_heads();
         if self.num_attention_heads == 0 || kv == 0 || !self.num_attention_heads.is_multiple_of(kv)
         {
@@ -177,6 +186,7 @@ impl Config {
             attention_bias: false,
             bos_token_id: Some(1),
             eos_token_id: Some(TokenIds::One(2)),
+            rope_scaling: None,
         }
     }
 
@@ -198,6 +208,48 @@ impl Config {
             attention_bias: false,
             bos_token_id: Some(1),
             eos_token_id: Some(TokenIds::One(2)),
+            rope_scaling: None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_hf_config_json_and_rejects_what_it_cannot_run() {
+        let qwen = r#"{"model_type": "qwen2", "vocab_size": 151936, "hidden_size": 896,
+            "intermediate_size": 4864, "num_hidden_layers": 24, "num_attention_heads": 14,
+            "num_key_value_heads": 2, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0,
+            "max_position_embeddings": 32768, "tie_word_embeddings": true,
+            "eos_token_id": 151643, "rope_scaling": null, "sliding_window": 32768}"#;
+        let cfg = Config::from_json(qwen).unwrap();
+        assert_eq!(
+            (cfg.head_dim(), cfg.kv_heads(), cfg.qkv_bias()),
+            (64, 2, true)
+        );
+        assert_eq!(cfg.eos_ids(), vec![151643]);
+        let scaled = qwen.replace(
+            "\"rope_scaling\": null",
+            "\"rope_scaling\": {\"rope_type\": \"llama3\"}",
+        );
+        assert_eq!(
+            Config::from_json(&scaled).unwrap_err().to_string(),
+            "invalid model metadata: rope_scaling is not supported: {\"rope_type\":\"llama3\"}"
+        );
+        let odd = qwen.replace("\"num_key_value_heads\": 2", "\"num_key_value_heads\": 3");
+        assert_eq!(
+            Config::from_json(&odd).unwrap_err().to_string(),
+            "invalid model metadata: 14 attention heads are not a multiple of 3 key/value heads"
+        );
+        let eos_list = qwen.replace("\"eos_token_id\": 151643", "\"eos_token_id\": [1, 2]");
+        assert_eq!(Config::from_json(&eos_list).unwrap().eos_ids(), vec![1, 2]);
+        assert!(
+            Config::from_json("{}")
+                .unwrap_err()
+                .to_string()
+                .starts_with("parsing config.json: missing field")
+        );
     }
 }
