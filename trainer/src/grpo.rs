@@ -134,6 +134,9 @@ pub fn advantages(samples: &[GrpoSample], norm: AdvantageNorm) -> Vec<f64> {
 }
 
 /// Runs GRPO updates on a policy, with an optional frozen reference for the KL penalty.
+///
+/// With LoRA, a clone of the decoder taken before [`Decoder::attach_lora`] is a free reference:
+/// it shares the frozen base weights' storage and has no adapters.
 #[derive(Debug)]
 pub struct GrpoTrainer<'a> {
     policy: &'a Decoder,

@@ -33,7 +33,7 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            cli::report_error(&e);
             ExitCode::FAILURE
         }
     }

@@ -52,7 +52,8 @@ pub enum FinishReason {
 /// One sampled completion.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Completion {
-    /// Sampled token ids, including a final EOS token if one ended it.
+    /// Sampled token ids, including a final EOS token if one ended it, and the token that
+    /// completed a stop string (whose text may extend past the cut).
     pub tokens: Vec<u32>,
     /// Decoded text without special tokens, cut before a stop string.
     pub text: String,

