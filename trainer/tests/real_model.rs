@@ -142,3 +142,79 @@ fn logits_agree_with_candle_quantized_llama_on_the_gguf() {
         "log-prob difference {diff} (tolerance {tolerance})"
     );
 }
+
+#[test]
+#[ignore = "needs the default model: run `spade model fetch` first"]
+fn sampled_logprobs_match_the_training_path_and_a_lora_grpo_step_runs() {
+    use spade_trainer::grpo::{GrpoConfig, GrpoSample, GrpoTrainer};
+    use spade_trainer::logprob::{Pair, completion_logprobs};
+    use spade_trainer::model::{LoraConfig, lora};
+    use spade_trainer::optim::{AdamW, AdamWConfig};
+    let mut m = default_model();
+    let reference = m.model.clone();
+    let adapters = lora::attach_new(&mut m.model, &LoraConfig::default(), 0).unwrap();
+    let text = m
+        .chat
+        .render(&[Message::new("user", "Name a fruit.")], true);
+    let s = Sampler::from_loaded(&m);
+    let prompt = s.encode(&text).unwrap();
+    let params = SamplingParams {
+        temperature: 1.0,
+        max_new_tokens: 12,
+        seed: 2,
+        ..SamplingParams::default()
+    };
+    let group = s.sample(&prompt, 4, &params, &mut |_, _| {}).unwrap();
+    let pairs: Vec<Pair> = group
+        .iter()
+        .map(|c| Pair {
+            prompt: &prompt,
+            completion: &c.tokens,
+        })
+        .collect();
+    let lp: Vec<f32> = completion_logprobs(&m.model, &pairs)
+        .unwrap()
+        .to_vec1()
+        .unwrap();
+    let sampled: Vec<f32> = group.iter().flat_map(|c| c.logprobs.clone()).collect();
+    let worst = lp
+        .iter()
+        .zip(&sampled)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0f32, f32::max);
+    assert!(
+        worst < 1e-3,
+        "sampling and training log-probs differ by {worst}"
+    );
+    let batch: Vec<GrpoSample> = group
+        .into_iter()
+        .enumerate()
+        .map(|(i, c)| GrpoSample {
+            prompt: prompt.clone(),
+            reward: i as f64,
+            completion: c.tokens,
+            old_logprobs: c.logprobs,
+            group: 0,
+            role: "agent".into(),
+        })
+        .collect();
+    let opt = AdamW::new(adapters.all_vars(), AdamWConfig::default()).unwrap();
+    let cfg = GrpoConfig {
+        kl_coef: 0.05,
+        micro_batch: 2,
+        ..GrpoConfig::default()
+    };
+    let stats = GrpoTrainer::new(&m.model, Some(&reference), opt, cfg)
+        .unwrap()
+        .step(&batch)
+        .unwrap();
+    assert!((stats.mean_ratio - 1.0).abs() < 1e-3, "{stats:?}");
+    assert!(
+        stats.kl.abs() < 1e-4,
+        "fresh adapters equal the reference: {stats:?}"
+    );
+    assert!(
+        stats.grad_norm > 0.0 && stats.grad_norm.is_finite(),
+        "{stats:?}"
+    );
+}
