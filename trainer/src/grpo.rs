@@ -3,7 +3,6 @@
 use std::collections::HashMap;
 
 use candle_core::Tensor;
-use candle_core::backprop::GradStore;
 
 use crate::error::{Result, TrainerError};
 use crate::logprob::{Pair, completion_logprobs};
@@ -196,7 +195,7 @@ impl<'a> GrpoTrainer<'a> {
         let adv = advantages(samples, self.cfg.norm);
         let device = self.policy.device().clone();
         let (lo, hi) = (1.0 - self.cfg.clip_eps, 1.0 + self.cfg.clip_eps);
-        let mut acc: Option<GradStore> = None;
+        let mut acc: Option<Vec<Option<Tensor>>> = None;
         let (mut loss_sum, mut ratio_sum, mut clipped, mut kl_sum) = (0.0, 0.0, 0.0, 0.0);
         let chunks: Vec<(usize, &[GrpoSample])> = samples
             .chunks(self.cfg.micro_batch)
@@ -252,31 +251,27 @@ impl<'a> GrpoTrainer<'a> {
                 .iter()
                 .filter(|&&x| f64::from(x) < lo || f64::from(x) > hi)
                 .count() as f64;
-            let grads = loss.backward()?;
+            let grads = self.optimizer.collect(&loss.backward()?);
             acc = Some(match acc {
                 None => grads,
-                Some(mut acc) => {
-                    for var in self.optimizer.vars() {
-                        if let Some(g) = grads.get(var.as_tensor()) {
-                            let sum = match acc.get(var.as_tensor()) {
-                                Some(prev) => (prev + g)?,
-                                None => g.clone(),
-                            };
-                            acc.insert(var.as_tensor(), sum);
-                        }
-                    }
-                    acc
-                }
+                Some(acc) => acc
+                    .into_iter()
+                    .zip(grads)
+                    .map(|(a, g)| match (a, g) {
+                        (Some(a), Some(g)) => Ok(Some((a + g)?)),
+                        (a, g) => Ok(a.or(g)),
+                    })
+                    .collect::<Result<Vec<_>>>()?,
             });
         }
         let grads = acc.expect("at least one chunk has tokens");
-        let grad_norm = self.optimizer.grad_norm(&grads)?;
+        let grad_norm = AdamW::norm(&grads)?;
         let scale = if self.cfg.max_grad_norm > 0.0 && grad_norm > self.cfg.max_grad_norm {
             self.cfg.max_grad_norm / grad_norm
         } else {
             1.0
         };
-        self.optimizer.step(&grads, scale)?;
+        self.optimizer.step_collected(&grads, scale)?;
         let t = total as f64;
         Ok(StepStats {
             loss: loss_sum,

@@ -157,18 +157,31 @@ impl AdamW {
         self.slots.iter().map(|s| &s.var)
     }
 
+    /// The gradients of the optimised variables in `grads`, in optimizer order.
+    ///
+    /// Keeping these instead of the `GradStore` frees the gradients of every activation.
+    pub fn collect(&self, grads: &GradStore) -> Vec<Option<Tensor>> {
+        self.slots
+            .iter()
+            .map(|s| grads.get(s.var.as_tensor()).cloned())
+            .collect()
+    }
+
     /// Global L2 norm of the gradients of the optimised variables.
     pub fn grad_norm(&self, grads: &GradStore) -> Result<f64> {
+        Self::norm(&self.collect(grads))
+    }
+
+    /// Global L2 norm of gradients as returned by [`AdamW::collect`].
+    pub fn norm(grads: &[Option<Tensor>]) -> Result<f64> {
         let mut sq = 0.0f64;
-        for s in &self.slots {
-            if let Some(g) = grads.get(s.var.as_tensor()) {
-                sq += f64::from(
-                    g.sqr()?
-                        .sum_all()?
-                        .to_dtype(DType::F32)?
-                        .to_scalar::<f32>()?,
-                );
-            }
+        for g in grads.iter().flatten() {
+            sq += f64::from(
+                g.sqr()?
+                    .sum_all()?
+                    .to_dtype(DType::F32)?
+                    .to_scalar::<f32>()?,
+            );
         }
         Ok(sq.sqrt())
     }
@@ -176,11 +189,24 @@ impl AdamW {
     /// One update with every gradient multiplied by `grad_scale` (for clipping); variables
     /// without a gradient are left alone.
     pub fn step(&mut self, grads: &GradStore, grad_scale: f64) -> Result<()> {
+        let grads = self.collect(grads);
+        self.step_collected(&grads, grad_scale)
+    }
+
+    /// [`AdamW::step`] with gradients as returned by [`AdamW::collect`].
+    pub fn step_collected(&mut self, grads: &[Option<Tensor>], grad_scale: f64) -> Result<()> {
+        if grads.len() != self.slots.len() {
+            return Err(TrainerError::InvalidParameter(format!(
+                "{} gradients for {} parameters",
+                grads.len(),
+                self.slots.len()
+            )));
+        }
         self.step += 1;
         let c = self.cfg;
         let t = self.step as i32;
-        for s in &mut self.slots {
-            let Some(g) = grads.get(s.var.as_tensor()) else {
+        for (s, g) in self.slots.iter_mut().zip(grads) {
+            let Some(g) = g else {
                 continue;
             };
             let g = g.contiguous()?;
