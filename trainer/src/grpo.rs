@@ -236,7 +236,7 @@ impl<'a> GrpoTrainer<'a> {
             let surr2 = ratio.clamp(lo, hi)?.mul(&a)?;
             let mut per_tok = surr1.minimum(&surr2)?.neg()?;
             if let (Some(reference), true) = (self.reference, self.cfg.kl_coef > 0.0) {
-                let ref_lp = completion_logprobs(reference, &pairs)?.detach();
+                let ref_lp = completion_logprobs(&reference.without_grad(), &pairs)?;
                 // k3 estimator: exp(ref - lp) - (ref - lp) - 1 >= 0.
                 let d = (ref_lp - &lp)?;
                 let kl = ((d.exp()? - &d)? - 1.0)?;

@@ -227,7 +227,7 @@ pub struct Decoder {
     lm_head: Linear,
     rope: RotaryTables,
     train_base: bool,
-    has_lora: bool,
+    train_lora: bool,
     device: Device,
 }
 
@@ -262,7 +262,7 @@ impl Decoder {
             lm_head,
             rope,
             train_base: true,
-            has_lora: false,
+            train_lora: false,
             device: vb.device().clone(),
         })
     }
@@ -309,7 +309,7 @@ impl Decoder {
                 lora.target_modules
             )));
         }
-        self.has_lora = true;
+        self.train_lora = true;
         self.train_base = false;
         Ok(n)
     }
@@ -319,11 +319,20 @@ impl Decoder {
         self.train_base = train;
     }
 
+    /// A view of the same weights whose training path tracks nothing: for reference-model
+    /// log-probabilities, which need the differentiable ops' numerics but no autograd graph.
+    pub fn without_grad(&self) -> Self {
+        let mut view = self.clone();
+        view.train_base = false;
+        view.train_lora = false;
+        view
+    }
+
     fn train_pass(&self) -> Pass {
         Pass {
             train: true,
             grad_base: self.train_base,
-            grad_lora: self.has_lora,
+            grad_lora: self.train_lora,
         }
     }
 

@@ -214,6 +214,20 @@ fn lora_gradients_skip_the_base_and_match_the_plain_matmul_path() {
                 "{family}: a base weight got a gradient"
             );
         }
+        // A no-grad view computes the same values with no graph.
+        let view = m.without_grad();
+        assert_eq!(
+            max_diff(&nll(&view, &x), &nll(&m, &x)),
+            0.0,
+            "{family}: no-grad view differs"
+        );
+        let none = nll(&view, &x).backward().unwrap();
+        for v in base_vm.all_vars().iter().chain(adapters.all_vars().iter()) {
+            assert!(
+                none.get(v.as_tensor()).is_none(),
+                "{family}: no-grad view tracked a weight"
+            );
+        }
         // The same adapters with base weights tracked (plain matmul backward).
         m.set_train_base(true);
         let plain = nll(&m, &x).backward().unwrap();
