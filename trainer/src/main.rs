@@ -16,9 +16,18 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Play an environment in the sandbox, one action per line.
     Run(cli::run::RunArgs),
+    /// Replay a recorded trajectory bit for bit, or check it for tampering.
     Replay(cli::replay::ReplayArgs),
+    /// Measure the sandbox against CPython.
     Bench(cli::bench::BenchArgs),
+    /// Sample completions of a chat prompt, streaming to the terminal.
+    Generate(cli::generate::Generate),
+    /// Manage models (fetch the default one).
+    Model(cli::model::Model),
+    /// Measure sampling and RL-update throughput for the default model's shape.
+    BenchModel(cli::bench_model::BenchModel),
 }
 
 fn main() -> ExitCode {
@@ -34,10 +43,14 @@ fn main() -> ExitCode {
             };
         }
     };
+    let done = |result: anyhow::Result<()>| result.map(|()| ExitCode::SUCCESS);
     let result = match cli.command {
         Command::Run(args) => args.execute(),
         Command::Replay(args) => args.execute(),
         Command::Bench(args) => args.execute(),
+        Command::Generate(args) => done(args.execute()),
+        Command::Model(args) => done(args.execute()),
+        Command::BenchModel(args) => done(args.execute()),
     };
     match result {
         Ok(code) => code,

@@ -8,12 +8,17 @@ macro_rules! say {
 }
 
 pub mod bench;
+pub mod bench_model;
+pub mod generate;
+pub mod model;
 pub mod replay;
 pub mod run;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, bail};
+use spade_trainer::fetch;
+use spade_trainer::load::{self, LoadedModel};
 
 /// Exit code for bad input: a missing or unreadable file, bad arguments.
 pub const EXIT_USAGE: u8 = 1;
@@ -70,4 +75,34 @@ pub fn read_text(path: &Path, what: &str) -> anyhow::Result<String> {
             err.utf8_error().valid_up_to()
         )
     })
+}
+
+/// The device models run on: the first CUDA GPU with the `cuda` feature, else the CPU.
+pub fn device() -> anyhow::Result<candle_core::Device> {
+    #[cfg(feature = "cuda")]
+    {
+        Ok(candle_core::Device::new_cuda(0).context("opening CUDA device 0")?)
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        Ok(candle_core::Device::Cpu)
+    }
+}
+
+/// The model at `path`, or the default model (with a hint to fetch it when absent).
+pub fn load_model(path: Option<&Path>) -> anyhow::Result<LoadedModel> {
+    let path: PathBuf = match path {
+        Some(p) => p.to_path_buf(),
+        None => {
+            let p = fetch::default_model_path();
+            if !p.exists() {
+                bail!(
+                    "the default model is not installed at {}: run `spade model fetch` first, or pass --model",
+                    p.display()
+                );
+            }
+            p
+        }
+    };
+    load::load(&path, &device()?).with_context(|| format!("loading model {}", path.display()))
 }

@@ -1,0 +1,62 @@
+//! Log-probabilities of completions given prompts, on the training path.
+use candle_core::{D, Tensor};
+
+use crate::error::{Result, TrainerError};
+use crate::model::{Decoder, ops};
+
+/// One (prompt, completion) pair of token ids.
+#[derive(Debug, Clone, Copy)]
+pub struct Pair<'a> {
+    /// Prompt ids (at least one).
+    pub prompt: &'a [u32],
+    /// Completion ids whose log-probabilities are wanted.
+    pub completion: &'a [u32],
+}
+
+/// Per-token log-probabilities of the completion tokens only, concatenated in batch order:
+/// a tensor `(sum of completion lengths,)` that stays on the autograd graph.
+///
+/// Rows are right-padded to a common length and run as one batch; only the hidden states that
+/// predict completion tokens go through the LM head, so prompt tokens cost no vocabulary-sized
+/// work.
+pub fn completion_logprobs(model: &Decoder, batch: &[Pair]) -> Result<Tensor> {
+    let device = model.device();
+    let width = batch
+        .iter()
+        .map(|p| p.prompt.len() + p.completion.len())
+        .max()
+        .unwrap_or(0);
+    let mut ids = Vec::with_capacity(batch.len() * width);
+    let mut targets = Vec::new();
+    for p in batch {
+        if p.prompt.is_empty() {
+            return Err(TrainerError::InvalidParameter("a prompt is empty".into()));
+        }
+        ids.extend_from_slice(p.prompt);
+        ids.extend_from_slice(p.completion);
+        ids.resize(ids.len() + width - p.prompt.len() - p.completion.len(), 0);
+        targets.extend_from_slice(p.completion);
+    }
+    if targets.is_empty() {
+        return Err(TrainerError::InvalidParameter(
+            "every completion is empty".into(),
+        ));
+    }
+    let ids = Tensor::from_vec(ids, (batch.len(), width), device)?;
+    let hidden = model.hidden_train(&ids)?;
+    let mut rows = Vec::new();
+    for (r, p) in batch.iter().enumerate() {
+        if !p.completion.is_empty() {
+            rows.push(
+                hidden
+                    .get(r)?
+                    .narrow(0, p.prompt.len() - 1, p.completion.len())?,
+            );
+        }
+    }
+    let picked = Tensor::cat(&rows, 0)?;
+    let logp = ops::log_softmax(&model.lm_head_train(&picked)?)?;
+    let n = targets.len();
+    let targets = Tensor::from_vec(targets, (n, 1), device)?;
+    Ok(logp.gather(&targets, D::Minus1)?.squeeze(1)?)
+}

@@ -1,0 +1,387 @@
+//! The Llama / Qwen2 / Qwen3 decoder with a training path and a KV-cache inference path.
+use candle_core::{DType, Device, Result, Tensor};
+use candle_nn::{VarBuilder, VarMap};
+
+use super::cache::KvCache;
+use super::config::{Config, Family};
+use super::linear::{Linear, Pass, param};
+use super::lora::LoraConfig;
+use super::ops;
+use super::rope::RotaryTables;
+
+/// RMSNorm with a learned scale.
+#[derive(Debug, Clone)]
+struct RmsNorm {
+    weight: Tensor,
+    eps: f64,
+}
+
+impl RmsNorm {
+    fn new(dim: usize, eps: f64, vb: VarBuilder) -> Result<Self> {
+        Ok(Self {
+            weight: vb.get_with_hints(dim, "weight", candle_nn::Init::Const(1.0))?,
+            eps,
+        })
+    }
+
+    fn forward(&self, xs: &Tensor, pass: Pass) -> Result<Tensor> {
+        if pass.train {
+            ops::rms_norm(xs, &param(&self.weight, pass.grad_base), self.eps)
+        } else {
+            candle_nn::ops::rms_norm(&xs.contiguous()?, &self.weight.detach(), self.eps as f32)
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Attention {
+    q_proj: Linear,
+    k_proj: Linear,
+    v_proj: Linear,
+    o_proj: Linear,
+    q_norm: Option<RmsNorm>,
+    k_norm: Option<RmsNorm>,
+    heads: usize,
+    kv_heads: usize,
+    head_dim: usize,
+}
+
+impl Attention {
+    fn new(cfg: &Config, vb: VarBuilder) -> Result<Self> {
+        let (h, kv, d) = (cfg.num_attention_heads, cfg.kv_heads(), cfg.head_dim());
+        let bias = cfg.qkv_bias();
+        let qk_norm = matches!(cfg.family(), Ok(Family::Qwen3));
+        let norm = |name: &str| -> Result<Option<RmsNorm>> {
+            if qk_norm {
+                Ok(Some(RmsNorm::new(d, cfg.rms_norm_eps, vb.pp(name))?))
+            } else {
+                Ok(None)
+            }
+        };
+        Ok(Self {
+            q_proj: Linear::new(cfg.hidden_size, h * d, bias, vb.pp("q_proj"))?,
+            k_proj: Linear::new(cfg.hidden_size, kv * d, bias, vb.pp("k_proj"))?,
+            v_proj: Linear::new(cfg.hidden_size, kv * d, bias, vb.pp("v_proj"))?,
+            o_proj: Linear::new(h * d, cfg.hidden_size, cfg.attention_bias, vb.pp("o_proj"))?,
+            q_norm: norm("q_norm")?,
+            k_norm: norm("k_norm")?,
+            heads: h,
+            kv_heads: kv,
+            head_dim: d,
+        })
+    }
+
+    /// `xs` is `(b, t, hidden)`; `cache` is `Some((cache, layer))` on the inference path.
+    fn forward(
+        &self,
+        xs: &Tensor,
+        rope: &RotaryTables,
+        pass: Pass,
+        cache: Option<(&mut KvCache, usize)>,
+    ) -> Result<Tensor> {
+        let (b, t, _) = xs.dims3()?;
+        let offset = cache.as_ref().map_or(0, |(c, _)| c.len());
+        let mut q = self
+            .q_proj
+            .forward(xs, pass)?
+            .reshape((b, t, self.heads, self.head_dim))?;
+        let mut k = self
+            .k_proj
+            .forward(xs, pass)?
+            .reshape((b, t, self.kv_heads, self.head_dim))?;
+        let v = self
+            .v_proj
+            .forward(xs, pass)?
+            .reshape((b, t, self.kv_heads, self.head_dim))?;
+        if let (Some(qn), Some(kn)) = (&self.q_norm, &self.k_norm) {
+            q = qn.forward(&q, pass)?;
+            k = kn.forward(&k, pass)?;
+        }
+        let q = q.transpose(1, 2)?.contiguous()?;
+        let k = k.transpose(1, 2)?.contiguous()?;
+        let v = v.transpose(1, 2)?.contiguous()?;
+        let (cos, sin) = rope.slice(offset, t)?;
+        let (q, k) = if pass.train {
+            (ops::rope(&q, &cos, &sin)?, ops::rope(&k, &cos, &sin)?)
+        } else {
+            (
+                candle_nn::rotary_emb::rope(&q, &cos, &sin)?,
+                candle_nn::rotary_emb::rope(&k, &cos, &sin)?,
+            )
+        };
+        let (k, v) = match cache {
+            Some((cache, layer)) => cache.append(layer, &k, &v)?,
+            None => (k, v),
+        };
+        let n_rep = self.heads / self.kv_heads;
+        let k = ops::repeat_kv(&k, n_rep)?.contiguous()?;
+        let v = ops::repeat_kv(&v, n_rep)?.contiguous()?;
+        let scale = 1.0 / (self.head_dim as f64).sqrt();
+        let mut scores = (q.matmul(&k.t()?)? * scale)?;
+        if t > 1 {
+            let mask = ops::causal_mask(t, offset, xs.device())?.to_dtype(scores.dtype())?;
+            scores = scores.broadcast_add(&mask)?;
+        }
+        let probs = if pass.train {
+            ops::softmax(&scores)?
+        } else {
+            candle_nn::ops::softmax_last_dim(&scores)?
+        };
+        let out = probs
+            .matmul(&v)?
+            .transpose(1, 2)?
+            .reshape((b, t, self.heads * self.head_dim))?;
+        self.o_proj.forward(&out, pass)
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Mlp {
+    gate_proj: Linear,
+    up_proj: Linear,
+    down_proj: Linear,
+}
+
+impl Mlp {
+    fn new(cfg: &Config, vb: VarBuilder) -> Result<Self> {
+        let (h, i) = (cfg.hidden_size, cfg.intermediate_size);
+        Ok(Self {
+            gate_proj: Linear::new(h, i, false, vb.pp("gate_proj"))?,
+            up_proj: Linear::new(h, i, false, vb.pp("up_proj"))?,
+            down_proj: Linear::new(i, h, false, vb.pp("down_proj"))?,
+        })
+    }
+
+    fn forward(&self, xs: &Tensor, pass: Pass) -> Result<Tensor> {
+        let gate = self.gate_proj.forward(xs, pass)?.silu()?;
+        let up = self.up_proj.forward(xs, pass)?;
+        self.down_proj.forward(&(gate * up)?, pass)
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Layer {
+    input_layernorm: RmsNorm,
+    self_attn: Attention,
+    post_attention_layernorm: RmsNorm,
+    mlp: Mlp,
+}
+
+impl Layer {
+    fn new(cfg: &Config, vb: VarBuilder) -> Result<Self> {
+        Ok(Self {
+            input_layernorm: RmsNorm::new(
+                cfg.hidden_size,
+                cfg.rms_norm_eps,
+                vb.pp("input_layernorm"),
+            )?,
+            self_attn: Attention::new(cfg, vb.pp("self_attn"))?,
+            post_attention_layernorm: RmsNorm::new(
+                cfg.hidden_size,
+                cfg.rms_norm_eps,
+                vb.pp("post_attention_layernorm"),
+            )?,
+            mlp: Mlp::new(cfg, vb.pp("mlp"))?,
+        })
+    }
+
+    fn forward(
+        &self,
+        xs: &Tensor,
+        rope: &RotaryTables,
+        pass: Pass,
+        cache: Option<(&mut KvCache, usize)>,
+    ) -> Result<Tensor> {
+        let h = self.input_layernorm.forward(xs, pass)?;
+        let xs = (xs + self.self_attn.forward(&h, rope, pass, cache)?)?;
+        let h = self.post_attention_layernorm.forward(&xs, pass)?;
+        xs + self.mlp.forward(&h, pass)?
+    }
+
+    fn linears_mut(&mut self) -> [&mut Linear; 7] {
+        let a = &mut self.self_attn;
+        let m = &mut self.mlp;
+        [
+            &mut a.q_proj,
+            &mut a.k_proj,
+            &mut a.v_proj,
+            &mut a.o_proj,
+            &mut m.gate_proj,
+            &mut m.up_proj,
+            &mut m.down_proj,
+        ]
+    }
+}
+
+/// A decoder-only language model whose weights live in a `VarMap`.
+///
+/// [`Decoder::forward_train`] uses only differentiable ops; [`Decoder::forward`] uses candle's
+/// fused kernels and a caller-owned [`KvCache`]. Both read the same variables, so an optimizer
+/// step is visible to the sampler at once.
+#[derive(Debug, Clone)]
+pub struct Decoder {
+    cfg: Config,
+    embed_tokens: Tensor,
+    layers: Vec<Layer>,
+    norm: RmsNorm,
+    lm_head: Linear,
+    rope: RotaryTables,
+    train_base: bool,
+    train_lora: bool,
+    device: Device,
+}
+
+impl Decoder {
+    /// Builds the decoder from `vb` (HF names: `model.embed_tokens.weight`, `model.layers.N...`,
+    /// `model.norm.weight`, `lm_head.weight` unless tied).
+    pub fn new(cfg: &Config, vb: VarBuilder) -> Result<Self> {
+        cfg.validate().map_err(candle_core::Error::wrap)?;
+        let m = vb.pp("model");
+        let embed_tokens = m.get((cfg.vocab_size, cfg.hidden_size), "embed_tokens.weight")?;
+        let layers = (0..cfg.num_hidden_layers)
+            .map(|i| Layer::new(cfg, m.pp(format!("layers.{i}"))))
+            .collect::<Result<Vec<_>>>()?;
+        let norm = RmsNorm::new(cfg.hidden_size, cfg.rms_norm_eps, m.pp("norm"))?;
+        let lm_head = if cfg.tie_word_embeddings {
+            Linear::from_weight("lm_head".into(), embed_tokens.clone())
+        } else {
+            Linear::new(cfg.hidden_size, cfg.vocab_size, false, vb.pp("lm_head"))?
+        };
+        let rope = RotaryTables::new(
+            cfg.head_dim(),
+            cfg.rope_theta,
+            cfg.max_position_embeddings,
+            vb.dtype(),
+            vb.device(),
+        )?;
+        Ok(Self {
+            cfg: cfg.clone(),
+            embed_tokens,
+            layers,
+            norm,
+            lm_head,
+            rope,
+            train_base: true,
+            train_lora: false,
+            device: vb.device().clone(),
+        })
+    }
+
+    /// A randomly initialised decoder (seeded) and the `VarMap` holding its weights.
+    pub fn random(cfg: &Config, seed: u64, std: f64, device: &Device) -> Result<(Self, VarMap)> {
+        let varmap = VarMap::new();
+        let model = Self::new(cfg, VarBuilder::from_varmap(&varmap, DType::F32, device))?;
+        super::init::randomize(&varmap, seed, std, |_| true)?;
+        Ok((model, varmap))
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// The device the weights live on.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// An empty KV cache sized for this model.
+    pub fn new_cache(&self) -> KvCache {
+        KvCache::new(self.layers.len())
+    }
+
+    /// Adds LoRA adapters (variables created in `vb`) to the targeted projections and freezes
+    /// the base weights. Returns the number of adapted projections.
+    pub fn attach_lora(&mut self, lora: &LoraConfig, vb: &VarBuilder) -> crate::Result<usize> {
+        let mut n = 0;
+        for layer in &mut self.layers {
+            for linear in layer.linears_mut() {
+                if lora.targets(linear.name()) {
+                    let adapter = lora.adapter(linear, vb)?;
+                    linear.set_lora(adapter);
+                    n += 1;
+                }
+            }
+        }
+        if n == 0 {
+            return Err(crate::TrainerError::InvalidParameter(format!(
+                "no projection matches LoRA targets {:?}",
+                lora.target_modules
+            )));
+        }
+        self.train_lora = true;
+        self.train_base = false;
+        Ok(n)
+    }
+
+    /// Whether the training path tracks (and so differentiates) the base weights.
+    pub fn set_train_base(&mut self, train: bool) {
+        self.train_base = train;
+    }
+
+    /// A view of the same weights whose training path tracks nothing: for reference-model
+    /// log-probabilities, which need the differentiable ops' numerics but no autograd graph.
+    pub fn without_grad(&self) -> Self {
+        let mut view = self.clone();
+        view.train_base = false;
+        view.train_lora = false;
+        view
+    }
+
+    fn train_pass(&self) -> Pass {
+        Pass {
+            train: true,
+            grad_base: self.train_base,
+            grad_lora: self.train_lora,
+        }
+    }
+
+    fn embed(&self, ids: &Tensor, pass: Pass) -> Result<Tensor> {
+        let (b, t) = ids.dims2()?;
+        param(&self.embed_tokens, pass.grad_base)
+            .index_select(&ids.flatten_all()?, 0)?
+            .reshape((b, t, self.cfg.hidden_size))
+    }
+
+    fn hidden(&self, ids: &Tensor, pass: Pass, mut cache: Option<&mut KvCache>) -> Result<Tensor> {
+        let t = ids.dim(1)?;
+        let mut xs = self.embed(ids, pass)?;
+        for (i, layer) in self.layers.iter().enumerate() {
+            let c = cache.as_deref_mut().map(|c| (c, i));
+            xs = layer.forward(&xs, &self.rope, pass, c)?;
+        }
+        if let Some(c) = cache {
+            c.advance(t);
+        }
+        self.norm.forward(&xs, pass)
+    }
+
+    /// Training path: final hidden states `(b, t, hidden)` of `ids` `(b, t)` (u32).
+    ///
+    /// Right padding is safe: with the causal mask, padding never affects earlier positions.
+    pub fn hidden_train(&self, ids: &Tensor) -> Result<Tensor> {
+        self.hidden(ids, self.train_pass(), None)
+    }
+
+    /// Training path: logits of hidden states `(..., hidden)` through the LM head.
+    pub fn lm_head_train(&self, hidden: &Tensor) -> Result<Tensor> {
+        self.lm_head.forward(hidden, self.train_pass())
+    }
+
+    /// Training path: logits `(b, t, vocab)` for every position of `ids` `(b, t)`.
+    pub fn forward_train(&self, ids: &Tensor) -> Result<Tensor> {
+        self.lm_head_train(&self.hidden_train(ids)?)
+    }
+
+    /// Inference path: runs `ids` `(b, t)` after what `cache` holds, appends to the cache, and
+    /// returns the logits of the last position `(b, vocab)`. Builds no autograd graph.
+    pub fn forward(&self, ids: &Tensor, cache: &mut KvCache) -> Result<Tensor> {
+        let t = ids.dim(1)?;
+        if t == 0 {
+            candle_core::bail!("forward needs at least one position");
+        }
+        let h = self.hidden(ids, Pass::INFER, Some(cache))?;
+        let last = h.narrow(1, t - 1, 1)?.squeeze(1)?;
+        self.lm_head.forward(&last, Pass::INFER)
+    }
+}

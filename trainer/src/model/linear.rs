@@ -1,0 +1,120 @@
+//! A linear projection with an optional bias and an optional LoRA adapter.
+use candle_core::{Result, Tensor};
+use candle_nn::VarBuilder;
+
+/// Which weights a forward pass differentiates through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Pass {
+    /// Training path (differentiable ops) rather than the fused inference path.
+    pub train: bool,
+    /// Base weights are tracked (full fine-tuning).
+    pub grad_base: bool,
+    /// LoRA adapters are tracked.
+    pub grad_lora: bool,
+}
+
+impl Pass {
+    /// Inference: nothing is tracked, so no autograd graph builds up across decode steps.
+    pub const INFER: Self = Self {
+        train: false,
+        grad_base: false,
+        grad_lora: false,
+    };
+}
+
+/// Returns `t` as is when tracked, else a detached view sharing its storage.
+pub(crate) fn param(t: &Tensor, tracked: bool) -> Tensor {
+    if tracked { t.clone() } else { t.detach() }
+}
+
+/// A low-rank update `scale * B A` added to a frozen weight.
+#[derive(Debug, Clone)]
+pub struct LoraAdapter {
+    /// `(rank, in_features)`.
+    pub a: Tensor,
+    /// `(out_features, rank)`, zero-initialised.
+    pub b: Tensor,
+    /// `alpha / rank`.
+    pub scale: f64,
+}
+
+/// `y = x W^T + b (+ scale * x A^T B^T)`.
+#[derive(Debug, Clone)]
+pub struct Linear {
+    name: String,
+    weight: Tensor,
+    bias: Option<Tensor>,
+    lora: Option<LoraAdapter>,
+}
+
+impl Linear {
+    /// Loads `weight` `(out, in)` and, if `bias`, `bias` `(out)` under `vb`.
+    pub fn new(in_dim: usize, out_dim: usize, bias: bool, vb: VarBuilder) -> Result<Self> {
+        let weight = vb.get((out_dim, in_dim), "weight")?;
+        let bias = if bias {
+            Some(vb.get(out_dim, "bias")?)
+        } else {
+            None
+        };
+        Ok(Self {
+            name: vb.prefix(),
+            weight,
+            bias,
+            lora: None,
+        })
+    }
+
+    /// Wraps an existing weight (used for a tied LM head).
+    pub fn from_weight(name: String, weight: Tensor) -> Self {
+        Self {
+            name,
+            weight,
+            bias: None,
+            lora: None,
+        }
+    }
+
+    /// The checkpoint path of this projection, e.g. `model.layers.0.self_attn.q_proj`.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// `(out_features, in_features)`.
+    pub fn dims(&self) -> Result<(usize, usize)> {
+        self.weight.dims2()
+    }
+
+    /// The base weight.
+    pub fn weight(&self) -> &Tensor {
+        &self.weight
+    }
+
+    /// Installs a LoRA adapter.
+    pub fn set_lora(&mut self, lora: LoraAdapter) {
+        self.lora = Some(lora);
+    }
+
+    pub(crate) fn forward(&self, xs: &Tensor, pass: Pass) -> Result<Tensor> {
+        let dims = xs.dims().to_vec();
+        let in_dim = *dims.last().expect("linear input has a last dimension");
+        let rows = xs.elem_count() / in_dim;
+        let x2 = xs.reshape((rows, in_dim))?;
+        let mut y = if pass.train && !pass.grad_base {
+            super::frozen::frozen_matmul(&x2, &self.weight)?
+        } else {
+            x2.matmul(&param(&self.weight, pass.grad_base).t()?)?
+        };
+        if let Some(b) = &self.bias {
+            y = y.broadcast_add(&param(b, pass.grad_base))?;
+        }
+        if let Some(l) = &self.lora {
+            let a = param(&l.a, pass.grad_lora);
+            let b = param(&l.b, pass.grad_lora);
+            let delta = x2.matmul(&a.t()?)?.matmul(&b.t()?)?;
+            y = (y + (delta * l.scale)?)?;
+        }
+        let mut out_dims = dims;
+        *out_dims.last_mut().expect("nonempty") = y.dim(1)?;
+        y.reshape(out_dims)
+    }
+}

@@ -1,0 +1,15 @@
+//! The decoder: configuration, layers, KV cache, LoRA and seeded initialisation.
+pub mod cache;
+pub mod config;
+pub mod decoder;
+pub mod frozen;
+pub mod init;
+pub mod linear;
+pub mod lora;
+pub mod ops;
+pub mod rope;
+
+pub use cache::KvCache;
+pub use config::{Config, Family};
+pub use decoder::Decoder;
+pub use lora::LoraConfig;

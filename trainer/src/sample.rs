@@ -1,0 +1,343 @@
+//! Seeded sampling: temperature, top-k, top-p, stop strings, EOS, and groups of completions
+//! that share one prefilled KV cache.
+use candle_core::{Device, Tensor};
+use rand::{Rng, SeedableRng, rngs::StdRng};
+use tokenizers::Tokenizer;
+
+use crate::error::{Result, TrainerError};
+use crate::load::LoadedModel;
+use crate::model::Decoder;
+
+/// Sampling settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SamplingParams {
+    /// Softmax temperature; 0 means greedy.
+    pub temperature: f64,
+    /// Nucleus mass in (0, 1]; 1 disables it.
+    pub top_p: f64,
+    /// Keep only the k most likely tokens; 0 disables it.
+    pub top_k: usize,
+    /// Most tokens generated per completion.
+    pub max_new_tokens: usize,
+    /// Strings that end a completion (excluded from its text).
+    pub stop: Vec<String>,
+    /// Seed; completion `i` of a group draws from its own stream derived from it.
+    pub seed: u64,
+}
+
+impl Default for SamplingParams {
+    fn default() -> Self {
+        Self {
+            temperature: 1.0,
+            top_p: 1.0,
+            top_k: 0,
+            max_new_tokens: 128,
+            stop: Vec::new(),
+            seed: 0,
+        }
+    }
+}
+
+/// Why a completion ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FinishReason {
+    /// An end-of-sequence token was sampled (it is the last token).
+    Eos,
+    /// A stop string appeared in the text.
+    Stop,
+    /// `max_new_tokens` was reached.
+    Length,
+}
+
+/// One sampled completion.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Completion {
+    /// Sampled token ids, including a final EOS token if one ended it, and the token that
+    /// completed a stop string (whose text may extend past the cut).
+    pub tokens: Vec<u32>,
+    /// Decoded text without special tokens, cut before a stop string.
+    pub text: String,
+    /// Log-probability of each token under the model's untempered distribution (temperature 1,
+    /// no truncation): the quantity the training path recomputes for importance ratios.
+    pub logprobs: Vec<f32>,
+    /// Why it ended.
+    pub finish: FinishReason,
+}
+
+/// Derives the stream seed of completion `i` (SplitMix64 of `seed + i`).
+fn stream_seed(seed: u64, i: usize) -> u64 {
+    let mut z = seed.wrapping_add((i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// Picks a token from `logits`; returns it with its untempered log-probability.
+pub fn pick(logits: &[f32], params: &SamplingParams, rng: &mut StdRng) -> (u32, f32) {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let lse = max + logits.iter().map(|&l| (l - max).exp()).sum::<f32>().ln();
+    let argmax = || {
+        let mut best = 0;
+        for (i, &l) in logits.iter().enumerate() {
+            if l > logits[best] {
+                best = i;
+            }
+        }
+        best
+    };
+    let chosen = if params.temperature <= 0.0 {
+        argmax()
+    } else {
+        let inv_t = 1.0 / params.temperature as f32;
+        let mut cand: Vec<usize> = (0..logits.len()).collect();
+        let order = |a: &usize, b: &usize| logits[*b].total_cmp(&logits[*a]).then(a.cmp(b));
+        if params.top_k > 0 && params.top_k < cand.len() {
+            cand.select_nth_unstable_by(params.top_k - 1, order);
+            cand.truncate(params.top_k);
+        }
+        let truncate_p = params.top_p < 1.0;
+        if truncate_p {
+            cand.sort_unstable_by(order);
+        }
+        let weights: Vec<f64> = cand
+            .iter()
+            .map(|&i| f64::from((logits[i] - max) * inv_t).exp())
+            .collect();
+        let mut total: f64 = weights.iter().sum();
+        let mut keep = weights.len();
+        if truncate_p {
+            let mut acc = 0.0;
+            for (n, w) in weights.iter().enumerate() {
+                acc += w;
+                if acc >= params.top_p * total {
+                    keep = n + 1;
+                    break;
+                }
+            }
+            total = weights[..keep].iter().sum();
+        }
+        let mut u = rng.random::<f64>() * total;
+        let mut chosen = cand[keep - 1];
+        for (n, w) in weights[..keep].iter().enumerate() {
+            if u < *w {
+                chosen = cand[n];
+                break;
+            }
+            u -= w;
+        }
+        chosen
+    };
+    (chosen as u32, logits[chosen] - lse)
+}
+
+/// Samples from a decoder with its tokenizer.
+#[derive(Debug, Clone, Copy)]
+pub struct Sampler<'a> {
+    model: &'a Decoder,
+    tokenizer: &'a Tokenizer,
+    eos_ids: &'a [u32],
+}
+
+struct Row {
+    rng: StdRng,
+    tokens: Vec<u32>,
+    logprobs: Vec<f32>,
+    text: String,
+    emitted: usize,
+    finish: Option<FinishReason>,
+}
+
+impl<'a> Sampler<'a> {
+    /// A sampler over `model`, ending completions at any of `eos_ids`.
+    pub fn new(model: &'a Decoder, tokenizer: &'a Tokenizer, eos_ids: &'a [u32]) -> Self {
+        Self {
+            model,
+            tokenizer,
+            eos_ids,
+        }
+    }
+
+    /// A sampler over a loaded model.
+    pub fn from_loaded(m: &'a LoadedModel) -> Self {
+        Self::new(&m.model, &m.tokenizer, &m.eos_ids)
+    }
+
+    /// Token ids of `text`, special tokens (e.g. `<|im_start|>`) recognised.
+    pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
+        Ok(self
+            .tokenizer
+            .encode(text, false)
+            .map_err(|e| TrainerError::Tokenizer(e.to_string()))?
+            .get_ids()
+            .to_vec())
+    }
+
+    fn decode(&self, ids: &[u32]) -> Result<String> {
+        self.tokenizer
+            .decode(ids, true)
+            .map_err(|e| TrainerError::Tokenizer(e.to_string()))
+    }
+
+    fn check(&self, prompt: &[u32], n: usize, p: &SamplingParams) -> Result<()> {
+        let bad = |m: String| Err(TrainerError::InvalidParameter(m));
+        if prompt.is_empty() {
+            return bad("the prompt is empty".into());
+        }
+        if n == 0 {
+            return bad("the group size must be at least 1".into());
+        }
+        if !(p.temperature >= 0.0 && p.temperature.is_finite()) {
+            return bad(format!("temperature must be >= 0, got {}", p.temperature));
+        }
+        if !(p.top_p > 0.0 && p.top_p <= 1.0) {
+            return bad(format!("top_p must be in (0, 1], got {}", p.top_p));
+        }
+        let max = self.model.config().max_position_embeddings;
+        if prompt.len() + p.max_new_tokens > max {
+            return bad(format!(
+                "prompt ({} tokens) plus max new tokens ({}) exceeds the context of {max}",
+                prompt.len(),
+                p.max_new_tokens
+            ));
+        }
+        let vocab = self.model.config().vocab_size as u32;
+        if let Some(t) = prompt.iter().find(|&&t| t >= vocab) {
+            return bad(format!(
+                "prompt token {t} is outside the vocabulary of {vocab}"
+            ));
+        }
+        Ok(())
+    }
+
+    /// Samples `n` completions of `prompt`, prefilling it once and sharing the cache.
+    ///
+    /// `on_text(i, delta)` receives completion `i`'s text as it grows (held back while it
+    /// could be the start of a stop string). The same seed gives the same completions.
+    pub fn sample(
+        &self,
+        prompt: &[u32],
+        n: usize,
+        params: &SamplingParams,
+        on_text: &mut dyn FnMut(usize, &str),
+    ) -> Result<Vec<Completion>> {
+        self.check(prompt, n, params)?;
+        let device: &Device = self.model.device();
+        let mut rows: Vec<Row> = (0..n)
+            .map(|i| Row {
+                rng: StdRng::seed_from_u64(stream_seed(params.seed, i)),
+                tokens: Vec::new(),
+                logprobs: Vec::new(),
+                text: String::new(),
+                emitted: 0,
+                finish: None,
+            })
+            .collect();
+        if params.max_new_tokens == 0 {
+            return Ok(rows
+                .into_iter()
+                .map(|r| finish(r, FinishReason::Length))
+                .collect());
+        }
+        let mut cache = self.model.new_cache();
+        let input = Tensor::new(prompt, device)?.unsqueeze(0)?;
+        let first: Vec<f32> = self
+            .model
+            .forward(&input, &mut cache)?
+            .squeeze(0)?
+            .to_vec1()?;
+        let mut cache = if n > 1 { cache.expand(n)? } else { cache };
+        let mut active: Vec<usize> = (0..n).collect();
+        let mut logits: Vec<Vec<f32>> = vec![first; n];
+        loop {
+            for (slot, &i) in active.iter().enumerate() {
+                let row = &mut rows[i];
+                let (tok, lp) = pick(&logits[slot], params, &mut row.rng);
+                row.tokens.push(tok);
+                row.logprobs.push(lp);
+                self.update(i, row, params, on_text)?;
+            }
+            let keep: Vec<u32> = active
+                .iter()
+                .enumerate()
+                .filter(|(_, i)| rows[**i].finish.is_none())
+                .map(|(slot, _)| slot as u32)
+                .collect();
+            if keep.is_empty() {
+                break;
+            }
+            if keep.len() != active.len() {
+                cache.select_rows(&keep)?;
+                active = keep.iter().map(|&s| active[s as usize]).collect();
+            }
+            let next: Vec<u32> = active
+                .iter()
+                .map(|&i| *rows[i].tokens.last().expect("sampled"))
+                .collect();
+            let input = Tensor::new(next.as_slice(), device)?.unsqueeze(1)?;
+            logits = self.model.forward(&input, &mut cache)?.to_vec2()?;
+        }
+        Ok(rows
+            .into_iter()
+            .map(|r| {
+                let f = r.finish.unwrap_or(FinishReason::Length);
+                finish(r, f)
+            })
+            .collect())
+    }
+
+    /// Re-decodes row `i`, checks EOS, stop strings and length, and streams new text.
+    fn update(
+        &self,
+        i: usize,
+        row: &mut Row,
+        params: &SamplingParams,
+        on_text: &mut dyn FnMut(usize, &str),
+    ) -> Result<()> {
+        let last = *row.tokens.last().expect("a token was just pushed");
+        let mut text = self.decode(&row.tokens)?;
+        if self.eos_ids.contains(&last) {
+            row.finish = Some(FinishReason::Eos);
+        } else if let Some(cut) = params
+            .stop
+            .iter()
+            .filter(|s| !s.is_empty())
+            .filter_map(|s| text.find(s.as_str()))
+            .min()
+        {
+            text.truncate(cut);
+            row.finish = Some(FinishReason::Stop);
+        } else if row.tokens.len() >= params.max_new_tokens {
+            row.finish = Some(FinishReason::Length);
+        }
+        // Stream what is final: not an incomplete UTF-8 sequence, not a possible stop prefix.
+        let mut safe = text.len();
+        if row.finish.is_none() {
+            if text.ends_with('\u{FFFD}') {
+                safe = text.trim_end_matches('\u{FFFD}').len();
+            }
+            for s in &params.stop {
+                for k in (1..s.len()).rev() {
+                    if s.is_char_boundary(k) && text[..safe].ends_with(&s[..k]) {
+                        safe -= k;
+                        break;
+                    }
+                }
+            }
+        }
+        if safe > row.emitted && text.is_char_boundary(safe) && text.is_char_boundary(row.emitted) {
+            on_text(i, &text[row.emitted..safe]);
+            row.emitted = safe;
+        }
+        row.text = text;
+        Ok(())
+    }
+}
+
+fn finish(r: Row, f: FinishReason) -> Completion {
+    Completion {
+        tokens: r.tokens,
+        text: r.text,
+        logprobs: r.logprobs,
+        finish: f,
+    }
+}

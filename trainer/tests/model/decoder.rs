@@ -1,0 +1,254 @@
+//! Gradient flow, finite differences, and training-path vs inference-path logits.
+use candle_core::{D, DType, Device, IndexOp, Tensor};
+use candle_nn::{VarBuilder, VarMap};
+use spade_trainer::model::{Decoder, init, ops};
+
+use crate::common::{FAMILIES, ids, max_diff, model, tiny};
+
+/// Mean next-token NLL of `ids` on the training path.
+fn nll(model: &Decoder, ids: &Tensor) -> Tensor {
+    let t = ids.dim(1).unwrap();
+    let logits = model
+        .forward_train(ids)
+        .unwrap()
+        .narrow(1, 0, t - 1)
+        .unwrap();
+    let lp = ops::log_softmax(&logits).unwrap();
+    let targets = ids
+        .narrow(1, 1, t - 1)
+        .unwrap()
+        .contiguous()
+        .unwrap()
+        .unsqueeze(2)
+        .unwrap();
+    lp.gather(&targets, 2)
+        .unwrap()
+        .mean_all()
+        .unwrap()
+        .neg()
+        .unwrap()
+}
+
+#[test]
+fn every_trainable_tensor_gets_a_nonzero_gradient() {
+    for family in FAMILIES {
+        let cfg = tiny(family);
+        let (model, varmap) = model(&cfg, 7);
+        let grads = nll(&model, &ids(2, 9, cfg.vocab_size, 1))
+            .backward()
+            .unwrap();
+        let data = varmap.data().lock().unwrap();
+        assert!(data.len() > 10, "{family}: only {} vars", data.len());
+        for (name, var) in data.iter() {
+            let g = grads
+                .get(var.as_tensor())
+                .unwrap_or_else(|| panic!("{family}: no gradient for {name}"));
+            let norm = g
+                .abs()
+                .unwrap()
+                .sum_all()
+                .unwrap()
+                .to_scalar::<f32>()
+                .unwrap();
+            assert!(
+                norm > 0.0 && norm.is_finite(),
+                "{family}: gradient of {name} is {norm}"
+            );
+        }
+    }
+}
+
+#[test]
+fn gradients_match_finite_differences() {
+    let cfg = tiny("qwen3");
+    let varmap = VarMap::new();
+    let model = Decoder::new(
+        &cfg,
+        VarBuilder::from_varmap(&varmap, DType::F64, &Device::Cpu),
+    )
+    .unwrap();
+    init::randomize(&varmap, 3, 0.2, |_| true).unwrap();
+    let ids = ids(1, 6, cfg.vocab_size, 2);
+    let loss = |m: &Decoder| nll(m, &ids).to_scalar::<f64>().unwrap();
+    let grads = nll(&model, &ids).backward().unwrap();
+    let names = [
+        "model.embed_tokens.weight",
+        "model.layers.0.self_attn.q_proj.weight",
+        "model.layers.0.self_attn.k_norm.weight",
+        "model.layers.1.mlp.down_proj.weight",
+        "model.norm.weight",
+    ];
+    for name in names {
+        let var = varmap.data().lock().unwrap()[name].clone();
+        let analytic: Vec<f64> = grads
+            .get(var.as_tensor())
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1()
+            .unwrap();
+        let original = var.as_tensor().copy().unwrap();
+        let flat: Vec<f64> = original.flatten_all().unwrap().to_vec1().unwrap();
+        // The entry with the largest gradient, and one in the middle.
+        let big = (0..flat.len())
+            .max_by(|&a, &b| analytic[a].abs().total_cmp(&analytic[b].abs()))
+            .unwrap();
+        for idx in [big, flat.len() / 2] {
+            let eps = 1e-5;
+            let probe = |delta: f64| {
+                let mut v = flat.clone();
+                v[idx] += delta;
+                var.set(&Tensor::from_vec(v, original.shape(), &Device::Cpu).unwrap())
+                    .unwrap();
+                loss(&model)
+            };
+            let numeric = (probe(eps) - probe(-eps)) / (2.0 * eps);
+            var.set(&original).unwrap();
+            let tol = 1e-6 + 1e-4 * numeric.abs().max(analytic[idx].abs());
+            assert!(
+                (numeric - analytic[idx]).abs() < tol,
+                "{name}[{idx}]: numeric {numeric} vs analytic {}",
+                analytic[idx]
+            );
+        }
+    }
+}
+
+#[test]
+fn training_logits_equal_kv_cache_logits() {
+    for family in FAMILIES {
+        let cfg = tiny(family);
+        let (model, _vm) = model(&cfg, 11);
+        let ids = ids(1, 10, cfg.vocab_size, 5);
+        let train = model.forward_train(&ids).unwrap();
+        let mut cache = model.new_cache();
+        let prefill = model
+            .forward(&ids.narrow(1, 0, 4).unwrap(), &mut cache)
+            .unwrap();
+        let d = max_diff(&prefill, &train.i((.., 3, ..)).unwrap());
+        assert!(d < 1e-4, "{family}: prefill differs by {d}");
+        for pos in 4..10 {
+            let step = model
+                .forward(&ids.narrow(1, pos, 1).unwrap(), &mut cache)
+                .unwrap();
+            let d = max_diff(&step, &train.i((.., pos, ..)).unwrap());
+            assert!(d < 1e-4, "{family}: position {pos} differs by {d}");
+        }
+        assert_eq!(cache.len(), 10);
+    }
+}
+
+#[test]
+fn expanded_cache_rows_match_independent_sequences() {
+    let cfg = tiny("llama");
+    let (model, _vm) = model(&cfg, 4);
+    let prompt = ids(1, 5, cfg.vocab_size, 8);
+    let conts = ids(3, 4, cfg.vocab_size, 9);
+    let mut cache = model.new_cache();
+    model.forward(&prompt, &mut cache).unwrap();
+    let mut group = cache.expand(3).unwrap();
+    let mut last = None;
+    for pos in 0..4 {
+        last = Some(
+            model
+                .forward(&conts.narrow(1, pos, 1).unwrap(), &mut group)
+                .unwrap(),
+        );
+    }
+    let full = Tensor::cat(&[&prompt.repeat((3, 1)).unwrap(), &conts], 1).unwrap();
+    let train = model.forward_train(&full).unwrap().i((.., 8, ..)).unwrap();
+    assert!(max_diff(&last.unwrap(), &train) < 1e-4);
+    // Dropping a row keeps the others aligned.
+    group.select_rows(&[2, 0]).unwrap();
+    let next = ids(2, 1, cfg.vocab_size, 10);
+    let step = model.forward(&next, &mut group).unwrap();
+    let rows = Tensor::new(&[2u32, 0], &Device::Cpu).unwrap();
+    let full2 = Tensor::cat(&[&full.index_select(&rows, 0).unwrap(), &next], 1).unwrap();
+    let train2 = model.forward_train(&full2).unwrap().i((.., 9, ..)).unwrap();
+    assert!(max_diff(&step, &train2) < 1e-4);
+}
+
+#[test]
+fn right_padding_does_not_change_earlier_logits() {
+    let cfg = tiny("qwen2");
+    let (model, _vm) = model(&cfg, 2);
+    let a = ids(1, 6, cfg.vocab_size, 3);
+    let padded = Tensor::cat(
+        &[
+            &a,
+            &Tensor::zeros((1, 3), DType::U32, &Device::Cpu).unwrap(),
+        ],
+        1,
+    )
+    .unwrap();
+    let la = model.forward_train(&a).unwrap();
+    let lp = model
+        .forward_train(&padded)
+        .unwrap()
+        .narrow(1, 0, 6)
+        .unwrap();
+    assert!(max_diff(&la, &lp) < 1e-5);
+    let _ = D::Minus1;
+}
+
+#[test]
+fn lora_gradients_skip_the_base_and_match_the_plain_matmul_path() {
+    use spade_trainer::model::{LoraConfig, lora};
+    for family in FAMILIES {
+        let cfg = tiny(family);
+        let (mut m, base_vm) = model(&cfg, 7);
+        let adapters = lora::attach_new(&mut m, &LoraConfig::default(), 3).unwrap();
+        // Nonzero B so that A receives a gradient too.
+        init::randomize(&adapters, 4, 0.1, |n| n.contains("lora_B")).unwrap();
+        for v in adapters.all_vars() {
+            if v.as_tensor().sum_all().unwrap().to_scalar::<f32>().unwrap() == 0.0 {
+                let t = (v.as_tensor().ones_like().unwrap() * 0.05).unwrap();
+                v.set(&t).unwrap();
+            }
+        }
+        let x = ids(2, 6, cfg.vocab_size, 1);
+        let frozen = nll(&m, &x).backward().unwrap();
+        for v in base_vm.all_vars() {
+            assert!(
+                frozen.get(v.as_tensor()).is_none(),
+                "{family}: a base weight got a gradient"
+            );
+        }
+        // A no-grad view computes the same values with no graph.
+        let view = m.without_grad();
+        assert_eq!(
+            max_diff(&nll(&view, &x), &nll(&m, &x)),
+            0.0,
+            "{family}: no-grad view differs"
+        );
+        let none = nll(&view, &x).backward().unwrap();
+        for v in base_vm.all_vars().iter().chain(adapters.all_vars().iter()) {
+            assert!(
+                none.get(v.as_tensor()).is_none(),
+                "{family}: no-grad view tracked a weight"
+            );
+        }
+        // The same adapters with base weights tracked (plain matmul backward).
+        m.set_train_base(true);
+        let plain = nll(&m, &x).backward().unwrap();
+        for (name, v) in adapters.data().lock().unwrap().iter() {
+            let a = frozen
+                .get(v.as_tensor())
+                .unwrap_or_else(|| panic!("{family}: no gradient for {name}"));
+            let b = plain.get(v.as_tensor()).unwrap();
+            let norm = a
+                .abs()
+                .unwrap()
+                .sum_all()
+                .unwrap()
+                .to_scalar::<f32>()
+                .unwrap();
+            assert!(norm > 0.0, "{family}: zero gradient for {name}");
+            assert!(
+                max_diff(a, b) < 1e-5,
+                "{family}: {name} differs by {}",
+                max_diff(a, b)
+            );
+        }
+    }
+}

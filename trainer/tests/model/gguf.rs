@@ -1,0 +1,235 @@
+//! GGUF loading: a tiny llama GGUF written in the test (Q4_1, Q8_0 and F32 tensors, tokenizer
+//! metadata), and the named errors for broken files.
+use std::path::Path;
+
+use candle_core::quantized::gguf_file::{self, Value};
+use candle_core::quantized::{GgmlDType, QTensor};
+use candle_core::{Device, Tensor};
+use spade_trainer::TrainerError;
+use spade_trainer::load::{
+    self,
+    gguf::{gguf_name, permute},
+};
+use spade_trainer::model::{Config, Decoder};
+
+use crate::common::{ids, max_diff, tiny_llama_with_vocab, tiny_vocab};
+
+const TEMPLATE: &str = "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\\nYou are a tiny test model<|im_end|>\\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}";
+
+/// Quantisation used for each GGUF tensor of the test file.
+fn dtype_for(name: &str) -> GgmlDType {
+    if name.contains("attn_k") || name.contains("ffn_up") || name.contains("attn_output") {
+        GgmlDType::Q4_1
+    } else if name.contains("token_embd") || name.contains("ffn_down") || name.contains("attn_v") {
+        GgmlDType::Q8_0
+    } else {
+        GgmlDType::F32
+    }
+}
+
+struct Spec<'a> {
+    arch: &'a str,
+    ffn_len: usize,
+    extra: Option<(&'a str, GgmlDType)>,
+}
+
+const OK: Spec = Spec {
+    arch: "llama",
+    ffn_len: 64,
+    extra: None,
+};
+
+/// Writes `model` as a llama GGUF at `path`; returns the dequantised HF tensors it holds.
+fn write_gguf(
+    path: &Path,
+    model_vm: &candle_nn::VarMap,
+    cfg: &Config,
+    spec: Spec,
+) -> Vec<(String, Tensor)> {
+    let (tokens, merges, types) = tiny_vocab();
+    let s = |x: &str| Value::String(x.to_string());
+    let u = |x: usize| Value::U32(x as u32);
+    let metadata: Vec<(&str, Value)> = vec![
+        ("general.architecture", s(spec.arch)),
+        ("llama.context_length", u(cfg.max_position_embeddings)),
+        ("llama.embedding_length", u(cfg.hidden_size)),
+        ("llama.block_count", u(cfg.num_hidden_layers)),
+        ("llama.feed_forward_length", u(spec.ffn_len)),
+        ("llama.attention.head_count", u(cfg.num_attention_heads)),
+        ("llama.attention.head_count_kv", u(cfg.kv_heads())),
+        ("llama.rope.freq_base", Value::F32(cfg.rope_theta as f32)),
+        (
+            "llama.attention.layer_norm_rms_epsilon",
+            Value::F32(cfg.rms_norm_eps as f32),
+        ),
+        ("tokenizer.ggml.model", s("gpt2")),
+        ("tokenizer.ggml.pre", s("smollm")),
+        (
+            "tokenizer.ggml.tokens",
+            Value::Array(tokens.iter().map(|t| s(t)).collect()),
+        ),
+        (
+            "tokenizer.ggml.merges",
+            Value::Array(merges.iter().map(|t| s(t)).collect()),
+        ),
+        (
+            "tokenizer.ggml.token_type",
+            Value::Array(types.iter().map(|&t| Value::I32(t)).collect()),
+        ),
+        ("tokenizer.ggml.bos_token_id", Value::U32(1)),
+        ("tokenizer.ggml.eos_token_id", Value::U32(2)),
+        ("tokenizer.chat_template", s(TEMPLATE)),
+    ];
+    let data = model_vm.data().lock().unwrap();
+    let mut names: Vec<&String> = data.keys().collect();
+    names.sort();
+    let mut qtensors = Vec::new();
+    let mut expected = Vec::new();
+    for hf in names {
+        let g = gguf_name(hf).unwrap();
+        let w = data[hf].as_tensor().clone();
+        let stored = if g.contains("attn_q") {
+            permute(&w, cfg.num_attention_heads).unwrap()
+        } else if g.contains("attn_k") {
+            permute(&w, cfg.kv_heads()).unwrap()
+        } else {
+            w.clone()
+        };
+        let q = QTensor::quantize(&stored, dtype_for(&g)).unwrap();
+        // Q4/Q8 blocks run along rows, so quantising permuted rows equals permuting quantised rows.
+        let deq = QTensor::quantize(&w, dtype_for(&g))
+            .unwrap()
+            .dequantize(&Device::Cpu)
+            .unwrap();
+        expected.push((hf.clone(), deq));
+        qtensors.push((g, q));
+    }
+    if let Some((name, dtype)) = spec.extra {
+        let t = Tensor::ones((1, 256), candle_core::DType::F32, &Device::Cpu).unwrap();
+        qtensors.push((name.to_string(), QTensor::quantize(&t, dtype).unwrap()));
+    }
+    let meta_refs: Vec<(&str, &Value)> = metadata.iter().map(|(k, v)| (*k, v)).collect();
+    let tensor_refs: Vec<(&str, &QTensor)> =
+        qtensors.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    let mut file = std::fs::File::create(path).unwrap();
+    gguf_file::write(&mut file, &meta_refs, &tensor_refs).unwrap();
+    expected
+}
+
+fn tmp(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("spade-gguf-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+#[test]
+fn quantised_llama_gguf_loads_with_tokenizer() {
+    let cfg = tiny_llama_with_vocab();
+    let (_m, vm) = Decoder::random(&cfg, 5, 0.2, &Device::Cpu).unwrap();
+    let path = tmp("ok.gguf");
+    let expected = write_gguf(&path, &vm, &cfg, OK);
+    let loaded = load::load(&path, &Device::Cpu).unwrap();
+    assert_eq!(loaded.config.vocab_size, cfg.vocab_size);
+    assert!(loaded.config.tie_word_embeddings);
+    let data = loaded.varmap.data().lock().unwrap();
+    for (name, want) in &expected {
+        let got = data[name].as_tensor();
+        let d = max_diff(got, want);
+        assert!(d < 1e-6, "{name} differs by {d}");
+    }
+    // F32 q_proj survives the permutation round trip bit for bit.
+    let q = "model.layers.0.self_attn.q_proj.weight";
+    let orig = vm.data().lock().unwrap()[q].as_tensor().clone();
+    assert_eq!(max_diff(data[q].as_tensor(), &orig), 0.0);
+    drop(data);
+    // Logits equal a model holding the same dequantised weights.
+    let reference = candle_nn::VarMap::new();
+    let rmodel = Decoder::new(
+        &cfg,
+        candle_nn::VarBuilder::from_varmap(&reference, candle_core::DType::F32, &Device::Cpu),
+    )
+    .unwrap();
+    let mut map: std::collections::HashMap<String, Tensor> = expected.into_iter().collect();
+    load::weights::assign(&reference, |n| Ok(map.remove(n))).unwrap();
+    let x = ids(1, 8, cfg.vocab_size, 3);
+    assert!(
+        max_diff(
+            &loaded.model.forward_train(&x).unwrap(),
+            &rmodel.forward_train(&x).unwrap()
+        ) < 1e-4
+    );
+    // Tokenizer: special tokens are single ids and text round-trips.
+    let text = "<|im_start|>user\nthe winter in the north<|im_end|>\n";
+    let enc = loaded.tokenizer.encode(text, false).unwrap();
+    assert_eq!(enc.get_ids()[0], 1);
+    assert_eq!(loaded.tokenizer.decode(enc.get_ids(), false).unwrap(), text);
+    assert!(enc.get_tokens().contains(&"Ġthe".to_string()));
+    assert_eq!(loaded.eos_ids, vec![2]);
+    let spade_trainer::chat::ChatTemplate::ChatMl { default_system } = &loaded.chat;
+    assert_eq!(default_system.as_deref(), Some("You are a tiny test model"));
+}
+
+#[test]
+fn shape_mismatch_names_the_tensor() {
+    let cfg = tiny_llama_with_vocab();
+    let (_m, vm) = Decoder::random(&cfg, 5, 0.2, &Device::Cpu).unwrap();
+    let path = tmp("mismatch.gguf");
+    write_gguf(&path, &vm, &cfg, Spec { ffn_len: 96, ..OK });
+    let err = load::load(&path, &Device::Cpu).unwrap_err();
+    assert!(matches!(err, TrainerError::ShapeMismatch { .. }), "{err}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("blk.0.ffn_down.weight (model.layers.0.mlp.down_proj.weight)"),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("[32, 96]") && msg.contains("[32, 64]"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn unsupported_architecture_and_quantisation_are_named() {
+    let cfg = tiny_llama_with_vocab();
+    let (_m, vm) = Decoder::random(&cfg, 5, 0.2, &Device::Cpu).unwrap();
+    let path = tmp("arch.gguf");
+    write_gguf(&path, &vm, &cfg, Spec { arch: "gpt2", ..OK });
+    let msg = load::load(&path, &Device::Cpu).unwrap_err().to_string();
+    assert_eq!(
+        msg,
+        "unsupported architecture `gpt2` (supported: llama, qwen2, qwen3)"
+    );
+    let path = tmp("quant.gguf");
+    write_gguf(
+        &path,
+        &vm,
+        &cfg,
+        Spec {
+            extra: Some(("extra.weight", GgmlDType::Q8K)),
+            ..OK
+        },
+    );
+    let msg = load::load(&path, &Device::Cpu).unwrap_err().to_string();
+    assert_eq!(
+        msg,
+        "tensor `extra.weight` uses unsupported quantisation type Q8K"
+    );
+}
+
+#[test]
+fn missing_and_corrupt_files_give_clear_errors() {
+    let missing = tmp("nope.gguf");
+    let msg = load::load(&missing, &Device::Cpu).unwrap_err().to_string();
+    assert_eq!(msg, format!("missing file: {}", missing.display()));
+    let junk = tmp("junk.gguf");
+    std::fs::write(&junk, b"not a gguf file at all").unwrap();
+    let msg = load::load(&junk, &Device::Cpu).unwrap_err().to_string();
+    assert!(msg.starts_with("invalid model metadata:"), "{msg}");
+    let dir = tmp("hfdir");
+    std::fs::create_dir_all(&dir).unwrap();
+    let msg = load::load(&dir, &Device::Cpu).unwrap_err().to_string();
+    assert_eq!(
+        msg,
+        format!("missing file: {}", dir.join("config.json").display())
+    );
+}

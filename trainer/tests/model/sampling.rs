@@ -1,0 +1,194 @@
+//! Seeded sampling, groups sharing a prefilled cache, stop conditions and log-probs.
+use candle_core::Device;
+use spade_trainer::logprob::{Pair, completion_logprobs};
+use spade_trainer::model::Decoder;
+use spade_trainer::sample::{FinishReason, Sampler, SamplingParams};
+
+use crate::common::{tiny_llama_with_vocab, tiny_tokenizer};
+
+fn setup() -> (Decoder, tokenizers::Tokenizer) {
+    let cfg = tiny_llama_with_vocab();
+    let (m, _vm) = Decoder::random(&cfg, 9, 0.3, &Device::Cpu).unwrap();
+    (m, tiny_tokenizer())
+}
+
+fn params(seed: u64) -> SamplingParams {
+    SamplingParams {
+        temperature: 1.0,
+        max_new_tokens: 12,
+        seed,
+        ..SamplingParams::default()
+    }
+}
+
+#[test]
+fn same_seed_same_group_and_logprobs_match_training_path() {
+    let (m, tok) = setup();
+    let s = Sampler::new(&m, &tok, &[]);
+    let prompt = s
+        .encode("<|im_start|>user\nthe winter<|im_end|>\n")
+        .unwrap();
+    let a = s.sample(&prompt, 4, &params(3), &mut |_, _| {}).unwrap();
+    let b = s.sample(&prompt, 4, &params(3), &mut |_, _| {}).unwrap();
+    let c = s.sample(&prompt, 4, &params(4), &mut |_, _| {}).unwrap();
+    assert_eq!(a, b);
+    assert_ne!(a, c);
+    assert_ne!(
+        a[0].tokens, a[1].tokens,
+        "group members draw from different streams"
+    );
+    // Completion i of a group equals a lone completion with the same stream.
+    let single = s.sample(&prompt, 1, &params(3), &mut |_, _| {}).unwrap();
+    assert_eq!(single[0].tokens, a[0].tokens);
+    let pairs: Vec<Pair> = a
+        .iter()
+        .map(|c| Pair {
+            prompt: &prompt,
+            completion: &c.tokens,
+        })
+        .collect();
+    let lp: Vec<f32> = completion_logprobs(&m, &pairs).unwrap().to_vec1().unwrap();
+    let sampled: Vec<f32> = a.iter().flat_map(|c| c.logprobs.iter().copied()).collect();
+    assert_eq!(lp.len(), sampled.len());
+    for (x, y) in lp.iter().zip(&sampled) {
+        assert!((x - y).abs() < 1e-4, "{x} vs {y}");
+    }
+}
+
+#[test]
+fn streamed_text_equals_final_text() {
+    let (m, tok) = setup();
+    let s = Sampler::new(&m, &tok, &[]);
+    let prompt = s.encode("the north").unwrap();
+    let mut streamed = vec![String::new(); 3];
+    let out = s
+        .sample(&prompt, 3, &params(1), &mut |i, d| streamed[i].push_str(d))
+        .unwrap();
+    for (c, st) in out.iter().zip(&streamed) {
+        assert_eq!(&c.text, st);
+        assert_eq!(c.finish, FinishReason::Length);
+        assert_eq!(c.tokens.len(), 12);
+    }
+}
+
+#[test]
+fn eos_and_stop_strings_end_completions() {
+    let (m, tok) = setup();
+    let greedy = SamplingParams {
+        temperature: 0.0,
+        max_new_tokens: 10,
+        ..SamplingParams::default()
+    };
+    let prompt = Sampler::new(&m, &tok, &[]).encode("in the").unwrap();
+    let free = Sampler::new(&m, &tok, &[])
+        .sample(&prompt, 2, &greedy, &mut |_, _| {})
+        .unwrap();
+    assert_eq!(free[0], free[1], "greedy completions agree");
+    let toks = &free[0].tokens;
+    let eos = toks[3];
+    let first = toks.iter().position(|&t| t == eos).unwrap();
+    let eos_ids = [eos];
+    let ended = Sampler::new(&m, &tok, &eos_ids)
+        .sample(&prompt, 1, &greedy, &mut |_, _| {})
+        .unwrap();
+    assert_eq!(ended[0].finish, FinishReason::Eos);
+    assert_eq!(ended[0].tokens, toks[..=first].to_vec());
+    let text = &free[0].text;
+    let stop: String = text
+        .chars()
+        .skip(text.chars().count() / 2)
+        .take(2)
+        .collect();
+    let cut = text.find(&stop).unwrap();
+    let p = SamplingParams {
+        stop: vec![stop],
+        ..greedy
+    };
+    let mut streamed = String::new();
+    let out = Sampler::new(&m, &tok, &[])
+        .sample(&prompt, 1, &p, &mut |_, d| streamed.push_str(d))
+        .unwrap();
+    assert_eq!(out[0].finish, FinishReason::Stop);
+    assert_eq!(out[0].text, text[..cut]);
+    assert_eq!(streamed, out[0].text);
+}
+
+#[test]
+fn top_k_one_is_greedy_and_top_p_restricts() {
+    let (m, tok) = setup();
+    let s = Sampler::new(&m, &tok, &[]);
+    let prompt = s.encode("the").unwrap();
+    let greedy = SamplingParams {
+        temperature: 0.0,
+        max_new_tokens: 6,
+        ..SamplingParams::default()
+    };
+    let k1 = SamplingParams {
+        top_k: 1,
+        temperature: 1.5,
+        max_new_tokens: 6,
+        seed: 5,
+        ..SamplingParams::default()
+    };
+    let p0 = SamplingParams {
+        top_p: 1e-6,
+        temperature: 1.5,
+        max_new_tokens: 6,
+        seed: 6,
+        ..SamplingParams::default()
+    };
+    let g = s.sample(&prompt, 1, &greedy, &mut |_, _| {}).unwrap();
+    assert_eq!(
+        s.sample(&prompt, 1, &k1, &mut |_, _| {}).unwrap()[0].tokens,
+        g[0].tokens
+    );
+    assert_eq!(
+        s.sample(&prompt, 1, &p0, &mut |_, _| {}).unwrap()[0].tokens,
+        g[0].tokens
+    );
+}
+
+#[test]
+fn invalid_parameters_are_reported() {
+    let (m, tok) = setup();
+    let s = Sampler::new(&m, &tok, &[]);
+    let err = |p: &SamplingParams, prompt: &[u32], n: usize| {
+        s.sample(prompt, n, p, &mut |_, _| {})
+            .unwrap_err()
+            .to_string()
+    };
+    let ok = params(0);
+    assert_eq!(err(&ok, &[], 1), "invalid parameter: the prompt is empty");
+    assert_eq!(
+        err(&ok, &[5], 0),
+        "invalid parameter: the group size must be at least 1"
+    );
+    let t = SamplingParams {
+        temperature: -1.0,
+        ..ok.clone()
+    };
+    assert_eq!(
+        err(&t, &[5], 1),
+        "invalid parameter: temperature must be >= 0, got -1"
+    );
+    let p = SamplingParams {
+        top_p: 0.0,
+        ..ok.clone()
+    };
+    assert_eq!(
+        err(&p, &[5], 1),
+        "invalid parameter: top_p must be in (0, 1], got 0"
+    );
+    let long = SamplingParams {
+        max_new_tokens: 1000,
+        ..ok.clone()
+    };
+    assert_eq!(
+        err(&long, &[5], 1),
+        "invalid parameter: prompt (1 tokens) plus max new tokens (1000) exceeds the context of 256"
+    );
+    assert_eq!(
+        err(&ok, &[100_000], 1),
+        "invalid parameter: prompt token 100000 is outside the vocabulary of 267"
+    );
+}
