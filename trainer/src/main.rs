@@ -19,6 +19,8 @@ enum Command {
     Run(cli::run::RunArgs),
     Replay(cli::replay::ReplayArgs),
     Bench(cli::bench::BenchArgs),
+    Check(cli::check::CheckArgs),
+    Fuzz(cli::fuzz::FuzzArgs),
 }
 
 fn main() -> ExitCode {
@@ -38,6 +40,8 @@ fn main() -> ExitCode {
         Command::Run(args) => args.execute(),
         Command::Replay(args) => args.execute(),
         Command::Bench(args) => args.execute(),
+        Command::Check(args) => args.execute(),
+        Command::Fuzz(args) => args.execute(),
     };
     match result {
         Ok(code) => code,

@@ -8,6 +8,8 @@ macro_rules! say {
 }
 
 pub mod bench;
+pub mod check;
+pub mod fuzz;
 pub mod replay;
 pub mod run;
 
