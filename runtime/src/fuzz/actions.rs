@@ -257,7 +257,7 @@ impl ActionGen {
                 "<tool_call>{{\"name\": \"{}\", \"arguments\": \"not json\"}}</tool_call>",
                 tool.name
             ),
-            2 => format!("<tool_call>[1, 2]</tool_call>"),
+            2 => "<tool_call>[1, 2]</tool_call>".to_owned(),
             3 => format!("<tool_call>{payload}"),
             _ => format!("<tool_call>{payload}</tool_call>"),
         }

@@ -104,7 +104,7 @@ async fn episode(runtime: Runtime, source: Arc<str>, seed: u64, max_steps: u32) 
     let mut session = Session::start(&runtime, &source, seed, "fuzz").await;
     let mut violations = Vec::new();
     let mut steps = 0;
-    let info = session.info().map(|i| i.clone()).map_err(|e| e.clone());
+    let info = session.info().cloned().map_err(|e| e.clone());
     let class_name = info.as_ref().ok().map(|i| i.class_name.clone());
     match info {
         Err(err) => violations.push(call_failed("load", &err)),
@@ -247,7 +247,7 @@ pub async fn fuzz(
             .any(|v| v.kind == Some(ErrorKind::Load));
         let replay_due = !result.trajectory.is_empty()
             && (!result.violations.is_empty()
-                || (options.replay_every > 0 && index % options.replay_every == 0));
+                || (options.replay_every > 0 && index.is_multiple_of(options.replay_every)));
         if replay_due {
             report.replays += 1;
             if let Some(v) = check_replay(runtime, &result.trajectory, &result.trace_sha256).await {

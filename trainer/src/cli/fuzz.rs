@@ -179,7 +179,17 @@ fn print_summary(env: &Path, report: &FuzzReport, files: &[String], seconds: f64
         } else {
             format!("{} ({})", finding.code, finding.signature)
         };
-        let first = finding.message.lines().next().unwrap_or("");
+        // A traceback's last line names the exception; other messages lead with the point.
+        let first = if finding.message.contains("Traceback") {
+            finding
+                .message
+                .lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("")
+        } else {
+            finding.message.lines().next().unwrap_or("")
+        };
         say!(
             "  {what}: {} episodes, first in episode {} (seed {}): {first}",
             finding.count,
