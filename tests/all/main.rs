@@ -6,6 +6,7 @@ mod cli;
 mod common;
 mod determinism;
 mod envs;
+mod escape;
 mod faults;
 mod fidelity;
 mod fuzz;
