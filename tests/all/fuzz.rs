@@ -121,3 +121,42 @@ async fn a_load_error_ends_the_campaign_with_one_finding() {
     assert_eq!(report.findings.len(), 1);
     assert_eq!(report.findings[0].code, "load");
 }
+
+/// The cargo-fuzz targets' bodies, with fixed inputs (the fuzzers themselves need nightly).
+#[test]
+fn fuzz_target_bodies_accept_fixed_inputs() {
+    use spade_runtime::fuzz::targets::{Harness, trajectory_parser};
+    let harness = Harness::with_runtime(&runtime());
+    for source in [
+        &b""[..],
+        b"\xff\xfe not utf-8",
+        b"class XEnv:\n    def reset(self, seed=None):\n        return 'x', {}\n",
+        b"class XEnv:\n    def reset(self, seed=None):\n        while True: pass\n",
+        b"class XEnv:\n    def reset(self, seed=None):\n        return 'x', {}\n    def step(self, a):\n        return 'y' * 10**9, 0, 1, 0, {}\n",
+        env_source("grid_walk").as_bytes(),
+    ] {
+        harness.python_source(source);
+    }
+    for name in [
+        "arithmetic_puzzle",
+        "grid_walk",
+        "tool_inventory",
+        "fraction_answer",
+    ] {
+        let source = env_source(name);
+        harness.actions(&source, b"");
+        harness.actions(
+            &source,
+            b"12345678\\boxed{1}\n{{{{\n\n<answer>3</answer>\n\xf0\x9f",
+        );
+    }
+    let recorded = std::fs::read_to_string(env_dir("grid_walk").join("actions.txt")).unwrap();
+    for text in [
+        &b""[..],
+        b"{\"type\":\"header\"}\n",
+        b"\x00\x01",
+        recorded.as_bytes(),
+    ] {
+        trajectory_parser(text);
+    }
+}

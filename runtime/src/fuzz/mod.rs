@@ -8,6 +8,7 @@ pub mod campaign;
 pub mod oracles;
 pub mod rng;
 pub mod session;
+pub mod targets;
 
 pub use actions::{ActionGen, MAX_ACTION_CHARS, Style, ToolSpec, parse_tools};
 pub use campaign::{FuzzFinding, FuzzOptions, FuzzReport, Progress, check_replay, fuzz};
