@@ -26,8 +26,10 @@
 
 mod artifact;
 mod bindings;
+pub mod check;
 mod config;
 mod error;
+pub mod fuzz;
 mod runtime;
 mod sandbox;
 mod source;

@@ -1,11 +1,14 @@
 //! spade's integration tests: one binary, a module per area. Fixture environments live in
 //! `tests/envs/<name>/` (`env.py`, the actions to play, the expected outcome beside them).
 
+mod check;
 mod cli;
 mod common;
 mod determinism;
 mod envs;
+mod escape;
 mod faults;
 mod fidelity;
+mod fuzz;
 mod replay;
 mod sandbox;

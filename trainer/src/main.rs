@@ -28,6 +28,10 @@ enum Command {
     Model(cli::model::Model),
     /// Measure sampling and RL-update throughput for the default model's shape.
     BenchModel(cli::bench_model::BenchModel),
+    /// Decide whether an environment may enter training (the reference's probes and more).
+    Check(cli::check::CheckArgs),
+    /// Hunt for crashes, reward hacks and nondeterminism with generated actions.
+    Fuzz(cli::fuzz::FuzzArgs),
 }
 
 fn main() -> ExitCode {
@@ -51,6 +55,8 @@ fn main() -> ExitCode {
         Command::Generate(args) => done(args.execute()),
         Command::Model(args) => done(args.execute()),
         Command::BenchModel(args) => done(args.execute()),
+        Command::Check(args) => args.execute(),
+        Command::Fuzz(args) => args.execute(),
     };
     match result {
         Ok(code) => code,

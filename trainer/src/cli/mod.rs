@@ -9,6 +9,8 @@ macro_rules! say {
 
 pub mod bench;
 pub mod bench_model;
+pub mod check;
+pub mod fuzz;
 pub mod generate;
 pub mod model;
 pub mod replay;

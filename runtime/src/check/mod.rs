@@ -1,0 +1,645 @@
+//! `spade check`: decide whether a generated environment may enter training.
+//!
+//! Runs every probe of the SPADE reference's validation (class discovery; `reset(seed=42)`
+//! returns a non-empty string and a dict; the probe steps `\boxed{1}`, `\boxed{test}`,
+//! `\boxed{42}` return typed 5-tuples with rewards in [-10, 10]; `reset(seed=123)` works again),
+//! then episodes that check determinism, seed use, the solution, reward hacking by random and
+//! garbage play, episode ends, fuel and output. Every finding that comes from an episode carries
+//! that episode's trajectory, which `spade replay` reproduces. All choices are seeded: the same
+//! environment gives the same report.
+
+use std::collections::BTreeSet;
+
+use serde::Serialize;
+
+use crate::error::{CallError, ErrorKind};
+use crate::fuzz::actions::{ActionGen, Style, parse_tools};
+use crate::fuzz::oracles::{Severity, Violation, call_failed, check_end, check_step, clip};
+use crate::fuzz::{Session, check_replay};
+use crate::runtime::Runtime;
+use crate::sandbox::EnvInfo;
+
+/// What `check` runs.
+#[derive(Debug, Clone)]
+pub struct CheckOptions {
+    /// Episodes per probe (solution play, garbage play, random play).
+    pub seeds: u32,
+    /// Steps per episode when the environment has no `max_turns`.
+    pub max_steps: u32,
+    /// Random (plausible) play winning at least this often is a warning.
+    pub random_win_warning: f64,
+}
+
+impl Default for CheckOptions {
+    fn default() -> Self {
+        CheckOptions {
+            seeds: 5,
+            max_steps: 30,
+            random_win_warning: 0.5,
+        }
+    }
+}
+
+/// One finding.
+#[derive(Debug, Clone, Serialize)]
+pub struct Finding {
+    /// Stable machine name: see the table in the README.
+    pub code: String,
+    pub severity: Severity,
+    pub message: String,
+    /// The typed error behind the finding, if a call failed.
+    pub kind: Option<ErrorKind>,
+    /// The seed of the episode it came from.
+    pub seed: Option<u64>,
+    /// That episode's trajectory (JSON Lines), if it came from one.
+    #[serde(skip)]
+    pub trajectory: Option<String>,
+    /// Where the caller saved the trajectory (filled in by the CLI).
+    pub trajectory_file: Option<String>,
+}
+
+/// Numbers the probes measured.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct CheckStats {
+    pub episodes: u64,
+    pub steps: u64,
+    /// Most fuel any call used, and the per-call budget.
+    pub max_fuel: u64,
+    pub fuel_budget: u64,
+    pub solution_wins: Option<String>,
+    pub garbage_win_rate: Option<f64>,
+    pub random_win_rate: Option<f64>,
+    pub distinct_initial_observations: Option<u64>,
+}
+
+/// The verdict.
+#[derive(Debug, Clone, Serialize)]
+pub struct CheckReport {
+    /// No error findings.
+    pub accepted: bool,
+    pub class_name: Option<String>,
+    pub max_turns: Option<u32>,
+    pub tool_use: bool,
+    /// Probes that ran, in order.
+    pub probes: Vec<String>,
+    pub findings: Vec<Finding>,
+    pub stats: CheckStats,
+}
+
+impl CheckReport {
+    pub fn errors(&self) -> usize {
+        self.findings
+            .iter()
+            .filter(|f| f.severity == Severity::Error)
+            .count()
+    }
+
+    pub fn warnings(&self) -> usize {
+        self.findings.len() - self.errors()
+    }
+
+    /// The codes of all findings, for tests.
+    pub fn codes(&self) -> Vec<&str> {
+        self.findings.iter().map(|f| f.code.as_str()).collect()
+    }
+}
+
+struct Checker<'a> {
+    runtime: &'a Runtime,
+    source: &'a str,
+    options: &'a CheckOptions,
+    report: CheckReport,
+    seen: BTreeSet<String>,
+}
+
+/// How an episode played.
+struct Played {
+    won: bool,
+    failed: bool,
+}
+
+impl Checker<'_> {
+    fn add(
+        &mut self,
+        severity: Severity,
+        violation: Violation,
+        seed: Option<u64>,
+        trajectory: Option<&str>,
+    ) {
+        // One finding per code: the first (lowest seed) is the one to look at.
+        if !self.seen.insert(violation.code.clone()) {
+            return;
+        }
+        self.report.findings.push(Finding {
+            code: violation.code,
+            severity,
+            message: violation.message,
+            kind: violation.kind,
+            seed,
+            trajectory: trajectory.map(str::to_owned),
+            trajectory_file: None,
+        });
+    }
+
+    fn failure(&mut self, code: &str, call: &str, err: &CallError) -> Violation {
+        let mut v = call_failed(call, err);
+        v.code = code.to_owned();
+        v
+    }
+
+    fn account(&mut self, session: &Session, steps: u64) {
+        self.report.stats.episodes += 1;
+        self.report.stats.steps += steps;
+        self.report.stats.max_fuel = self.report.stats.max_fuel.max(session.max_fuel);
+    }
+
+    fn finish_session(&mut self, session: Session, steps: u64) -> (String, String) {
+        self.account(&session, steps);
+        let dropped = session.dropped_bytes;
+        let (text, hash) = session.finish();
+        if dropped > 0 {
+            self.add(
+                Severity::Warning,
+                Violation::new(
+                    "output_truncated",
+                    format!("the environment printed {dropped} bytes beyond the output cap"),
+                ),
+                None,
+                Some(&text),
+            );
+        }
+        (text, hash)
+    }
+
+    /// The reference's validation. Returns what `load` found when every probe passed.
+    async fn reference_probes(&mut self) -> Option<EnvInfo> {
+        const SEED: u64 = 42;
+        self.report.probes.push("reference".to_owned());
+        let mut session = Session::start(self.runtime, self.source, SEED, "check:reference").await;
+        let info = match session.info() {
+            Ok(info) => info.clone(),
+            Err(err) => {
+                let v = self.failure("load_failed", "load", &err.clone());
+                let (text, _) = self.finish_session(session, 0);
+                self.add(Severity::Error, v, Some(SEED), Some(&text));
+                return None;
+            }
+        };
+        self.report.class_name = Some(info.class_name.clone());
+        self.report.max_turns = info.max_turns;
+        self.report.tool_use = info.tools.is_some();
+        let mut problem: Option<Violation> = None;
+        let mut steps = 0;
+        match session.reset(Some(SEED)).await {
+            Err(err) => problem = Some(self.failure("reset_failed", "reset(seed=42)", &err)),
+            Ok(reset) if reset.observation.trim().is_empty() => {
+                problem = Some(Violation::new(
+                    "empty_observation",
+                    "reset(seed=42) returned an empty observation".to_owned(),
+                ));
+            }
+            Ok(_) => {
+                for action in [r"\boxed{1}", r"\boxed{test}", r"\boxed{42}"] {
+                    steps += 1;
+                    match session.step(action).await {
+                        Err(err) => {
+                            problem = Some(self.failure(
+                                "probe_step_failed",
+                                &format!("step({action})"),
+                                &err,
+                            ));
+                            break;
+                        }
+                        Ok(step) => {
+                            if let Some(v) = check_step(&step) {
+                                problem = Some(v);
+                                break;
+                            }
+                        }
+                    }
+                }
+                if problem.is_none()
+                    && let Err(err) = session.reset(Some(123)).await
+                {
+                    problem = Some(self.failure("reset_again_failed", "reset(seed=123)", &err));
+                }
+            }
+        }
+        let (text, _) = self.finish_session(session, steps);
+        match problem {
+            Some(v) => {
+                self.add(Severity::Error, v, Some(SEED), Some(&text));
+                None
+            }
+            None => Some(info),
+        }
+    }
+
+    /// Plays the solution from `reset(seed)`.
+    async fn solution_episode(&mut self, info: &EnvInfo, seed: u64) -> Played {
+        let mut played = Played {
+            won: false,
+            failed: false,
+        };
+        let mut session = Session::start(self.runtime, self.source, seed, "check:solution").await;
+        let mut steps = 0;
+        let mut problem: Option<(Severity, Violation)> = None;
+        match session.reset(Some(seed)).await {
+            Err(err) => {
+                problem = Some((Severity::Error, self.failure("reset_failed", "reset", &err)))
+            }
+            Ok(_) => match session.solution().await {
+                Err(err) => {
+                    problem = Some((
+                        Severity::Error,
+                        self.failure("solution_failed", "solution()", &err),
+                    ));
+                }
+                Ok(solution) => {
+                    let plan = solution_actions(&solution, info.tools.is_some());
+                    let single = plan.single;
+                    let mut ended = false;
+                    for action in plan.actions {
+                        steps += 1;
+                        match session.step(&action).await {
+                            Err(err) => {
+                                problem = Some((
+                                    Severity::Error,
+                                    self.failure("step_failed", "step", &err),
+                                ));
+                                break;
+                            }
+                            Ok(step) => {
+                                if step.terminated || step.truncated {
+                                    played.won = step.terminated && step.reward > 0.0;
+                                    ended = true;
+                                    break;
+                                }
+                            }
+                        }
+                    }
+                    if problem.is_none() && !played.won && plan.machine_readable {
+                        let how = if ended {
+                            "ended without a win"
+                        } else {
+                            "did not end"
+                        };
+                        let v = Violation::new(
+                            if single {
+                                "solution_does_not_win"
+                            } else {
+                                "solution_plan_does_not_win"
+                            },
+                            format!(
+                                "playing solution() {} as the env's action format {how} (seed {seed})",
+                                format_args!("{:?}", clip(&solution, 200))
+                            ),
+                        );
+                        problem = Some((
+                            if single {
+                                Severity::Error
+                            } else {
+                                Severity::Warning
+                            },
+                            v,
+                        ));
+                    }
+                }
+            },
+        }
+        let (text, _) = self.finish_session(session, steps);
+        if let Some((severity, v)) = problem {
+            played.failed = severity == Severity::Error;
+            self.add(severity, v, Some(seed), Some(&text));
+        }
+        played
+    }
+
+    /// Plays generated actions from `reset(seed)` until the episode ends or reaches
+    /// `max_turns`. Returns the trajectory and its hash too.
+    async fn generated_episode(
+        &mut self,
+        info: &EnvInfo,
+        seed: u64,
+        style: Style,
+    ) -> (Played, String, String) {
+        let mut played = Played {
+            won: false,
+            failed: false,
+        };
+        let purpose = match style {
+            Style::Garbage => "check:garbage",
+            _ => "check:random",
+        };
+        let mut session = Session::start(self.runtime, self.source, seed, purpose).await;
+        let mut generator = ActionGen::new(seed, parse_tools(info.tools.as_deref()));
+        let limit = info.max_turns.unwrap_or(self.options.max_steps).min(200);
+        let mut steps = 0u64;
+        let mut problem: Option<Violation> = None;
+        match session.reset(Some(seed)).await {
+            Err(err) => problem = Some(self.failure("reset_failed", "reset", &err)),
+            Ok(reset) => {
+                let mut observation = reset.observation;
+                let mut ended = false;
+                while steps < u64::from(limit) {
+                    let action = generator.next(&observation, style);
+                    steps += 1;
+                    match session.step(&action).await {
+                        Err(err) => {
+                            problem = Some(self.failure(
+                                "step_failed",
+                                &format!("step({})", clip(&action, 80)),
+                                &err,
+                            ));
+                            break;
+                        }
+                        Ok(step) => {
+                            if let Some(v) = check_step(&step) {
+                                problem = Some(v);
+                                break;
+                            }
+                            if step.terminated || step.truncated {
+                                played.won = step.terminated && step.reward > 0.0;
+                                ended = true;
+                                break;
+                            }
+                            observation = step.observation;
+                        }
+                    }
+                }
+                if problem.is_none() {
+                    problem = check_end(info.max_turns, steps as usize, ended);
+                }
+            }
+        }
+        let (text, hash) = self.finish_session(session, steps);
+        if let Some(v) = problem {
+            played.failed = true;
+            self.add(Severity::Error, v, Some(seed), Some(&text));
+        }
+        (played, text, hash)
+    }
+
+    /// Different seeds should give different initial observations.
+    async fn seeds_probe(&mut self, n: u64) {
+        let mut session = Session::start(self.runtime, self.source, 0, "check:seeds").await;
+        let mut observations = BTreeSet::new();
+        let mut problem = None;
+        for seed in 0..n {
+            match session.reset(Some(seed)).await {
+                Ok(reset) => {
+                    observations.insert(reset.observation);
+                }
+                Err(err) => {
+                    problem =
+                        Some(self.failure("reset_failed", &format!("reset(seed={seed})"), &err));
+                    break;
+                }
+            }
+        }
+        let (text, _) = self.finish_session(session, 0);
+        self.report.stats.distinct_initial_observations = Some(observations.len() as u64);
+        if let Some(v) = problem {
+            self.add(Severity::Error, v, None, Some(&text));
+        } else if observations.len() == 1 {
+            self.add(
+                Severity::Warning,
+                Violation::new(
+                    "seed_ignored",
+                    format!(
+                        "reset(seed) gave the same initial observation for {n} different seeds"
+                    ),
+                ),
+                None,
+                Some(&text),
+            );
+        }
+    }
+
+    async fn run(&mut self) {
+        let Some(info) = self.reference_probes().await else {
+            return;
+        };
+        let n = u64::from(self.options.seeds.max(1));
+
+        self.report.probes.push("solution".to_owned());
+        let mut wins = 0;
+        for i in 0..n.max(2) {
+            let played = self.solution_episode(&info, 1 + i).await;
+            wins += u64::from(played.won);
+            if played.failed {
+                break;
+            }
+        }
+        self.report.stats.solution_wins = Some(format!("{wins}/{}", n.max(2)));
+        self.report.probes.push("seeds".to_owned());
+        self.seeds_probe(n.max(2)).await;
+
+        for (probe, style, base, code) in [
+            ("garbage", Style::Garbage, 100, "garbage_wins"),
+            ("random", Style::Plausible, 200, "random_wins"),
+        ] {
+            self.report.probes.push(probe.to_owned());
+            let mut wins = 0u64;
+            let mut first_win: Option<(u64, String)> = None;
+            let mut played_n = 0u64;
+            for i in 0..n {
+                let seed = base + i;
+                let (played, text, hash) = self.generated_episode(&info, seed, style).await;
+                played_n += 1;
+                if played.won {
+                    wins += 1;
+                    first_win.get_or_insert((seed, text.clone()));
+                }
+                if i == 0 && !played.failed && style == Style::Plausible {
+                    // The same seed and actions twice must give the same episode.
+                    self.report.probes.push("determinism".to_owned());
+                    if let Some(v) = check_replay(self.runtime, &text, &hash).await {
+                        self.add(Severity::Error, v, Some(seed), Some(&text));
+                    }
+                }
+                if played.failed {
+                    break;
+                }
+            }
+            let rate = wins as f64 / played_n as f64;
+            let warn = if style == Style::Garbage {
+                self.report.stats.garbage_win_rate = Some(rate);
+                wins > 0
+            } else {
+                self.report.stats.random_win_rate = Some(rate);
+                rate >= self.options.random_win_warning
+            };
+            if let Some((seed, text)) = first_win
+                && warn
+            {
+                self.add(
+                    Severity::Warning,
+                    Violation::new(
+                        code,
+                        format!(
+                            "{probe} play won {wins} of {played_n} episodes ({:.0}%): the reward may be hackable",
+                            rate * 100.0
+                        ),
+                    ),
+                    Some(seed),
+                    Some(&text),
+                );
+            }
+        }
+
+        self.report.probes.push("fuel".to_owned());
+        let budget = self.runtime.limits().fuel_per_call;
+        self.report.stats.fuel_budget = budget;
+        if self.report.stats.max_fuel > budget / 4 {
+            self.add(
+                Severity::Warning,
+                Violation::new(
+                    "fuel_high",
+                    format!(
+                        "a call used {} fuel, more than a quarter of the per-call budget {budget}",
+                        self.report.stats.max_fuel
+                    ),
+                ),
+                None,
+                None,
+            );
+        }
+    }
+}
+
+/// The actions that play a solution.
+struct SolutionPlan {
+    actions: Vec<String>,
+    /// One answer (not a plan of several moves).
+    single: bool,
+    /// Short and regular enough to play; a prose description is not.
+    machine_readable: bool,
+}
+
+fn solution_actions(solution: &str, tool_use: bool) -> SolutionPlan {
+    let text = solution.trim();
+    let boxed = boxed_contents(text);
+    if !boxed.is_empty() {
+        let single = boxed.len() == 1;
+        return SolutionPlan {
+            actions: boxed
+                .into_iter()
+                .map(|b| format!("\\boxed{{{b}}}"))
+                .collect(),
+            single,
+            machine_readable: true,
+        };
+    }
+    if text.contains("<tool_call>") || text.contains("<answer>") {
+        let actions: Vec<String> = text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .map(str::to_owned)
+            .collect();
+        return SolutionPlan {
+            single: actions.len() == 1,
+            actions,
+            machine_readable: true,
+        };
+    }
+    let machine_readable = !text.is_empty() && !text.contains('\n') && text.chars().count() <= 100;
+    let action = if tool_use {
+        format!("<answer>{text}</answer>")
+    } else {
+        format!("\\boxed{{{text}}}")
+    };
+    SolutionPlan {
+        actions: vec![action],
+        single: true,
+        machine_readable,
+    }
+}
+
+/// The contents of every `\boxed{...}` in `text`, braces balanced.
+fn boxed_contents(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("\\boxed{") {
+        let body = &rest[at + 7..];
+        let mut depth = 1;
+        let mut end = None;
+        for (i, c) in body.char_indices() {
+            match c {
+                '{' => depth += 1,
+                '}' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        end = Some(i);
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        match end {
+            Some(i) => {
+                out.push(body[..i].to_owned());
+                rest = &body[i + 1..];
+            }
+            None => break,
+        }
+    }
+    out
+}
+
+/// Checks `source` under `runtime`'s limits.
+pub async fn check(runtime: &Runtime, source: &str, options: &CheckOptions) -> CheckReport {
+    let mut checker = Checker {
+        runtime,
+        source,
+        options,
+        report: CheckReport {
+            accepted: false,
+            class_name: None,
+            max_turns: None,
+            tool_use: false,
+            probes: Vec::new(),
+            findings: Vec::new(),
+            stats: CheckStats {
+                fuel_budget: runtime.limits().fuel_per_call,
+                ..CheckStats::default()
+            },
+        },
+        seen: BTreeSet::new(),
+    };
+    checker.run().await;
+    let mut report = checker.report;
+    report.accepted = report.errors() == 0;
+    report
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn solutions_become_actions() {
+        let p = solution_actions("42", false);
+        assert_eq!(
+            (p.actions, p.single, p.machine_readable),
+            (vec!["\\boxed{42}".to_owned()], true, true)
+        );
+        let p = solution_actions("\\boxed{up} \\boxed{left}", false);
+        assert_eq!(
+            (p.actions, p.single),
+            (
+                vec!["\\boxed{up}".to_owned(), "\\boxed{left}".to_owned()],
+                false
+            )
+        );
+        let p = solution_actions("12.5", true);
+        assert_eq!(p.actions, vec!["<answer>12.5</answer>".to_owned()]);
+        assert!(!solution_actions("First call the tool,\nthen add", true).machine_readable);
+        assert_eq!(
+            boxed_contents("\\boxed{\\frac{1}{2}} x \\boxed{3"),
+            vec!["\\frac{1}{2}".to_owned()]
+        );
+    }
+}

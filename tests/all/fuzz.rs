@@ -1,0 +1,162 @@
+//! `spade fuzz`: finds planted bugs, saves replayable trajectories, is reproducible from its
+//! seed, and stays quiet on good environments.
+
+use serde_json::Value;
+use spade_runtime::fuzz::{FuzzOptions, fuzz};
+
+use crate::common::{env_dir, env_source, runtime, spade, stdout};
+
+fn options(seed: u64, episodes: u64) -> FuzzOptions {
+    FuzzOptions {
+        seed,
+        episodes: Some(episodes),
+        ..FuzzOptions::default()
+    }
+}
+
+#[test]
+fn finds_the_planted_bug_and_saves_a_replayable_trajectory() {
+    let dir = tempfile::tempdir().unwrap();
+    let env = env_dir("brace_crash").join("env.py");
+    let out = dir.path().join("out");
+    let output = spade(&[
+        "fuzz",
+        env.to_str().unwrap(),
+        "--episodes",
+        "30",
+        "--seed",
+        "1",
+        "--out",
+        out.to_str().unwrap(),
+        "--json",
+    ]);
+    assert_eq!(
+        output.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let json: Value = serde_json::from_str(stdout(&output).trim()).unwrap();
+    assert_eq!(json["episodes"], 30);
+    let findings = json["findings"].as_array().unwrap();
+    let at = findings
+        .iter()
+        .position(|f| f["code"] == "exception" && f["signature"] == "KeyError")
+        .unwrap_or_else(|| panic!("the planted KeyError was not found: {findings:?}"));
+    let file = json["trajectory_files"][at].as_str().unwrap().to_owned();
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(
+        text.contains("{{"),
+        "the failing action is in the trajectory"
+    );
+    let output = spade(&["replay", &file]);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let replayed = stdout(&output);
+    assert!(replayed.contains("outcome error:exception"), "{replayed}");
+    assert!(
+        replayed.contains(findings[at]["trace_sha256"].as_str().unwrap()),
+        "{replayed}"
+    );
+}
+
+#[tokio::test]
+async fn a_campaign_is_reproducible_from_its_seed() {
+    let source = env_source("brace_crash");
+    let a = fuzz(&runtime(), &source, &options(5, 12), &mut |_| {}).await;
+    let b = fuzz(&runtime(), &source, &options(5, 12), &mut |_| {}).await;
+    assert_eq!(
+        serde_json::to_string(&a).unwrap(),
+        serde_json::to_string(&b).unwrap()
+    );
+    let trajectories = |r: &spade_runtime::fuzz::FuzzReport| -> Vec<String> {
+        r.findings.iter().map(|f| f.trajectory.clone()).collect()
+    };
+    assert_eq!(trajectories(&a), trajectories(&b));
+    let c = fuzz(&runtime(), &source, &options(6, 12), &mut |_| {}).await;
+    assert_ne!(
+        serde_json::to_string(&a).unwrap(),
+        serde_json::to_string(&c).unwrap()
+    );
+}
+
+#[tokio::test]
+async fn good_fixtures_have_no_findings_and_endless_envs_do() {
+    for name in ["grid_walk", "tool_inventory", "fraction_answer"] {
+        let report = fuzz(&runtime(), &env_source(name), &options(2, 15), &mut |_| {}).await;
+        assert_eq!(report.episodes, 15);
+        assert!(
+            report.replays >= 2,
+            "{name}: clean episodes are replayed too"
+        );
+        let codes: Vec<&str> = report.findings.iter().map(|f| f.code.as_str()).collect();
+        assert!(codes.is_empty(), "{name}: {codes:?}");
+    }
+    let report = fuzz(
+        &runtime(),
+        &env_source("never_ends"),
+        &options(2, 4),
+        &mut |_| {},
+    )
+    .await;
+    let codes: Vec<&str> = report.findings.iter().map(|f| f.code.as_str()).collect();
+    assert_eq!(codes, ["no_end"]);
+    assert_eq!(report.findings[0].count, 4);
+}
+
+#[tokio::test]
+async fn a_load_error_ends_the_campaign_with_one_finding() {
+    let report = fuzz(
+        &runtime(),
+        &env_source("fault_syntax_error"),
+        &options(0, 50),
+        &mut |_| {},
+    )
+    .await;
+    assert_eq!(report.episodes, 1);
+    assert_eq!(report.findings.len(), 1);
+    assert_eq!(report.findings[0].code, "load");
+}
+
+/// The cargo-fuzz targets' bodies, with fixed inputs (the fuzzers themselves need nightly).
+#[test]
+fn fuzz_target_bodies_accept_fixed_inputs() {
+    use spade_runtime::fuzz::targets::{Harness, trajectory_parser};
+    let harness = Harness::with_runtime(&runtime());
+    for source in [
+        &b""[..],
+        b"\xff\xfe not utf-8",
+        b"class XEnv:\n    def reset(self, seed=None):\n        return 'x', {}\n",
+        b"class XEnv:\n    def reset(self, seed=None):\n        while True: pass\n",
+        b"class XEnv:\n    def reset(self, seed=None):\n        return 'x', {}\n    def step(self, a):\n        return 'y' * 10**9, 0, 1, 0, {}\n",
+        env_source("grid_walk").as_bytes(),
+    ] {
+        harness.python_source(source);
+    }
+    for name in [
+        "arithmetic_puzzle",
+        "grid_walk",
+        "tool_inventory",
+        "fraction_answer",
+    ] {
+        let source = env_source(name);
+        harness.actions(&source, b"");
+        harness.actions(
+            &source,
+            b"12345678\\boxed{1}\n{{{{\n\n<answer>3</answer>\n\xf0\x9f",
+        );
+    }
+    let recorded = std::fs::read_to_string(env_dir("grid_walk").join("actions.txt")).unwrap();
+    for text in [
+        &b""[..],
+        b"{\"type\":\"header\"}\n",
+        b"\x00\x01",
+        recorded.as_bytes(),
+    ] {
+        trajectory_parser(text);
+    }
+}

@@ -1,0 +1,17 @@
+class EscapeEnv:
+    def __init__(self, max_turns=3):
+        self.max_turns = max_turns
+
+    def reset(self, seed=None):
+        return 'ready', {}
+
+    def step(self, action):
+        import sys
+        sys.setrecursionlimit(10**7)
+        def f(n):
+            return f(n + 1)
+        result = f(0)
+        return str(result)[:2000], 0.0, False, False, {}
+
+    def solution(self):
+        return 'none'

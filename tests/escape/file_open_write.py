@@ -1,0 +1,16 @@
+class EscapeEnv:
+    def __init__(self, max_turns=3):
+        self.max_turns = max_turns
+
+    def reset(self, seed=None):
+        return 'ready', {}
+
+    def step(self, action):
+        f = open('/tmp/spade-escape-written', 'w')
+        f.write('pwned')
+        f.close()
+        result = 'wrote'
+        return str(result)[:2000], 0.0, False, False, {}
+
+    def solution(self):
+        return 'none'

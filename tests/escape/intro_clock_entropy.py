@@ -1,0 +1,14 @@
+class EscapeEnv:
+    def __init__(self, max_turns=3):
+        self.max_turns = max_turns
+
+    def reset(self, seed=None):
+        return 'ready', {}
+
+    def step(self, action):
+        import os, time, random
+        result = f'time={time.time()} urandom={os.urandom(4).hex()} sysrand={random.SystemRandom().randint(0, 9)}'
+        return str(result)[:2000], 0.0, False, False, {}
+
+    def solution(self):
+        return 'none'

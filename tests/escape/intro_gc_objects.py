@@ -1,0 +1,15 @@
+class EscapeEnv:
+    def __init__(self, max_turns=3):
+        self.max_turns = max_turns
+
+    def reset(self, seed=None):
+        return 'ready', {}
+
+    def step(self, action):
+        import gc
+        objs = gc.get_objects()
+        result = f'{len(objs)} objects; modules: ' + ','.join(sorted({type(o).__name__ for o in objs})[:5])
+        return str(result)[:2000], 0.0, False, False, {}
+
+    def solution(self):
+        return 'none'

@@ -1,0 +1,18 @@
+class EscapeEnv:
+    def __init__(self, max_turns=3):
+        self.max_turns = max_turns
+
+    def reset(self, seed=None):
+        return 'ready', {}
+
+    def step(self, action):
+        import sys, types
+        fake = types.ModuleType('socket')
+        fake.socket = lambda *a: 'fake socket'
+        sys.modules['socket'] = fake
+        import socket
+        result = socket.socket()
+        return str(result)[:2000], 0.0, False, False, {}
+
+    def solution(self):
+        return 'none'

@@ -1,0 +1,14 @@
+class EscapeEnv:
+    def __init__(self, max_turns=3):
+        self.max_turns = max_turns
+
+    def reset(self, seed=None):
+        return 'ready', {}
+
+    def step(self, action):
+        l = []
+        l.append(l)
+        return 'ok', 0.0, False, False, {'l': l}
+
+    def solution(self):
+        return 'none'

@@ -1,0 +1,139 @@
+//! `spade check`: decide whether a generated environment may enter training.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::Context as _;
+use clap::Args;
+use spade_runtime::check::{CheckOptions, CheckReport, check};
+use spade_runtime::fuzz::Severity;
+use spade_runtime::{Config, Runtime};
+
+use super::{read_text, tokio_runtime};
+
+/// Exit code when the environment is rejected (at least one error finding).
+pub const EXIT_REJECTED: u8 = 2;
+
+/// Validate an environment: the reference's probes plus determinism, solution, reward-hacking,
+/// episode-end, fuel and output checks. Exit 0 = accept, 2 = reject.
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// The environment source.
+    pub env: PathBuf,
+    /// Print the report as one JSON object (stable field names).
+    #[arg(long)]
+    pub json: bool,
+    /// Episodes per probe (solution, garbage and random play).
+    #[arg(long, default_value_t = 5)]
+    pub seeds: u32,
+    /// Directory for the trajectories of findings (replay them with `spade replay`).
+    /// Default: `spade-check-<env file stem>` in the current directory, created only when
+    /// there are findings.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Fuel budget per call (default: the runtime's, 10^10).
+    #[arg(long)]
+    pub fuel: Option<u64>,
+}
+
+impl CheckArgs {
+    pub fn execute(self) -> anyhow::Result<ExitCode> {
+        let source = read_text(&self.env, "environment file")?;
+        let started = Instant::now();
+        let mut runtime =
+            Runtime::new(Config::default()).context("starting the sandbox runtime")?;
+        if let Some(fuel) = self.fuel {
+            let mut limits = runtime.limits().clone();
+            limits.fuel_per_call = fuel;
+            runtime = runtime.with_limits(limits);
+        }
+        let options = CheckOptions {
+            seeds: self.seeds,
+            ..CheckOptions::default()
+        };
+        let mut report = tokio_runtime()?.block_on(check(&runtime, &source, &options));
+        let out = self
+            .out
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(format!("spade-check-{}", stem(&self.env))));
+        save_trajectories(&mut report, &out)?;
+        let seconds = started.elapsed().as_secs_f64();
+        if self.json {
+            say!("{}", serde_json::to_string(&report)?);
+        } else {
+            print_human(&self.env, &report, seconds);
+        }
+        Ok(if report.accepted {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(EXIT_REJECTED)
+        })
+    }
+}
+
+fn stem(path: &Path) -> String {
+    let stem = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "env".to_owned());
+    // env.py files live in a folder named after the environment.
+    if stem == "env"
+        && let Some(parent) = path.parent().and_then(Path::file_name)
+    {
+        return parent.to_string_lossy().into_owned();
+    }
+    stem
+}
+
+fn save_trajectories(report: &mut CheckReport, out: &Path) -> anyhow::Result<()> {
+    for finding in &mut report.findings {
+        let Some(text) = &finding.trajectory else {
+            continue;
+        };
+        std::fs::create_dir_all(out)
+            .with_context(|| format!("creating the output directory '{}'", out.display()))?;
+        let path = out.join(format!("{}.jsonl", finding.code));
+        std::fs::write(&path, text)
+            .with_context(|| format!("writing the trajectory '{}'", path.display()))?;
+        finding.trajectory_file = Some(path.display().to_string());
+    }
+    Ok(())
+}
+
+fn print_human(env: &Path, report: &CheckReport, seconds: f64) {
+    let verdict = if report.accepted { "ACCEPT" } else { "REJECT" };
+    let class = report
+        .class_name
+        .as_deref()
+        .unwrap_or("no environment class");
+    say!(
+        "{verdict} {} ({class}): {} errors, {} warnings, {} episodes in {seconds:.1}s",
+        env.display(),
+        report.errors(),
+        report.warnings(),
+        report.stats.episodes
+    );
+    for finding in &report.findings {
+        let severity = match finding.severity {
+            Severity::Error => "error",
+            Severity::Warning => "warning",
+        };
+        let message = first_lines(&finding.message, 6);
+        say!("  {severity} [{}] {message}", finding.code);
+        if let Some(path) = &finding.trajectory_file {
+            say!("    replay: spade replay {path}");
+        }
+    }
+}
+
+fn first_lines(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    if lines.len() <= n {
+        return lines.join("\n    ");
+    }
+    let mut shown: Vec<&str> = lines[..2].to_vec();
+    shown.push("...");
+    shown.extend(&lines[lines.len() - (n - 3)..]);
+    shown.join("\n    ")
+}
