@@ -12,3 +12,4 @@ mod fidelity;
 mod fuzz;
 mod replay;
 mod sandbox;
+mod selfplay;

@@ -178,9 +178,15 @@ impl<'p> Run<'p> {
         for (name, source) in seed_envs {
             let id = format!("env{:05}", st.next_env);
             st.next_env += 1;
+            let class_name = source
+                .lines()
+                .filter_map(|l| l.strip_prefix("class "))
+                .map(|l| l.split(['(', ':']).next().unwrap_or("").trim().to_string())
+                .find(|n| n.ends_with("Env"))
+                .unwrap_or_else(|| name.clone());
             st.pool.push(PoolEnv {
                 id,
-                class_name: name.clone(),
+                class_name,
                 tool_use: source.contains("ToolUseBaseEnv"),
                 source,
                 skill: "Seed".into(),
