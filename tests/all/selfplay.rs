@@ -625,3 +625,72 @@ fn the_policy_trait_is_object_safe_for_scripted_and_model_policies() {
         assert!(out.iter().all(|s| s.tokens.len() == s.logprobs.len()));
     }
 }
+
+// ---------------------------------------------------------------- eval
+
+fn eval_dir() -> PathBuf {
+    crate::common::repo_root().join("eval_envs")
+}
+
+#[tokio::test]
+async fn every_held_out_env_passes_check() {
+    let envs = spade_trainer::selfplay::eval::load_envs(&eval_dir()).unwrap();
+    assert_eq!(envs.len(), 4);
+    let mut tool_use = 0;
+    for e in &envs {
+        let report = spade_runtime::check::check(
+            &runtime(),
+            &e.source,
+            &spade_runtime::check::CheckOptions::default(),
+        )
+        .await;
+        assert!(report.accepted, "{}: {:?}", e.name, report.codes());
+        tool_use += usize::from(report.tool_use);
+    }
+    assert_eq!(tool_use, 1);
+}
+
+#[tokio::test]
+async fn eval_reports_win_rate_per_skill_with_multi_turn_history() {
+    let envs = spade_trainer::selfplay::eval::load_envs(&eval_dir()).unwrap();
+    // Binary search on number_guess (reads the bounds from the last observation); a wrong
+    // answer everywhere else.
+    let mut policy = Scripted::new(
+        Box::new(|_, msgs: &[Message]| {
+            let last = &msgs.last().unwrap().content;
+            if msgs[1].content.contains("from 1 to 64") {
+                let (lo, hi) = match last.split_once("between ") {
+                    Some((_, rest)) => {
+                        let nums: Vec<i64> = rest
+                            .trim_end_matches('.')
+                            .split(" and ")
+                            .map(|n| n.trim().parse().unwrap())
+                            .collect();
+                        (nums[0], nums[1])
+                    }
+                    None => (1, 64),
+                };
+                return format!("\\boxed{{{}}}", (lo + hi) / 2);
+            }
+            "\\boxed{0} <answer>nobody</answer>".to_string()
+        }),
+        None,
+    );
+    let (scores, per_skill) = spade_trainer::selfplay::eval::evaluate(
+        &runtime(),
+        &mut policy,
+        &envs,
+        2,
+        0,
+        8,
+        16,
+        |_| {},
+    )
+    .await
+    .unwrap();
+    assert_eq!(scores.len(), 4);
+    assert_eq!(per_skill.len(), 4);
+    assert_eq!(per_skill["Strategic Planning"], 1.0);
+    assert_eq!(per_skill["Mathematical Reasoning"], 0.0);
+    assert_eq!(per_skill["Optimization"], 0.0);
+}
