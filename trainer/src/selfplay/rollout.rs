@@ -113,8 +113,6 @@ pub struct PhaseTimes {
     pub play_sandbox: f64,
     /// GRPO update.
     pub update: f64,
-    /// Checkpoint.
-    pub save: f64,
     /// The whole rollout.
     pub total: f64,
 }
@@ -638,7 +636,7 @@ impl<'p> Run<'p> {
         }
         m.time.update = tu.elapsed().as_secs_f64();
         m.pool_size = playable(&self.state);
-        // Metrics, then the checkpoint that makes them count.
+        // Metrics, then the checkpoint that makes them count (its own time is not in the line).
         m.time.total = t0.elapsed().as_secs_f64();
         let metrics_path = self.dir.join("metrics.jsonl");
         let mut f = std::fs::OpenOptions::new()
@@ -654,10 +652,8 @@ impl<'p> Run<'p> {
             .map_err(io_err("reading", &metrics_path))?
             .len();
         (self.progress)(&format!("rollout {r}: checkpoint"));
-        let tsave = Instant::now();
         let p = &mut *self.policy;
         state::save_checkpoint(&self.dir, &self.state, |d| p.save(d))?;
-        m.time.save = tsave.elapsed().as_secs_f64();
         Ok(m)
     }
 
