@@ -198,7 +198,7 @@ impl<'p> Run<'p> {
                 banned: false,
             });
         }
-        let mut run = Self {
+        let run = Self {
             cfg,
             dir: dir.to_path_buf(),
             corpus,
@@ -207,7 +207,6 @@ impl<'p> Run<'p> {
             state: st,
             progress: Box::new(|_| {}),
         };
-        run.hint_missing()?;
         let p = &mut *run.policy;
         state::save_checkpoint(&run.dir, &run.state, |d| p.save(d))?;
         Ok(run)
@@ -260,18 +259,6 @@ impl<'p> Run<'p> {
 
     fn seed(&self, tag: &str, parts: &[u64]) -> u64 {
         derive(self.cfg.seed, tag, parts)
-    }
-
-    /// Writes hints for pool envs that have none yet and were never hinted.
-    fn hint_missing(&mut self) -> Result<()> {
-        for i in 0..self.state.pool.len() {
-            if self.state.pool[i].hint.is_none()
-                && self.state.pool[i].created == self.state.rollouts_done
-            {
-                self.hint_env(i)?;
-            }
-        }
-        Ok(())
     }
 
     fn hint_env(&mut self, i: usize) -> Result<usize> {
@@ -466,9 +453,17 @@ impl<'p> Run<'p> {
                 m.repair_rate = m.repaired as f64 / m.designs as f64;
             }
         }
-        // Hints for the new envs.
+        // Hints for the new envs (and, in rollout 0, for the seed envs).
         let th = Instant::now();
-        for &i in &new_envs {
+        let mut to_hint: Vec<usize> = Vec::new();
+        if r == 0 {
+            to_hint.extend(
+                (0..self.state.pool.len())
+                    .filter(|&i| self.state.pool[i].origin.starts_with("seed:")),
+            );
+        }
+        to_hint.extend(&new_envs);
+        for &i in &to_hint {
             (self.progress)(&format!("rollout {r}: hint for {}", self.state.pool[i].id));
             m.tokens_sampled += self.hint_env(i)?;
         }
