@@ -171,8 +171,8 @@ fn config_defaults_follow_the_contract_and_round_trip() {
     );
     assert_eq!(TrainConfig::parse(&cfg.to_json(), false).unwrap(), cfg);
     assert_eq!(TrainConfig::parse("", true).unwrap(), cfg);
-    let t = TrainConfig::parse("seed = 9\nplays_per_game = 2\n", true).unwrap();
-    assert_eq!((t.seed, t.plays_per_game, t.hint_plays), (9, 2, 4));
+    let t = TrainConfig::parse("seed = 9\nplays_per_game = 3\n", true).unwrap();
+    assert_eq!((t.seed, t.plays_per_game, t.hint_plays), (9, 3, 2));
     let err = TrainConfig::parse("{\"plays_per_gmae\": 3}", false).unwrap_err();
     assert!(err.to_string().contains("plays_per_gmae"), "{err}");
     let err = TrainConfig::parse("regen_interval = 0", true).unwrap_err();

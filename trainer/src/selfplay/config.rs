@@ -37,9 +37,9 @@ pub struct TrainConfig {
     pub designer_group: usize,
     /// Environments the agent plays per rollout (paper: 24; CPU default 2).
     pub games_per_rollout: usize,
-    /// Plays of each environment without the hint (paper: 16; CPU default 4).
+    /// Plays of each environment without the hint (paper: 16; CPU default 2).
     pub plays_per_game: usize,
-    /// Plays of each environment with the hint (paper: 16; CPU default 4).
+    /// Plays of each environment with the hint (paper: 16; CPU default 2).
     pub hint_plays: usize,
     /// Most turns per episode, passed to the environment as `max_turns` (paper: 25).
     pub max_turns: u32,
@@ -125,11 +125,11 @@ impl Default for TrainConfig {
             rollouts: 0,
             regen_interval: 4,
             min_games: 2,
-            designs_per_round: 2,
+            designs_per_round: 1,
             designer_group: 2,
             games_per_rollout: 2,
-            plays_per_game: 4,
-            hint_plays: 4,
+            plays_per_game: 2,
+            hint_plays: 2,
             max_turns: 25,
             max_doc_words: 6000,
             max_repair_attempts: 2,
@@ -154,7 +154,7 @@ impl Default for TrainConfig {
             hint_max_words: 100,
             designer_max_new_tokens: 1024,
             hint_max_new_tokens: 128,
-            agent_max_new_tokens: 48,
+            agent_max_new_tokens: 32,
             temperature: 1.0,
             top_p: 0.95,
             check_seeds: 1,
@@ -166,7 +166,7 @@ impl Default for TrainConfig {
             clip_eps: 0.2,
             max_grad_norm: 1.0,
             micro_batch: 4,
-            max_update_samples: 64,
+            max_update_samples: 32,
         }
     }
 }
