@@ -46,7 +46,8 @@ pub struct TrainConfig {
     /// Corpus documents are cut to this many words (paper: 6000); the prompt is cut further
     /// to fit the model's context.
     pub max_doc_words: usize,
-    /// Repair prompts per invalid design before it is penalised.
+    /// Repair prompts per invalid design before it is penalised (reference: "a few"; CPU
+    /// default 1: each repair is a full designer-length completion sampled alone).
     pub max_repair_attempts: usize,
     /// Reward of a design that never validated.
     pub invalid_design_reward: f64,
@@ -132,7 +133,7 @@ impl Default for TrainConfig {
             hint_plays: 2,
             max_turns: 25,
             max_doc_words: 6000,
-            max_repair_attempts: 2,
+            max_repair_attempts: 1,
             invalid_design_reward: -1.0,
             timeout_reward: -0.5,
             designer_start_rollout: 4,
