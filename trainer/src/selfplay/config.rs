@@ -101,6 +101,9 @@ pub struct TrainConfig {
     pub check_seeds: u32,
     /// Validation steps per episode when the environment has no `max_turns`.
     pub check_max_steps: u32,
+    /// Wall-clock budget of one validation, in seconds (reference: 60); past it the design
+    /// counts as invalid with a "validation timed out" error.
+    pub validation_timeout_secs: u64,
     /// Learning rate (AdamW).
     pub lr: f64,
     /// Train LoRA adapters (true, the default) or all weights.
@@ -160,6 +163,7 @@ impl Default for TrainConfig {
             top_p: 0.95,
             check_seeds: 1,
             check_max_steps: 10,
+            validation_timeout_secs: 60,
             lr: 1e-5,
             lora: true,
             lora_rank: 8,

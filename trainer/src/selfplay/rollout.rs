@@ -284,7 +284,14 @@ impl<'p> Run<'p> {
             max_steps: self.cfg.check_max_steps,
             ..CheckOptions::default()
         };
-        let report = check(&self.runtime, source, &opts).await;
+        let budget = std::time::Duration::from_secs(self.cfg.validation_timeout_secs);
+        let Ok(report) = tokio::time::timeout(budget, check(&self.runtime, source, &opts)).await
+        else {
+            return Err(format!(
+                "- validation_timeout: validation took longer than {} s",
+                self.cfg.validation_timeout_secs
+            ));
+        };
         if report.accepted {
             Ok((report.class_name.unwrap_or_default(), report.tool_use))
         } else {
