@@ -10,5 +10,8 @@ mod escape;
 mod faults;
 mod fidelity;
 mod fuzz;
+mod model;
+mod model_cli;
+mod real_model;
 mod replay;
 mod sandbox;
