@@ -82,7 +82,9 @@ fn build_guest(guest: &Path) -> PathBuf {
     if !status.success() {
         panic!(
             "building the spade guest for {TARGET} failed (see the output above). \
-             If the target is missing, install it with `rustup target add {TARGET}`."
+             If the target is missing, install it with `rustup target add {TARGET}`; \
+             a toolchain without it (nightly, for cargo-fuzz) can use a guest built by another: \
+             set SPADE_GUEST_WASM_OVERRIDE to its spade_guest.wasm."
         );
     }
     target_dir

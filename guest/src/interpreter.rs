@@ -161,7 +161,7 @@ impl State {
         let result = self.interpreter.enter(|vm| {
             let code = vm
                 .call_method(&prelude, "compile_source", (vm.ctx.new_str(source),))
-                .map_err(|exc| self_error(vm, &prelude, &exc))?;
+                .map_err(|exc| env_error(vm, &prelude, &exc))?;
             code.downcast_ref::<PyBytes>()
                 .map(|bytes| bytes.as_bytes().to_vec())
                 .ok_or_else(|| {
@@ -198,7 +198,7 @@ impl State {
                         vm.ctx.new_int(options.random_seed),
                     ),
                 )
-                .map_err(|exc| self_error(vm, &prelude, &exc))?;
+                .map_err(|exc| env_error(vm, &prelude, &exc))?;
             convert::loaded(vm, &prelude, loaded)
         });
         match result {
@@ -222,10 +222,10 @@ impl State {
             };
             let reset = env
                 .get_attr("reset", vm)
-                .map_err(|exc| self_error(vm, &prelude, &exc))?;
+                .map_err(|exc| env_error(vm, &prelude, &exc))?;
             let value = reset
                 .call_with_args(FuncArgs::new(Vec::new(), kwargs), vm)
-                .map_err(|exc| self_error(vm, &prelude, &exc))?;
+                .map_err(|exc| env_error(vm, &prelude, &exc))?;
             convert::reset_result(vm, &prelude, &value)
         });
         result.map_err(|err| self.note(err))
@@ -237,7 +237,7 @@ impl State {
         let result = self.interpreter.enter(|vm| {
             let value = vm
                 .call_method(&env, "step", (vm.ctx.new_str(action),))
-                .map_err(|exc| self_error(vm, &prelude, &exc))?;
+                .map_err(|exc| env_error(vm, &prelude, &exc))?;
             convert::step_result(vm, &prelude, &value)
         });
         result.map_err(|err| self.note(err))
@@ -249,7 +249,7 @@ impl State {
         let result = self.interpreter.enter(|vm| {
             let value = vm
                 .call_method(&env, "solution", ())
-                .map_err(|exc| self_error(vm, &prelude, &exc))?;
+                .map_err(|exc| env_error(vm, &prelude, &exc))?;
             convert::text(vm, &prelude, &value, "solution() must return a str")
         });
         result.map_err(|err| self.note(err))
@@ -264,9 +264,9 @@ impl State {
                 Ok(close) => close
                     .call((), vm)
                     .map(drop)
-                    .map_err(|exc| self_error(vm, &prelude, &exc)),
+                    .map_err(|exc| env_error(vm, &prelude, &exc)),
                 Err(exc) if exc.fast_isinstance(vm.ctx.exceptions.attribute_error) => Ok(()),
-                Err(exc) => Err(self_error(vm, &prelude, &exc)),
+                Err(exc) => Err(env_error(vm, &prelude, &exc)),
             }
         });
         result.map_err(|err| self.note(err))
@@ -275,34 +275,34 @@ impl State {
     /// Records that the interpreter is unusable after an out-of-memory error.
     fn note(&mut self, err: EnvError) -> EnvError {
         if let EnvError::OutOfMemory(detail) = &err {
-            self.poisoned = Some(format!("Python raised MemoryError: {}", first_line(detail)));
+            self.poisoned = Some(format!("Python raised MemoryError: {}", last_line(detail)));
         }
         err
     }
 }
 
-fn first_line(text: &str) -> &str {
+/// The last line of a traceback: the exception and its message.
+fn last_line(text: &str) -> &str {
     text.lines().last().unwrap_or(text)
 }
 
 /// Classifies a Python exception raised by environment code.
-fn self_error(vm: &VirtualMachine, prelude: &PyObjectRef, exc: &PyBaseExceptionRef) -> EnvError {
+fn env_error(vm: &VirtualMachine, prelude: &PyObjectRef, exc: &PyBaseExceptionRef) -> EnvError {
     if exc.fast_isinstance(vm.ctx.exceptions.memory_error) {
         return EnvError::OutOfMemory(format_exception(vm, exc));
     }
-    if let Ok(load_error) = prelude.get_attr("LoadError", vm) {
-        if exc
+    if let Ok(load_error) = prelude.get_attr("LoadError", vm)
+        && exc
             .as_object()
             .is_instance(&load_error, vm)
             .unwrap_or(false)
-        {
-            let message = exc
-                .as_object()
-                .str(vm)
-                .map(|s| s.to_string_lossy().into_owned())
-                .unwrap_or_else(|_| "the environment could not be loaded".to_owned());
-            return EnvError::Load(message);
-        }
+    {
+        let message = exc
+            .as_object()
+            .str(vm)
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|_| "the environment could not be loaded".to_owned());
+        return EnvError::Load(message);
     }
     EnvError::Exception(format_exception(vm, exc))
 }

@@ -410,6 +410,12 @@ fn classify_trap(
     if err.downcast_ref::<DeadlineExceeded>().is_some() {
         return CallError::Deadline(config.call_deadline);
     }
+    if let Some(exit) = err.downcast_ref::<wasmtime_wasi::I32Exit>() {
+        return CallError::GuestTrap(format!(
+            "the environment exited the interpreter (os._exit({})); the sandbox cannot continue",
+            exit.0
+        ));
+    }
     let trap = err.downcast_ref::<Trap>().copied();
     let denied = store.data_mut().limiter.denied.take();
     match trap {

@@ -5,7 +5,7 @@ use spade_trainer::checkpoint;
 use spade_trainer::load::LoadedModel;
 use spade_trainer::model::{Decoder, LoraConfig, init, lora};
 
-use crate::common::{ids, tiny_llama_with_vocab, tiny_tokenizer};
+use super::common::{ids, tiny_llama_with_vocab, tiny_tokenizer};
 
 fn tmp(name: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("spade-ckpt-{}-{name}", std::process::id()));

@@ -3,7 +3,7 @@ use candle_core::{D, DType, Device, IndexOp, Tensor};
 use candle_nn::{VarBuilder, VarMap};
 use spade_trainer::model::{Decoder, init, ops};
 
-use crate::common::{FAMILIES, ids, max_diff, model, tiny};
+use super::common::{FAMILIES, ids, max_diff, model, tiny};
 
 /// Mean next-token NLL of `ids` on the training path.
 fn nll(model: &Decoder, ids: &Tensor) -> Tensor {

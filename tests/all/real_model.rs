@@ -1,5 +1,5 @@
 //! Tests on the real default model (SmolLM2-135M-Instruct). Ignored by default: run
-//! `spade model fetch`, then `cargo test -p spade-trainer --test real_model -- --ignored`.
+//! `spade model fetch`, then `cargo test -p spade-trainer --test all real_model -- --ignored`.
 use candle_core::Device;
 use spade_trainer::chat::Message;
 use spade_trainer::fetch;

@@ -4,7 +4,7 @@ use candle_nn::VarBuilder;
 use candle_transformers::models::{llama, qwen2, qwen3};
 use spade_trainer::model::Config;
 
-use crate::common::{ids, max_diff, model, tiny};
+use super::common::{ids, max_diff, model, tiny};
 
 /// Our logits for the prompt's last position, then for one decode step.
 fn ours(

@@ -6,7 +6,7 @@ use spade_trainer::model::{Decoder, LoraConfig, lora};
 use spade_trainer::optim::{AdamW, AdamWConfig};
 use spade_trainer::sample::{Sampler, SamplingParams};
 
-use crate::common::{tiny_llama_with_vocab, tiny_tokenizer};
+use super::common::{tiny_llama_with_vocab, tiny_tokenizer};
 
 /// Reward: 1 if the completion contains a token of the target range.
 fn reward(tokens: &[u32]) -> f64 {

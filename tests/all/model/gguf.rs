@@ -12,7 +12,7 @@ use spade_trainer::load::{
 };
 use spade_trainer::model::{Config, Decoder};
 
-use crate::common::{ids, max_diff, tiny_llama_with_vocab, tiny_vocab};
+use super::common::{ids, max_diff, tiny_llama_with_vocab, tiny_vocab};
 
 const TEMPLATE: &str = "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\\nYou are a tiny test model<|im_end|>\\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}";
 

@@ -4,7 +4,7 @@ use spade_trainer::logprob::{Pair, completion_logprobs};
 use spade_trainer::model::Decoder;
 use spade_trainer::sample::{FinishReason, Sampler, SamplingParams};
 
-use crate::common::{tiny_llama_with_vocab, tiny_tokenizer};
+use super::common::{tiny_llama_with_vocab, tiny_tokenizer};
 
 fn setup() -> (Decoder, tokenizers::Tokenizer) {
     let cfg = tiny_llama_with_vocab();
