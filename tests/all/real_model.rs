@@ -222,7 +222,7 @@ fn sampled_logprobs_match_the_training_path_and_a_lora_grpo_step_runs() {
 /// One default `spade train` iteration on the real model, seeded with the held-out envs so the
 /// play and update phases run even if nothing valid is designed. Prints the metrics line.
 #[test]
-#[ignore = "needs the default model and minutes: run `spade model fetch`, then `cargo test --release -p spade-trainer --test real_model -- --ignored --nocapture one_default_rollout`"]
+#[ignore = "needs the default model and minutes: run `spade model fetch`, then `cargo test --release -p spade-trainer --test all real_model::one_default_rollout -- --ignored --nocapture`"]
 fn one_default_rollout_finishes_in_under_15_minutes() {
     use spade_trainer::selfplay::{CandlePolicy, Corpus, Run, TrainConfig, corpus};
     let cfg = TrainConfig::default();
