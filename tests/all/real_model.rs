@@ -218,3 +218,38 @@ fn sampled_logprobs_match_the_training_path_and_a_lora_grpo_step_runs() {
         "{stats:?}"
     );
 }
+
+/// One default `spade train` iteration on the real model, seeded with the held-out envs so the
+/// play and update phases run even if nothing valid is designed. Prints the metrics line.
+#[test]
+#[ignore = "needs the default model and minutes: run `spade model fetch`, then `cargo test --release -p spade-trainer --test all real_model::one_default_rollout -- --ignored --nocapture`"]
+fn one_default_rollout_finishes_in_under_15_minutes() {
+    use spade_trainer::selfplay::{CandlePolicy, Corpus, Run, TrainConfig, corpus};
+    let cfg = TrainConfig::default();
+    let mut policy = CandlePolicy::new(default_model(), &cfg).unwrap();
+    let dir = std::env::temp_dir().join(format!("spade-real-rollout-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap();
+    let mut seeds = Vec::new();
+    for name in ["digit_sum", "number_guess"] {
+        let p = root.join("eval_envs").join(name).join("env.py");
+        seeds.push((name.to_string(), std::fs::read_to_string(p).unwrap()));
+    }
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let runtime = spade_runtime::Runtime::new(spade_runtime::Config::default()).unwrap();
+    let corpus = Corpus::parse(corpus::DEFAULT_CORPUS, cfg.max_doc_words).unwrap();
+    let start = std::time::Instant::now();
+    let m = rt.block_on(async {
+        let mut run = Run::create(&dir, cfg, corpus, runtime, &mut policy, seeds).unwrap();
+        run.on_progress(|l| eprintln!("[{:>6.1}s] {l}", start.elapsed().as_secs_f64()));
+        run.rollout().await.unwrap()
+    });
+    println!("{}", serde_json::to_string(&m).unwrap());
+    assert!(
+        start.elapsed().as_secs() < 900,
+        "took {:?}",
+        start.elapsed()
+    );
+}

@@ -170,6 +170,11 @@ impl<'a> GrpoTrainer<'a> {
         })
     }
 
+    /// Gives the optimizer back (its state carries over to the next trainer).
+    pub fn into_optimizer(self) -> AdamW {
+        self.optimizer
+    }
+
     /// The optimizer.
     pub fn optimizer_mut(&mut self) -> &mut AdamW {
         &mut self.optimizer

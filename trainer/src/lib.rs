@@ -11,5 +11,6 @@ pub mod logprob;
 pub mod model;
 pub mod optim;
 pub mod sample;
+pub mod selfplay;
 
 pub use error::{Result, TrainerError};

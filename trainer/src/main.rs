@@ -32,6 +32,10 @@ enum Command {
     Check(cli::check::CheckArgs),
     /// Hunt for crashes, reward hacks and nondeterminism with generated actions.
     Fuzz(cli::fuzz::FuzzArgs),
+    /// Self-play training: design, validate, hint, play, regret, GRPO, checkpoint.
+    Train(cli::train::TrainArgs),
+    /// Win rate per skill on held-out environments.
+    Eval(cli::eval::EvalArgs),
 }
 
 fn main() -> ExitCode {
@@ -57,6 +61,8 @@ fn main() -> ExitCode {
         Command::BenchModel(args) => done(args.execute()),
         Command::Check(args) => args.execute(),
         Command::Fuzz(args) => args.execute(),
+        Command::Train(args) => done(args.execute()),
+        Command::Eval(args) => done(args.execute()),
     };
     match result {
         Ok(code) => code,

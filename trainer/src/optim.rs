@@ -37,6 +37,9 @@ impl Default for AdamWConfig {
     }
 }
 
+/// First and second moments of one variable.
+pub type Moments = (Vec<f32>, Vec<f32>);
+
 struct Slot {
     var: Var,
     m: Vec<f32>,
@@ -140,6 +143,38 @@ impl AdamW {
             cfg,
             step: 0,
         })
+    }
+
+    /// The step count and both moments of every variable, in optimizer order (for checkpoints).
+    pub fn export_state(&self) -> (u64, Vec<Moments>) {
+        let moments = self
+            .slots
+            .iter()
+            .map(|s| (s.m.clone(), s.v.clone()))
+            .collect();
+        (self.step, moments)
+    }
+
+    /// Restores what [`AdamW::export_state`] returned for the same variables.
+    pub fn import_state(&mut self, step: u64, moments: Vec<Moments>) -> Result<()> {
+        if moments.len() != self.slots.len() {
+            return Err(TrainerError::InvalidParameter(format!(
+                "optimizer state has {} variables, the model {}",
+                moments.len(),
+                self.slots.len()
+            )));
+        }
+        for (slot, (m, v)) in self.slots.iter_mut().zip(moments) {
+            if m.len() != slot.m.len() || v.len() != slot.v.len() {
+                return Err(TrainerError::InvalidParameter(
+                    "optimizer state does not match the variables' sizes".into(),
+                ));
+            }
+            slot.m = m;
+            slot.v = v;
+        }
+        self.step = step;
+        Ok(())
     }
 
     /// The learning rate.

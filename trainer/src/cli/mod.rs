@@ -10,11 +10,13 @@ macro_rules! say {
 pub mod bench;
 pub mod bench_model;
 pub mod check;
+pub mod eval;
 pub mod fuzz;
 pub mod generate;
 pub mod model;
 pub mod replay;
 pub mod run;
+pub mod train;
 
 use std::path::{Path, PathBuf};
 

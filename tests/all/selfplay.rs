@@ -1,0 +1,696 @@
+//! Self-play training (`spade train`): reward math, memory, corpus, config, extraction, and
+//! whole rollouts driven by a scripted policy and by a tiny random model.
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use candle_core::Device;
+use spade_runtime::{Limits, Runtime};
+use spade_trainer::chat::{ChatTemplate, Message};
+use spade_trainer::load::LoadedModel;
+use spade_trainer::model::{Config, Decoder};
+use spade_trainer::selfplay::config::DesignerReward;
+use spade_trainer::selfplay::memory::{EnvMemory, MemoryRecord};
+use spade_trainer::selfplay::policy::Script;
+use spade_trainer::selfplay::{
+    CandlePolicy, Corpus, Policy, Role, Run, Scripted, TrainConfig, extract, prompts, rewards,
+};
+
+use crate::common::{env_source, runtime, test_limits};
+
+fn tmp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("spade-selfplay-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+// ---------------------------------------------------------------- reward math
+
+#[test]
+fn episode_return_is_the_clipped_last_reward_of_a_terminated_episode() {
+    assert_eq!(rewards::episode_return(Some(1.0), true), 1.0);
+    assert_eq!(rewards::episode_return(Some(5.0), true), 1.0);
+    assert_eq!(rewards::episode_return(Some(-3.0), true), -1.0);
+    assert_eq!(rewards::episode_return(Some(0.7), false), 0.0);
+    assert_eq!(rewards::episode_return(None, true), 0.0);
+    assert_eq!(rewards::episode_return(Some(f64::NAN), true), 0.0);
+}
+
+#[test]
+fn regret_is_hint_minus_no_hint_floored_and_zero_without_a_hint() {
+    assert!((rewards::regret(0.25, 0.75, true) - 0.5).abs() < 1e-12);
+    assert_eq!(rewards::regret(0.75, 0.25, true), 0.0);
+    assert_eq!(rewards::regret(0.25, 0.75, false), 0.0);
+    let cfg = TrainConfig::default();
+    let timeout = rewards::designer_reward(&cfg, rewards::PlayOutcome::Timeout, 0.5);
+    assert_eq!(timeout, -0.5);
+}
+
+#[test]
+fn blend_uses_the_plateau_and_scaled_regret() {
+    assert_eq!(rewards::plateau(0.5, 0.4, 0.6, 0.25), 1.0);
+    assert!((rewards::plateau(0.2, 0.4, 0.6, 0.25) - 0.2).abs() < 1e-12);
+    assert_eq!(rewards::plateau(0.0, 0.4, 0.6, 0.25), 0.0);
+    assert!((rewards::plateau(0.7, 0.4, 0.6, 0.25) - 0.6).abs() < 1e-12);
+    let cfg = TrainConfig {
+        designer_reward: DesignerReward::Blend,
+        ..TrainConfig::default()
+    };
+    let o = rewards::PlayOutcome::Played {
+        without: 0.5,
+        with: 0.65,
+        hint_ok: true,
+    };
+    // 0.6 * 1 + 0.4 * 0.15 / 0.15 = 1.0
+    assert!((rewards::designer_reward(&cfg, o, 0.5) - 1.0).abs() < 1e-9);
+}
+
+#[test]
+fn designer_rewards_are_centred_per_skill() {
+    let items = vec![
+        ("a".to_string(), 1.0),
+        ("a".to_string(), 0.0),
+        ("b".to_string(), -0.5),
+    ];
+    assert_eq!(rewards::centre_per_skill(&items), vec![0.5, -0.5, 0.0]);
+}
+
+// ---------------------------------------------------------------- memory
+
+fn rec(i: usize, win: f64, regret: f64) -> MemoryRecord {
+    MemoryRecord {
+        env_id: format!("env{i}"),
+        class_name: format!("Game{i}Env"),
+        skill: "Logical Deduction".into(),
+        code: "x".repeat(3000),
+        win_rate: win,
+        regret,
+    }
+}
+
+#[test]
+fn memory_is_a_bounded_fifo_that_keeps_2000_characters_of_code() {
+    let cfg = TrainConfig::default();
+    assert_eq!((cfg.memory_size, cfg.memory_code_chars), (200, 2000));
+    let mut m = EnvMemory::default();
+    for i in 0..205 {
+        m.add(rec(i, 0.5, 0.1), cfg.memory_size, cfg.memory_code_chars);
+    }
+    assert_eq!(m.records.len(), 200);
+    assert_eq!(m.records[0].env_id, "env5");
+    assert_eq!(m.records[0].code.len(), 2000);
+    let path = tmp("memory").with_extension("json");
+    m.save(&path).unwrap();
+    assert_eq!(EnvMemory::load(&path).unwrap(), m);
+    let _ = std::fs::remove_file(path);
+}
+
+#[test]
+fn memory_seeds_pick_two_in_band_by_regret_and_list_too_easy_and_too_hard() {
+    let cfg = TrainConfig::default();
+    let mut m = EnvMemory::default();
+    // 12 in band with regret i/100, 2 out of band with huge regret, easy and hard ones.
+    for i in 0..12 {
+        m.add(rec(i, 0.5, i as f64 / 100.0), 200, 2000);
+    }
+    m.add(rec(100, 0.95, 9.0), 200, 2000);
+    m.add(rec(101, 0.05, 9.0), 200, 2000);
+    m.add(rec(102, 0.14, 9.0), 200, 2000);
+    let s = m.seeds(&cfg, 7);
+    assert_eq!(s.positive.len(), 2);
+    for p in &s.positive {
+        assert!(p.win_rate >= 0.15 && p.win_rate <= 0.85);
+        // Pool is the top max(3n, 10) = 10 by regret: env2..env11.
+        let i: usize = p.env_id[3..].parse().unwrap();
+        assert!(i >= 2, "{} is not in the top 10 by regret", p.env_id);
+    }
+    assert_ne!(s.positive[0].env_id, s.positive[1].env_id);
+    assert_eq!(s.too_easy, vec!["Game100Env"]);
+    assert_eq!(s.too_hard, vec!["Game101Env"]);
+    assert_eq!(m.seeds(&cfg, 7), s, "seeded");
+}
+
+// ---------------------------------------------------------------- corpus, config, prompts
+
+#[test]
+fn corpus_reads_text_or_orig_doc_truncates_and_samples_deterministically() {
+    let jsonl =
+        "{\"text\": \"one two three four\"}\n\n{\"orig_doc\": \"a b c\"}\n{\"text\": \"x\"}\n";
+    let c = Corpus::parse(jsonl, 2).unwrap();
+    assert_eq!(c.docs().len(), 3);
+    assert_eq!(c.docs()[0].text, "one two");
+    assert_eq!(c.docs()[1].text, "a b");
+    assert_eq!(c.docs()[1].id, 2);
+    let picks: Vec<usize> = (0..50).map(|s| c.sample(s).id).collect();
+    let again: Vec<usize> = (0..50).map(|s| c.sample(s).id).collect();
+    assert_eq!(picks, again);
+    for id in [0, 2, 3] {
+        assert!(picks.contains(&id), "uniform sampling reaches doc {id}");
+    }
+    let err = Corpus::parse("{\"title\": \"no text\"}", 10).unwrap_err();
+    assert!(err.to_string().contains("`text` or `orig_doc`"), "{err}");
+    let bundled = Corpus::parse(spade_trainer::selfplay::corpus::DEFAULT_CORPUS, 6000).unwrap();
+    assert!(bundled.docs().len() >= 8);
+}
+
+#[test]
+fn config_defaults_follow_the_contract_and_round_trip() {
+    let cfg = TrainConfig::default();
+    assert_eq!(cfg.regen_interval, 4);
+    assert_eq!(cfg.max_turns, 25);
+    assert_eq!(cfg.max_doc_words, 6000);
+    assert_eq!(cfg.designer_start_rollout, 4);
+    assert_eq!(cfg.timeout_reward, -0.5);
+    assert_eq!(cfg.memory_positive_examples, 2);
+    assert_eq!(
+        (
+            cfg.blend_plateau_weight,
+            cfg.blend_regret_weight,
+            cfg.blend_regret_scale
+        ),
+        (0.6, 0.4, 0.15)
+    );
+    assert_eq!(TrainConfig::parse(&cfg.to_json(), false).unwrap(), cfg);
+    assert_eq!(TrainConfig::parse("", true).unwrap(), cfg);
+    let t = TrainConfig::parse("seed = 9\nplays_per_game = 3\n", true).unwrap();
+    assert_eq!((t.seed, t.plays_per_game, t.hint_plays), (9, 3, 2));
+    let err = TrainConfig::parse("{\"plays_per_gmae\": 3}", false).unwrap_err();
+    assert!(err.to_string().contains("plays_per_gmae"), "{err}");
+    let err = TrainConfig::parse("regen_interval = 0", true).unwrap_err();
+    assert!(err.to_string().contains("regen_interval"), "{err}");
+}
+
+#[test]
+fn extraction_finds_code_boxed_answers_and_tool_calls() {
+    let t = "Here:\n```python\nclass AEnv:\n    pass\n```\nbye";
+    assert_eq!(extract::python_block(t).unwrap(), "class AEnv:\n    pass\n");
+    assert_eq!(extract::python_block("no code"), None);
+    assert_eq!(
+        extract::action("so \\boxed{1} no, \\boxed{\\frac{3}{4}} yes", false),
+        "\\boxed{\\frac{3}{4}}"
+    );
+    assert_eq!(extract::action("  plain ", false), "plain");
+    let tc = "I will call <tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call> now";
+    assert_eq!(
+        extract::action(tc, true),
+        "<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>"
+    );
+    assert_eq!(
+        extract::action("<answer>42</answer>", true),
+        "<answer>42</answer>"
+    );
+    assert_eq!(extract::hint("  ", 100), None);
+    assert_eq!(extract::hint("HINT: a b c", 2).unwrap(), "a b");
+}
+
+#[test]
+fn prompts_carry_document_examples_avoid_lists_and_the_hint_suffix() {
+    let cfg = TrainConfig::default();
+    let mut m = EnvMemory::default();
+    m.add(rec(1, 0.5, 0.3), 200, 2000);
+    m.add(rec(2, 0.5, 0.2), 200, 2000);
+    m.add(rec(3, 0.99, 0.0), 200, 2000);
+    let seeds = m.seeds(&cfg, 1);
+    let spec = prompts::DesignSpec {
+        skill: "Optimization".into(),
+        difficulty: "hard".into(),
+        variant: prompts::Variant::ToolUse,
+        doc_id: 0,
+    };
+    let p = prompts::designer_prompt(&spec, "THE DOCUMENT", &seeds);
+    assert!(p.contains("THE DOCUMENT") && p.contains("Optimization") && p.contains("hard"));
+    assert!(p.contains("Example 1") && p.contains("Example 2") && !p.contains("Example 3"));
+    assert!(p.contains("too easy: Game3Env"));
+    assert!(p.contains("ToolUseBaseEnv"));
+    assert_eq!(prompts::with_hint("obs", Some("h")), "obs\n\nHINT: h");
+    assert_eq!(prompts::with_hint("obs", None), "obs");
+}
+
+// ---------------------------------------------------------------- scripted rollouts
+
+/// The answer to the arithmetic fixture's observation "Compute A * B + C. ...".
+fn arithmetic_answer(obs: &str) -> Option<i64> {
+    let rest = obs.strip_prefix("Compute ")?;
+    let expr = rest.split('.').next()?;
+    let parts: Vec<&str> = expr.split_whitespace().collect();
+    let (a, b, c): (i64, i64, i64) = (
+        parts.first()?.parse().ok()?,
+        parts.get(2)?.parse().ok()?,
+        parts.get(4)?.parse().ok()?,
+    );
+    Some(a * b + c)
+}
+
+/// Designer writes `designs` in turn (repairs continue the list), hint is fixed, the agent
+/// answers correctly on the first turn of the plays whose first-turn index is in `correct`.
+fn script(designs: Vec<String>, correct: Vec<usize>, action: Option<String>) -> Script {
+    let state = Arc::new(Mutex::new((0usize, 0usize)));
+    Box::new(move |role: Role, msgs: &[Message]| {
+        let mut st = state.lock().unwrap();
+        match role {
+            Role::Designer | Role::Repair => {
+                let d = designs[st.0.min(designs.len() - 1)].clone();
+                st.0 += 1;
+                d
+            }
+            Role::Hint => "Multiply first, then add.".to_string(),
+            Role::Agent => {
+                if let Some(a) = &action {
+                    return a.clone();
+                }
+                if msgs.len() == 2 {
+                    let k = st.1;
+                    st.1 += 1;
+                    if correct.contains(&k) {
+                        let ans = arithmetic_answer(&msgs[1].content).expect("arithmetic obs");
+                        return format!("It is \\boxed{{{ans}}}");
+                    }
+                }
+                "\\boxed{0}".to_string()
+            }
+        }
+    })
+}
+
+fn fenced(source: &str) -> String {
+    format!("Sure.\n```python\n{source}```\n")
+}
+
+fn small_cfg() -> TrainConfig {
+    TrainConfig {
+        designs_per_round: 1,
+        designer_group: 1,
+        games_per_rollout: 1,
+        plays_per_game: 4,
+        hint_plays: 4,
+        max_turns: 3,
+        designer_start_rollout: 0,
+        max_repair_attempts: 1,
+        ..TrainConfig::default()
+    }
+}
+
+fn corpus() -> Corpus {
+    Corpus::parse("{\"text\": \"Multiplication is repeated addition.\"}", 6000).unwrap()
+}
+
+#[tokio::test]
+async fn scripted_iteration_gives_hand_computed_regret_pool_memory_and_rewards() {
+    let dir = tmp("scripted");
+    let src = env_source("arithmetic_puzzle");
+    // No-hint plays are first-turn indices 0..4, hint plays 4..8: 1/4 vs 3/4.
+    let mut policy = Scripted::new(script(vec![fenced(&src)], vec![0, 4, 5, 6], None), None);
+    let mut run = Run::create(&dir, small_cfg(), corpus(), runtime(), &mut policy, vec![]).unwrap();
+    let m = run.rollout().await.unwrap();
+    assert!(m.designed);
+    assert_eq!((m.designs, m.valid, m.repaired), (1, 1, 0));
+    assert_eq!(m.validity_rate, 1.0);
+    assert_eq!((m.games, m.episodes), (1, 8));
+    assert_eq!(m.win_rate, 0.25);
+    assert_eq!(m.win_rate_hint, 0.75);
+    assert!((m.regret - 0.5).abs() < 1e-12);
+    assert_eq!(m.designer_rewards, vec![0.5]);
+    assert_eq!(m.designer_samples, 1);
+    assert!(m.agent_samples >= 8);
+    assert_eq!(m.pool_size, 1);
+    let st = &run.state;
+    assert_eq!(st.pool[0].class_name, "ArithmeticPuzzleEnv");
+    assert_eq!(
+        st.pool[0].hint.as_deref(),
+        Some("Multiply first, then add.")
+    );
+    assert_eq!(st.memory.records.len(), 1);
+    assert_eq!(st.memory.records[0].win_rate, 0.25);
+    assert!((st.memory.records[0].regret - 0.5).abs() < 1e-12);
+    // Files: config, metrics line, memory, checkpoint, trajectories that replay.
+    assert!(dir.join("config.json").exists());
+    let metrics = std::fs::read_to_string(dir.join("metrics.jsonl")).unwrap();
+    assert_eq!(metrics.lines().count(), 1);
+    assert!(dir.join("env_memory.json").exists());
+    assert!(dir.join("checkpoints/rollout-000001/state.json").exists());
+    let traj = dir.join("trajectories/r00000/env00000-hint-00.jsonl");
+    let text = std::fs::read_to_string(&traj).unwrap();
+    assert!(text.contains("Multiply first, then add."));
+    let trajectory = spade_runtime::trajectory::Trajectory::parse(&text).unwrap();
+    let report = spade_runtime::trajectory::replay(
+        &runtime(),
+        &trajectory,
+        &spade_runtime::trajectory::ReplayOptions::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(report.divergence, None);
+    assert_eq!(report.truncated, None);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn an_invalid_design_is_repaired_or_penalised() {
+    let src = env_source("arithmetic_puzzle");
+    let dir = tmp("repair");
+    let mut policy = Scripted::new(
+        script(vec!["no code here".into(), fenced(&src)], vec![], None),
+        None,
+    );
+    let mut run = Run::create(&dir, small_cfg(), corpus(), runtime(), &mut policy, vec![]).unwrap();
+    let m = run.rollout().await.unwrap();
+    assert_eq!(
+        (m.designs, m.valid, m.repaired, m.repair_attempts),
+        (1, 1, 1, 1)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+
+    let dir = tmp("penalty");
+    let bad = fenced(
+        "class BrokenEnv:\n    def __init__(self, max_turns=3):\n        raise ValueError('nope')\n",
+    );
+    let mut policy = Scripted::new(script(vec![bad], vec![], None), None);
+    let mut run = Run::create(&dir, small_cfg(), corpus(), runtime(), &mut policy, vec![]).unwrap();
+    let m = run.rollout().await.unwrap();
+    assert_eq!((m.designs, m.valid, m.repair_attempts), (1, 0, 1));
+    assert_eq!(m.designer_rewards, vec![-1.0]);
+    assert_eq!((m.games, m.pool_size), (0, 0));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+const SPIN_ENV: &str = r#"import re
+
+
+class SpinEnv:
+    def __init__(self, max_turns=3):
+        self.max_turns = max_turns
+        self.reset()
+
+    def reset(self, seed=None):
+        if seed is not None:
+            random.seed(seed)
+        self.turn_count = 0
+        return "Answer with a number in \\boxed{}.", {}
+
+    def step(self, action):
+        self.turn_count += 1
+        if "whirl" in action:
+            n = 0
+            while True:
+                n += 1
+        if "7" in action:
+            return "right", 1.0, True, False, {}
+        done = self.turn_count >= self.max_turns
+        return "ok", 0.0, False, done, {}
+
+    def solution(self):
+        return "7"
+"#;
+
+#[tokio::test]
+async fn a_fuel_timeout_during_play_costs_the_designer_half_and_the_run_goes_on() {
+    let dir = tmp("timeout");
+    let rt: Runtime = runtime().with_limits(Limits {
+        fuel_per_call: 300_000_000,
+        ..test_limits()
+    });
+    let mut policy = Scripted::new(
+        script(
+            vec![fenced(SPIN_ENV)],
+            vec![],
+            Some("\\boxed{whirl}".into()),
+        ),
+        None,
+    );
+    let cfg = TrainConfig {
+        plays_per_game: 1,
+        hint_plays: 1,
+        ..small_cfg()
+    };
+    let mut run = Run::create(&dir, cfg, corpus(), rt, &mut policy, vec![]).unwrap();
+    let m = run.rollout().await.unwrap();
+    assert_eq!(m.valid, 1, "{m:?}");
+    assert_eq!(m.timeouts, 1);
+    assert_eq!(m.designer_rewards, vec![-0.5]);
+    assert!(run.state.pool[0].banned);
+    assert_eq!(m.pool_size, 0);
+    // The run continues: the next rollout designs again (pool below min_games).
+    let m2 = run.rollout().await.unwrap();
+    assert_eq!(m2.rollout, 1);
+    assert!(m2.designed);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+// ---------------------------------------------------------------- tiny random model
+
+/// A tiny byte-level chat model (random weights).
+pub fn tiny_loaded(seed: u64) -> LoadedModel {
+    use tokenizers::models::bpe::{BPE, Vocab};
+    let mut tokens: Vec<String> = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+        .map(String::from)
+        .to_vec();
+    let mut bytes: Vec<char> = tokenizers::pre_tokenizers::byte_level::ByteLevel::alphabet()
+        .into_iter()
+        .collect();
+    bytes.sort();
+    tokens.extend(bytes.iter().map(|c| c.to_string()));
+    let vocab: Vocab = tokens
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.clone(), i as u32))
+        .collect();
+    let bpe = BPE::builder()
+        .vocab_and_merges(vocab, vec![])
+        .build()
+        .unwrap();
+    let mut tok = tokenizers::Tokenizer::new(bpe);
+    tok.with_pre_tokenizer(Some(
+        tokenizers::pre_tokenizers::byte_level::ByteLevel::new(false, true, true),
+    ));
+    tok.with_decoder(Some(tokenizers::decoders::byte_level::ByteLevel::default()));
+    tok.add_special_tokens(&[
+        tokenizers::AddedToken::from("<|endoftext|>", true),
+        tokenizers::AddedToken::from("<|im_start|>", true),
+        tokenizers::AddedToken::from("<|im_end|>", true),
+    ]);
+    let mut cfg = Config::tiny("llama");
+    cfg.vocab_size = tokens.len();
+    cfg.max_position_embeddings = 1024;
+    let (model, varmap) = Decoder::random(&cfg, seed, 0.2, &Device::Cpu).unwrap();
+    let chat = ChatTemplate::ChatMl {
+        default_system: None,
+    };
+    LoadedModel::new(cfg.clone(), model, varmap, tok, chat, cfg.eos_ids())
+}
+
+fn tiny_cfg() -> TrainConfig {
+    TrainConfig {
+        seed: 3,
+        designs_per_round: 1,
+        designer_group: 2,
+        designer_max_new_tokens: 24,
+        hint_max_new_tokens: 8,
+        agent_max_new_tokens: 6,
+        games_per_rollout: 1,
+        plays_per_game: 2,
+        hint_plays: 2,
+        max_turns: 2,
+        max_repair_attempts: 1,
+        designer_start_rollout: 0,
+        max_doc_words: 40,
+        lr: 1e-3,
+        max_update_samples: 8,
+        ..TrainConfig::default()
+    }
+}
+
+fn seed_envs() -> Vec<(String, String)> {
+    vec![("arithmetic_puzzle".into(), env_source("arithmetic_puzzle"))]
+}
+
+#[tokio::test]
+async fn a_tiny_random_model_runs_a_full_rollout_with_an_update() {
+    let dir = tmp("tiny");
+    let cfg = tiny_cfg();
+    let mut policy = CandlePolicy::new(tiny_loaded(1), &cfg).unwrap();
+    let mut run = Run::create(&dir, cfg, corpus(), runtime(), &mut policy, seed_envs()).unwrap();
+    let m = run.rollout().await.unwrap();
+    // The random model writes no valid env: the metrics say so; the seed env is played.
+    assert!(m.designed);
+    assert_eq!(m.designs, 2);
+    assert_eq!(m.valid, 0);
+    assert_eq!(m.designer_rewards, vec![-1.0, -1.0]);
+    assert_eq!((m.games, m.episodes), (1, 4));
+    assert!(m.loss.is_some(), "{m:?}");
+    assert!(m.tokens_trained > 0);
+    assert!(
+        dir.join("checkpoints/rollout-000001/policy/adapter_model.safetensors")
+            .exists()
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn strip_times(metrics: &str) -> Vec<serde_json::Value> {
+    metrics
+        .lines()
+        .map(|l| {
+            let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+            v.as_object_mut().unwrap().remove("time");
+            v
+        })
+        .collect()
+}
+
+fn ckpt_bytes(dir: &Path, file: &str) -> Vec<u8> {
+    std::fs::read(dir.join("checkpoints/rollout-000002/policy").join(file)).unwrap()
+}
+
+#[tokio::test]
+async fn a_resumed_run_matches_an_uninterrupted_one() {
+    let cfg = tiny_cfg();
+    let straight = tmp("straight");
+    {
+        let mut policy = CandlePolicy::new(tiny_loaded(1), &cfg).unwrap();
+        let mut run = Run::create(
+            &straight,
+            cfg.clone(),
+            corpus(),
+            runtime(),
+            &mut policy,
+            seed_envs(),
+        )
+        .unwrap();
+        run.run(2).await.unwrap();
+    }
+    let resumed = tmp("resumed");
+    {
+        let mut policy = CandlePolicy::new(tiny_loaded(1), &cfg).unwrap();
+        let mut run = Run::create(
+            &resumed,
+            cfg.clone(),
+            corpus(),
+            runtime(),
+            &mut policy,
+            seed_envs(),
+        )
+        .unwrap();
+        run.rollout().await.unwrap();
+    }
+    // A crash after the metrics line but before the checkpoint leaves a line to drop.
+    let mpath = resumed.join("metrics.jsonl");
+    let mut text = std::fs::read_to_string(&mpath).unwrap();
+    text.push_str("{\"rollout\": 1, \"partial\": true}\n");
+    std::fs::write(&mpath, text).unwrap();
+    {
+        // A fresh process: new model with a different LoRA init, restored from the checkpoint.
+        let other = TrainConfig {
+            seed: 99,
+            ..cfg.clone()
+        };
+        let mut policy = CandlePolicy::new(tiny_loaded(1), &other).unwrap();
+        let mut run = Run::resume(&resumed, corpus(), runtime(), &mut policy).unwrap();
+        assert_eq!(run.state.rollouts_done, 1);
+        run.rollout().await.unwrap();
+    }
+    let a = std::fs::read_to_string(straight.join("metrics.jsonl")).unwrap();
+    let b = std::fs::read_to_string(resumed.join("metrics.jsonl")).unwrap();
+    assert_eq!(strip_times(&a), strip_times(&b));
+    assert_eq!(strip_times(&a).len(), 2);
+    for f in [
+        "adapter_model.safetensors",
+        "optimizer.safetensors",
+        "optimizer.json",
+    ] {
+        assert!(
+            ckpt_bytes(&straight, f) == ckpt_bytes(&resumed, f),
+            "{f} differs after resume"
+        );
+    }
+    let state = |d: &Path| {
+        let p = d.join("checkpoints/rollout-000002/state.json");
+        let mut v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap();
+        // The metrics file's length depends on the timing fields' digits.
+        v.as_object_mut().unwrap().remove("metrics_len");
+        v
+    };
+    assert!(state(&straight) == state(&resumed), "run states differ");
+    let _ = std::fs::remove_dir_all(straight);
+    let _ = std::fs::remove_dir_all(resumed);
+}
+
+#[test]
+fn the_policy_trait_is_object_safe_for_scripted_and_model_policies() {
+    let cfg = tiny_cfg();
+    let mut a = CandlePolicy::new(tiny_loaded(2), &cfg).unwrap();
+    let mut b = Scripted::new(Box::new(|_, _| "\\boxed{1}".to_string()), None);
+    let msgs = [Message::new("user", "hi")];
+    for p in [&mut a as &mut dyn Policy, &mut b] {
+        let out = p.sample(Role::Agent, &msgs, 2, 4, 5).unwrap();
+        assert_eq!(out.len(), 2);
+        assert!(out.iter().all(|s| s.tokens.len() == s.logprobs.len()));
+    }
+}
+
+// ---------------------------------------------------------------- eval
+
+fn eval_dir() -> PathBuf {
+    crate::common::repo_root().join("eval_envs")
+}
+
+#[tokio::test]
+async fn every_held_out_env_passes_check() {
+    let envs = spade_trainer::selfplay::eval::load_envs(&eval_dir()).unwrap();
+    assert_eq!(envs.len(), 4);
+    let mut tool_use = 0;
+    for e in &envs {
+        let report = spade_runtime::check::check(
+            &runtime(),
+            &e.source,
+            &spade_runtime::check::CheckOptions::default(),
+        )
+        .await;
+        assert!(report.accepted, "{}: {:?}", e.name, report.codes());
+        tool_use += usize::from(report.tool_use);
+    }
+    assert_eq!(tool_use, 1);
+}
+
+#[tokio::test]
+async fn eval_reports_win_rate_per_skill_with_multi_turn_history() {
+    let envs = spade_trainer::selfplay::eval::load_envs(&eval_dir()).unwrap();
+    // Binary search on number_guess (reads the bounds from the last observation); a wrong
+    // answer everywhere else.
+    let mut policy = Scripted::new(
+        Box::new(|_, msgs: &[Message]| {
+            let last = &msgs.last().unwrap().content;
+            if msgs[1].content.contains("from 1 to 64") {
+                let (lo, hi) = match last.split_once("between ") {
+                    Some((_, rest)) => {
+                        let nums: Vec<i64> = rest
+                            .trim_end_matches('.')
+                            .split(" and ")
+                            .map(|n| n.trim().parse().unwrap())
+                            .collect();
+                        (nums[0], nums[1])
+                    }
+                    None => (1, 64),
+                };
+                return format!("\\boxed{{{}}}", (lo + hi) / 2);
+            }
+            "\\boxed{0} <answer>nobody</answer>".to_string()
+        }),
+        None,
+    );
+    let (scores, per_skill) = spade_trainer::selfplay::eval::evaluate(
+        &runtime(),
+        &mut policy,
+        &envs,
+        2,
+        0,
+        8,
+        16,
+        |_| {},
+    )
+    .await
+    .unwrap();
+    assert_eq!(scores.len(), 4);
+    assert_eq!(per_skill.len(), 4);
+    assert_eq!(per_skill["Strategic Planning"], 1.0);
+    assert_eq!(per_skill["Mathematical Reasoning"], 0.0);
+    assert_eq!(per_skill["Optimization"], 0.0);
+}

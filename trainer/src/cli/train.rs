@@ -1,0 +1,145 @@
+//! `spade train`: the self-play loop.
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{Context as _, bail};
+use clap::Args;
+use spade_runtime::{Config, Runtime};
+use spade_trainer::selfplay::corpus::DEFAULT_CORPUS;
+use spade_trainer::selfplay::{CandlePolicy, Corpus, Run, TrainConfig};
+
+/// Arguments of `spade train`.
+#[derive(Debug, Args)]
+pub struct TrainArgs {
+    /// Config file (TOML if it ends in .toml, else JSON); every field has a default.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Run directory (config, metrics.jsonl, trajectories, designs, checkpoints).
+    #[arg(long, default_value = "runs/train")]
+    out: PathBuf,
+    /// Corpus (JSONL with `text` or `orig_doc`); default: the bundled corpus.
+    #[arg(long)]
+    corpus: Option<PathBuf>,
+    /// Model: a GGUF file or an HF directory (default: the fetched SmolLM2-135M-Instruct).
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// Continue the run in --out from its last complete checkpoint (its saved config wins).
+    #[arg(long)]
+    resume: bool,
+    /// Seed the pool with the environments in DIR (<name>/env.py, not validated).
+    #[arg(long)]
+    seed_envs: Option<PathBuf>,
+    /// Rollouts to run now (default: the config's `rollouts`; 0 = until interrupted).
+    #[arg(long)]
+    rollouts: Option<u64>,
+}
+
+fn read_seed_envs(dir: &Path) -> anyhow::Result<Vec<(String, String)>> {
+    let mut out = Vec::new();
+    let rd = std::fs::read_dir(dir)
+        .with_context(|| format!("reading --seed-envs directory {}", dir.display()))?;
+    for entry in rd.flatten() {
+        let p = entry.path().join("env.py");
+        if p.is_file() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            out.push((name, super::read_text(&p, "seed environment")?));
+        }
+    }
+    out.sort();
+    if out.is_empty() {
+        bail!(
+            "--seed-envs directory {} holds no <name>/env.py",
+            dir.display()
+        );
+    }
+    Ok(out)
+}
+
+impl TrainArgs {
+    /// Runs the subcommand.
+    pub fn execute(self) -> anyhow::Result<()> {
+        if self.resume && self.config.is_some() {
+            bail!("--resume uses the run's saved config; do not pass --config with it");
+        }
+        let cfg = match (&self.config, self.resume) {
+            (_, true) => {
+                let p = self.out.join("config.json");
+                if !p.exists() {
+                    bail!("nothing to resume: {} does not exist", p.display());
+                }
+                TrainConfig::from_file(&p).with_context(|| format!("reading {}", p.display()))?
+            }
+            (Some(p), false) => {
+                let text = super::read_text(p, "config file")?;
+                let toml = p.extension().is_some_and(|e| e == "toml");
+                TrainConfig::parse(&text, toml)
+                    .with_context(|| format!("reading config file {}", p.display()))?
+            }
+            (None, false) => TrainConfig::default(),
+        };
+        let corpus_text = match &self.corpus {
+            Some(p) => super::read_text(p, "corpus file")?,
+            None => DEFAULT_CORPUS.to_string(),
+        };
+        let corpus =
+            Corpus::parse(&corpus_text, cfg.max_doc_words).context("reading the corpus")?;
+        let seed_envs = match &self.seed_envs {
+            Some(d) => read_seed_envs(d)?,
+            None => Vec::new(),
+        };
+        if !self.resume && self.out.join("config.json").exists() {
+            bail!(
+                "{} already holds a run: pass --resume to continue it, or choose another --out",
+                self.out.display()
+            );
+        }
+        let loaded = super::load_model(self.model.as_deref())?;
+        let mut policy = CandlePolicy::new(loaded, &cfg)?;
+        let runtime = Runtime::new(Config::default()).context("starting the sandbox runtime")?;
+        let rollouts = self.rollouts.unwrap_or(cfg.rollouts);
+        let rt = super::tokio_runtime()?;
+        rt.block_on(async {
+            let mut run = if self.resume {
+                Run::resume(&self.out, corpus, runtime, &mut policy)?
+            } else {
+                say!("spade train: run directory {}", self.out.display());
+                Run::create(&self.out, cfg, corpus, runtime, &mut policy, seed_envs)?
+            };
+            let start = Instant::now();
+            let first = run.state.rollouts_done;
+            run.on_progress(move |line| {
+                eprintln!("[{:>7.1}s] {line}", start.elapsed().as_secs_f64());
+            });
+            let mut done = 0u64;
+            while rollouts == 0 || done < rollouts {
+                let m = run.rollout().await?;
+                done += 1;
+                let per = start.elapsed().as_secs_f64() / done as f64;
+                let eta = if rollouts == 0 {
+                    "until interrupted".to_string()
+                } else {
+                    format!("ETA {:.0}s", per * (rollouts - done) as f64)
+                };
+                say!(
+                    "rollout {}: valid {}/{} designs, pool {}, win {:.2} / hint {:.2}, regret {:.3}, loss {}, {:.1}s ({eta})",
+                    m.rollout,
+                    m.valid,
+                    m.designs,
+                    m.pool_size,
+                    m.win_rate,
+                    m.win_rate_hint,
+                    m.regret,
+                    m.loss.map_or("-".to_string(), |l| format!("{l:.4}")),
+                    m.time.total
+                );
+            }
+            say!(
+                "done: rollouts {}..{} in {}",
+                first,
+                run.state.rollouts_done,
+                self.out.display()
+            );
+            anyhow::Ok(())
+        })
+    }
+}

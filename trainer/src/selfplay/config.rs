@@ -1,0 +1,230 @@
+//! The self-play configuration: every number of the method is a field with a documented
+//! default (ENV_CONTRACT.md section 3), read from TOML or JSON.
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Result, TrainerError};
+
+/// How the designer's reward is computed from a played environment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DesignerReward {
+    /// `max(0, regret)` (the paper's default).
+    Regret,
+    /// `blend_plateau_weight * plateau(win_rate) + blend_regret_weight * max(0, regret) / blend_regret_scale`.
+    Blend,
+}
+
+/// Everything `spade train` needs besides the model and corpus paths.
+///
+/// CPU defaults are smaller than the paper's 30B recipe (24 games, 16 + 16 plays, 16,384
+/// designer tokens); each such field says so.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TrainConfig {
+    /// Master seed: every sampling, play and selection seed derives from it and the rollout index.
+    pub seed: u64,
+    /// Rollouts to run (0 = until interrupted).
+    pub rollouts: u64,
+    /// Design new environments every this many rollouts (paper: 4).
+    pub regen_interval: u64,
+    /// Also design when the pool holds fewer playable environments than this.
+    pub min_games: usize,
+    /// Designer prompts per design phase (each gets `designer_group` completions).
+    pub designs_per_round: usize,
+    /// Completions sampled per designer prompt (the GRPO group G).
+    pub designer_group: usize,
+    /// Environments the agent plays per rollout (paper: 24; CPU default 2).
+    pub games_per_rollout: usize,
+    /// Plays of each environment without the hint (paper: 16; CPU default 2).
+    pub plays_per_game: usize,
+    /// Plays of each environment with the hint (paper: 16; CPU default 2).
+    pub hint_plays: usize,
+    /// Most turns per episode, passed to the environment as `max_turns` (paper: 25).
+    pub max_turns: u32,
+    /// Corpus documents are cut to this many words (paper: 6000); the prompt is cut further
+    /// to fit the model's context.
+    pub max_doc_words: usize,
+    /// Repair prompts per invalid design before it is penalised (reference: "a few"; CPU
+    /// default 1: each repair is a full designer-length completion sampled alone).
+    pub max_repair_attempts: usize,
+    /// Reward of a design that never validated.
+    pub invalid_design_reward: f64,
+    /// Designer reward when an environment hit a fuel or deadline limit during play (paper: -0.5).
+    pub timeout_reward: f64,
+    /// Designer samples join the GRPO batch from this rollout on (paper: after 4 rollouts).
+    pub designer_start_rollout: u64,
+    /// Regret or blend.
+    pub designer_reward: DesignerReward,
+    /// Blend: weight of `plateau(win_rate)` (paper: 0.6).
+    pub blend_plateau_weight: f64,
+    /// Blend: weight of the regret term (paper: 0.4).
+    pub blend_regret_weight: f64,
+    /// Blend: the regret is divided by this (paper: 0.15).
+    pub blend_regret_scale: f64,
+    /// Blend: `plateau` is 1 on `[low, high]` (paper: 0.4, 0.6).
+    pub plateau_low: f64,
+    /// Upper end of the plateau.
+    pub plateau_high: f64,
+    /// Width of the linear ramp to 0 outside the plateau (paper: 0.25).
+    pub plateau_ramp: f64,
+    /// Environment memory: most records kept, oldest dropped first (paper: 200).
+    pub memory_size: usize,
+    /// Characters of code each memory record keeps (paper: 2000).
+    pub memory_code_chars: usize,
+    /// Positive examples put into each designer prompt (paper: 2).
+    pub memory_positive_examples: usize,
+    /// Positive seeds: win rate range (paper: 0.15..=0.85).
+    pub memory_win_low: f64,
+    /// Upper end of the positive win-rate band.
+    pub memory_win_high: f64,
+    /// Negative examples: "too easy" above this win rate (paper: 0.9).
+    pub memory_too_easy: f64,
+    /// Negative examples: "too hard" below this win rate (paper: 0.1).
+    pub memory_too_hard: f64,
+    /// Class names listed per negative list in the prompt.
+    pub memory_negative_examples: usize,
+    /// Hints longer than this many words are cut (paper: under 100).
+    pub hint_max_words: usize,
+    /// Designer completion budget (paper: 16,384; CPU default 1024).
+    pub designer_max_new_tokens: usize,
+    /// Hint completion budget.
+    pub hint_max_new_tokens: usize,
+    /// Agent completion budget per turn.
+    pub agent_max_new_tokens: usize,
+    /// Sampling temperature.
+    pub temperature: f64,
+    /// Nucleus mass.
+    pub top_p: f64,
+    /// Validation (`spade check`) episodes per probe.
+    pub check_seeds: u32,
+    /// Validation steps per episode when the environment has no `max_turns`.
+    pub check_max_steps: u32,
+    /// Wall-clock budget of one validation, in seconds (reference: 60); past it the design
+    /// counts as invalid with a "validation timed out" error.
+    pub validation_timeout_secs: u64,
+    /// Learning rate (AdamW).
+    pub lr: f64,
+    /// Train LoRA adapters (true, the default) or all weights.
+    pub lora: bool,
+    /// LoRA rank.
+    pub lora_rank: usize,
+    /// LoRA alpha.
+    pub lora_alpha: f64,
+    /// GRPO ratio clip.
+    pub clip_eps: f64,
+    /// GRPO gradient-norm clip.
+    pub max_grad_norm: f64,
+    /// GRPO micro-batch (samples per forward/backward).
+    pub micro_batch: usize,
+    /// Most samples per update; a seeded subset is kept when there are more (0 = all).
+    pub max_update_samples: usize,
+}
+
+impl Default for TrainConfig {
+    fn default() -> Self {
+        Self {
+            seed: 0,
+            rollouts: 0,
+            regen_interval: 4,
+            min_games: 2,
+            designs_per_round: 1,
+            designer_group: 2,
+            games_per_rollout: 2,
+            plays_per_game: 2,
+            hint_plays: 2,
+            max_turns: 25,
+            max_doc_words: 6000,
+            max_repair_attempts: 1,
+            invalid_design_reward: -1.0,
+            timeout_reward: -0.5,
+            designer_start_rollout: 4,
+            designer_reward: DesignerReward::Regret,
+            blend_plateau_weight: 0.6,
+            blend_regret_weight: 0.4,
+            blend_regret_scale: 0.15,
+            plateau_low: 0.4,
+            plateau_high: 0.6,
+            plateau_ramp: 0.25,
+            memory_size: 200,
+            memory_code_chars: 2000,
+            memory_positive_examples: 2,
+            memory_win_low: 0.15,
+            memory_win_high: 0.85,
+            memory_too_easy: 0.9,
+            memory_too_hard: 0.1,
+            memory_negative_examples: 5,
+            hint_max_words: 100,
+            designer_max_new_tokens: 1024,
+            hint_max_new_tokens: 128,
+            agent_max_new_tokens: 32,
+            temperature: 1.0,
+            top_p: 0.95,
+            check_seeds: 1,
+            check_max_steps: 10,
+            validation_timeout_secs: 60,
+            lr: 1e-5,
+            lora: true,
+            lora_rank: 8,
+            lora_alpha: 16.0,
+            clip_eps: 0.2,
+            max_grad_norm: 1.0,
+            micro_batch: 4,
+            max_update_samples: 32,
+        }
+    }
+}
+
+impl TrainConfig {
+    /// Parses TOML (`.toml`) or JSON (anything else) text; unknown fields are errors.
+    pub fn parse(text: &str, toml_format: bool) -> Result<Self> {
+        let cfg: Self = if toml_format {
+            toml::from_str(text).map_err(|e| TrainerError::InvalidParameter(e.to_string()))?
+        } else {
+            serde_json::from_str(text).map_err(|source| TrainerError::Json {
+                context: "parsing the config".into(),
+                source,
+            })?
+        };
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Reads a config file: TOML when the name ends in `.toml`, else JSON.
+    pub fn from_file(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| TrainerError::io(format!("reading {}", path.display()), e))?;
+        let toml_format = path.extension().is_some_and(|e| e == "toml");
+        Self::parse(&text, toml_format)
+    }
+
+    /// Rejects values the loop cannot run with.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |m: &str| Err(TrainerError::InvalidParameter(m.to_string()));
+        if self.regen_interval == 0 {
+            return bad("regen_interval must be at least 1");
+        }
+        if self.designer_group == 0 {
+            return bad("designer_group must be at least 1");
+        }
+        if self.plays_per_game == 0 || self.hint_plays == 0 {
+            return bad("plays_per_game and hint_plays must be at least 1");
+        }
+        if self.max_turns == 0 {
+            return bad("max_turns must be at least 1");
+        }
+        if self.micro_batch == 0 {
+            return bad("micro_batch must be at least 1");
+        }
+        if self.memory_size == 0 {
+            return bad("memory_size must be at least 1");
+        }
+        Ok(())
+    }
+
+    /// The config as pretty JSON (what the run directory keeps).
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("the config serialises")
+    }
+}

@@ -1,0 +1,19 @@
+//! Self-play training (the SPADE method): a designer writes environments, the sandbox
+//! validates them, the same model writes hints and plays with and without them, hint-based
+//! regret rewards the designer, and one GRPO step updates the one policy.
+pub mod config;
+pub mod corpus;
+pub mod eval;
+pub mod extract;
+pub mod memory;
+pub mod policy;
+pub mod prompts;
+pub mod rewards;
+pub mod rollout;
+pub mod seeds;
+pub mod state;
+
+pub use config::TrainConfig;
+pub use corpus::Corpus;
+pub use policy::{CandlePolicy, Policy, Role, Scripted};
+pub use rollout::{Metrics, Run};

@@ -1,0 +1,406 @@
+//! The policy behind every role: "sample n completions of a chat + their log-probs" and "one
+//! GRPO update". [`CandlePolicy`] is the real model; [`Scripted`] is a test double whose text
+//! comes from a script (optionally scored and trained by a real model).
+use std::collections::HashMap;
+use std::path::Path;
+
+use candle_core::{Tensor, Var};
+use candle_nn::VarMap;
+
+use super::config::TrainConfig;
+use crate::chat::Message;
+use crate::checkpoint;
+use crate::error::{Result, TrainerError};
+use crate::grpo::{AdvantageNorm, GrpoConfig, GrpoSample, GrpoTrainer, StepStats};
+use crate::load::LoadedModel;
+use crate::logprob::{Pair, completion_logprobs};
+use crate::model::LoraConfig;
+use crate::optim::{AdamW, AdamWConfig};
+use crate::sample::{Sampler, SamplingParams};
+
+/// Who is asking.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// Writes environments.
+    Designer,
+    /// Repairs an environment that failed validation.
+    Repair,
+    /// Writes a hint from the source.
+    Hint,
+    /// Plays.
+    Agent,
+}
+
+impl Role {
+    /// The role's name in metrics and GRPO batches.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Designer => "designer",
+            Role::Repair => "repair",
+            Role::Hint => "hint",
+            Role::Agent => "agent",
+        }
+    }
+}
+
+/// One sampled completion with what training needs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sampled {
+    /// Prompt token ids (the rendered chat).
+    pub prompt: Vec<u32>,
+    /// Completion token ids.
+    pub tokens: Vec<u32>,
+    /// Log-probability of each completion token when sampled.
+    pub logprobs: Vec<f32>,
+    /// Completion text.
+    pub text: String,
+}
+
+/// A policy.
+pub trait Policy {
+    /// `n` completions of `messages`, seeded.
+    fn sample(
+        &mut self,
+        role: Role,
+        messages: &[Message],
+        n: usize,
+        max_new_tokens: usize,
+        seed: u64,
+    ) -> Result<Vec<Sampled>>;
+
+    /// One GRPO update; `None` when the policy does not learn.
+    fn update(&mut self, batch: &[GrpoSample]) -> Result<Option<StepStats>>;
+
+    /// Writes the trainable state (weights or adapters, optimizer) into `dir`.
+    fn save(&self, dir: &Path) -> Result<()>;
+
+    /// Restores what [`Policy::save`] wrote.
+    fn load(&mut self, dir: &Path) -> Result<()>;
+}
+
+/// The candle model: LoRA adapters (default) or all weights, fused AdamW, GRPO with per-role
+/// advantage normalisation.
+pub struct CandlePolicy {
+    base: LoadedModel,
+    model: LoadedModel,
+    lora: Option<(LoraConfig, VarMap)>,
+    optimizer: Option<AdamW>,
+    adam: AdamWConfig,
+    grpo: GrpoConfig,
+    temperature: f64,
+    top_p: f64,
+}
+
+impl std::fmt::Debug for CandlePolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CandlePolicy")
+            .field("lora", &self.lora.as_ref().map(|l| &l.0))
+            .finish_non_exhaustive()
+    }
+}
+
+/// Variables of `varmap` sorted by name (a stable optimizer order across processes).
+fn sorted_vars(varmap: &VarMap) -> Vec<(String, Var)> {
+    let data = varmap.data().lock().expect("varmap lock");
+    let mut vars: Vec<(String, Var)> = data.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    vars.sort_by(|a, b| a.0.cmp(&b.0));
+    vars
+}
+
+const OPT_FILE: &str = "optimizer.safetensors";
+const OPT_META: &str = "optimizer.json";
+const FULL_FILE: &str = "model.safetensors";
+
+impl CandlePolicy {
+    /// Wraps `loaded`, attaching fresh LoRA adapters (seeded from the config) unless
+    /// `cfg.lora` is false, in which case every weight trains.
+    pub fn new(loaded: LoadedModel, cfg: &TrainConfig) -> Result<Self> {
+        let base = loaded.clone();
+        let mut model = loaded;
+        let lora = if cfg.lora {
+            let lc = LoraConfig {
+                r: cfg.lora_rank,
+                lora_alpha: cfg.lora_alpha,
+                ..LoraConfig::default()
+            };
+            let seed = super::seeds::derive(cfg.seed, "lora", &[]);
+            let vm = crate::model::lora::attach_new(&mut model.model, &lc, seed)?;
+            Some((lc, vm))
+        } else {
+            model.model.set_train_base(true);
+            None
+        };
+        let adam = AdamWConfig {
+            lr: cfg.lr,
+            ..AdamWConfig::default()
+        };
+        let mut p = Self {
+            base,
+            model,
+            lora,
+            optimizer: None,
+            adam,
+            grpo: GrpoConfig {
+                clip_eps: cfg.clip_eps,
+                kl_coef: 0.0,
+                max_grad_norm: cfg.max_grad_norm,
+                micro_batch: cfg.micro_batch,
+                norm: AdvantageNorm::Role,
+            },
+            temperature: cfg.temperature,
+            top_p: cfg.top_p,
+        };
+        p.optimizer = Some(p.new_optimizer()?);
+        Ok(p)
+    }
+
+    fn trainable(&self) -> Vec<(String, Var)> {
+        match &self.lora {
+            Some((_, vm)) => sorted_vars(vm),
+            None => sorted_vars(&self.model.varmap),
+        }
+    }
+
+    fn new_optimizer(&self) -> Result<AdamW> {
+        AdamW::new(
+            self.trainable().into_iter().map(|(_, v)| v).collect(),
+            self.adam,
+        )
+    }
+
+    /// The model with its current adapters.
+    pub fn loaded(&self) -> &LoadedModel {
+        &self.model
+    }
+
+    /// Renders and tokenizes a chat, cutting its middle when it would not leave
+    /// `max_new_tokens` (at least 16) of context.
+    fn prompt_ids(&self, messages: &[Message], max_new_tokens: usize) -> Result<(Vec<u32>, usize)> {
+        let text = self.model.chat.render(messages, true);
+        let ids = Sampler::from_loaded(&self.model).encode(&text)?;
+        let ctx = self.model.config.max_position_embeddings;
+        let max_new = max_new_tokens.min(ctx / 2).max(1);
+        if ids.len() + max_new <= ctx {
+            return Ok((ids, max_new));
+        }
+        let keep = ctx - max_new;
+        let head = keep / 2;
+        let tail = keep - head;
+        let mut cut = ids[..head].to_vec();
+        cut.extend_from_slice(&ids[ids.len() - tail..]);
+        Ok((cut, max_new))
+    }
+
+    /// Log-probs of `completion` after `messages` under the current model (no graph).
+    pub fn score(&self, messages: &[Message], completion: &str) -> Result<Sampled> {
+        let sampler = Sampler::from_loaded(&self.model);
+        let mut tokens = sampler.encode(completion)?;
+        if tokens.is_empty() {
+            tokens = self.model.eos_ids.first().copied().into_iter().collect();
+        }
+        let (prompt, _) = self.prompt_ids(messages, tokens.len())?;
+        let lp = completion_logprobs(
+            &self.model.model.without_grad(),
+            &[Pair {
+                prompt: &prompt,
+                completion: &tokens,
+            }],
+        )?;
+        Ok(Sampled {
+            prompt,
+            logprobs: lp.to_vec1()?,
+            tokens,
+            text: completion.to_string(),
+        })
+    }
+}
+
+impl Policy for CandlePolicy {
+    fn sample(
+        &mut self,
+        _role: Role,
+        messages: &[Message],
+        n: usize,
+        max_new_tokens: usize,
+        seed: u64,
+    ) -> Result<Vec<Sampled>> {
+        let (prompt, max_new) = self.prompt_ids(messages, max_new_tokens)?;
+        let params = SamplingParams {
+            temperature: self.temperature,
+            top_p: self.top_p,
+            top_k: 0,
+            max_new_tokens: max_new,
+            stop: Vec::new(),
+            seed,
+        };
+        let out = Sampler::from_loaded(&self.model).sample(&prompt, n, &params, &mut |_, _| {})?;
+        Ok(out
+            .into_iter()
+            .map(|c| Sampled {
+                prompt: prompt.clone(),
+                tokens: c.tokens,
+                logprobs: c.logprobs,
+                text: c.text,
+            })
+            .collect())
+    }
+
+    fn update(&mut self, batch: &[GrpoSample]) -> Result<Option<StepStats>> {
+        if batch.iter().all(|s| s.completion.is_empty()) {
+            return Ok(None);
+        }
+        let opt = match self.optimizer.take() {
+            Some(o) => o,
+            None => self.new_optimizer()?,
+        };
+        let mut trainer = GrpoTrainer::new(&self.model.model, None, opt, self.grpo.clone())?;
+        let stats = trainer.step(batch);
+        self.optimizer = Some(trainer.into_optimizer());
+        Ok(Some(stats?))
+    }
+
+    fn save(&self, dir: &Path) -> Result<()> {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| TrainerError::io(format!("creating {}", dir.display()), e))?;
+        match &self.lora {
+            Some((cfg, vm)) => checkpoint::save_lora(dir, cfg, vm)?,
+            None => self.model.varmap.save(dir.join(FULL_FILE))?,
+        }
+        let opt = self.optimizer.as_ref().expect("an optimizer");
+        let (step, moments) = opt.export_state();
+        let dev = self.model.model.device();
+        let mut tensors: HashMap<String, Tensor> = HashMap::new();
+        for (i, (m, v)) in moments.into_iter().enumerate() {
+            let n = m.len();
+            tensors.insert(format!("m.{i:05}"), Tensor::from_vec(m, n, dev)?);
+            tensors.insert(format!("v.{i:05}"), Tensor::from_vec(v, n, dev)?);
+        }
+        candle_core::safetensors::save(&tensors, dir.join(OPT_FILE))?;
+        let names: Vec<String> = self.trainable().into_iter().map(|(n, _)| n).collect();
+        let meta = serde_json::json!({"step": step, "vars": names});
+        std::fs::write(dir.join(OPT_META), meta.to_string())
+            .map_err(|e| TrainerError::io("writing optimizer.json", e))
+    }
+
+    fn load(&mut self, dir: &Path) -> Result<()> {
+        if self.lora.is_some() {
+            let mut model = self.base.clone();
+            let (cfg, vm) = checkpoint::load_lora(dir, &mut model.model)?;
+            self.model = model;
+            self.lora = Some((cfg, vm));
+        } else {
+            self.model.varmap.load(dir.join(FULL_FILE))?;
+        }
+        let mut opt = self.new_optimizer()?;
+        let meta_path = dir.join(OPT_META);
+        let meta: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(&meta_path)
+                .map_err(|e| TrainerError::io(format!("reading {}", meta_path.display()), e))?,
+        )
+        .map_err(|source| TrainerError::Json {
+            context: "parsing optimizer.json".into(),
+            source,
+        })?;
+        let step = meta["step"].as_u64().unwrap_or(0);
+        let mut tensors =
+            candle_core::safetensors::load(dir.join(OPT_FILE), &candle_core::Device::Cpu)?;
+        let n = self.trainable().len();
+        let mut moments = Vec::with_capacity(n);
+        for i in 0..n {
+            let get = |t: Option<Tensor>| -> Result<Vec<f32>> {
+                t.ok_or_else(|| {
+                    TrainerError::InvalidParameter("optimizer state is incomplete".into())
+                })?
+                .to_vec1()
+                .map_err(Into::into)
+            };
+            let m = get(tensors.remove(&format!("m.{i:05}")))?;
+            let v = get(tensors.remove(&format!("v.{i:05}")))?;
+            moments.push((m, v));
+        }
+        opt.import_state(step, moments)?;
+        self.optimizer = Some(opt);
+        Ok(())
+    }
+}
+
+/// A script: the text a role writes for a chat.
+pub type Script = Box<dyn FnMut(Role, &[Message]) -> String + Send>;
+
+/// A test double: completions come from a script. With a model, tokens and log-probs are the
+/// model's for the scripted text and updates train the model; without one, tokens are bytes
+/// and nothing learns.
+pub struct Scripted {
+    script: Script,
+    model: Option<CandlePolicy>,
+}
+
+impl std::fmt::Debug for Scripted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scripted")
+            .field("model", &self.model)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Scripted {
+    /// A scripted policy, optionally scored and trained by `model`.
+    pub fn new(script: Script, model: Option<CandlePolicy>) -> Self {
+        Self { script, model }
+    }
+}
+
+impl Policy for Scripted {
+    fn sample(
+        &mut self,
+        role: Role,
+        messages: &[Message],
+        n: usize,
+        _max_new_tokens: usize,
+        _seed: u64,
+    ) -> Result<Vec<Sampled>> {
+        let mut out = Vec::with_capacity(n);
+        for _ in 0..n {
+            let text = (self.script)(role, messages);
+            out.push(match &self.model {
+                Some(m) => m.score(messages, &text)?,
+                None => {
+                    let prompt: Vec<u32> = messages
+                        .iter()
+                        .flat_map(|m| m.content.bytes().map(u32::from))
+                        .collect();
+                    let tokens: Vec<u32> = text.bytes().map(u32::from).collect();
+                    Sampled {
+                        prompt,
+                        logprobs: vec![-1.0; tokens.len()],
+                        tokens,
+                        text,
+                    }
+                }
+            });
+        }
+        Ok(out)
+    }
+
+    fn update(&mut self, batch: &[GrpoSample]) -> Result<Option<StepStats>> {
+        match &mut self.model {
+            Some(m) => m.update(batch),
+            None => Ok(None),
+        }
+    }
+
+    fn save(&self, dir: &Path) -> Result<()> {
+        match &self.model {
+            Some(m) => m.save(dir),
+            None => std::fs::create_dir_all(dir)
+                .map_err(|e| TrainerError::io(format!("creating {}", dir.display()), e)),
+        }
+    }
+
+    fn load(&mut self, dir: &Path) -> Result<()> {
+        match &mut self.model {
+            Some(m) => m.load(dir),
+            None => Ok(()),
+        }
+    }
+}

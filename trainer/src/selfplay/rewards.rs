@@ -1,0 +1,110 @@
+//! The method's reward arithmetic.
+use std::collections::BTreeMap;
+
+use super::config::{DesignerReward, TrainConfig};
+
+/// Episode return: the last reward clipped to [-1, 1] if the episode terminated, else 0.
+pub fn episode_return(last_reward: Option<f64>, terminated: bool) -> f64 {
+    match (last_reward, terminated) {
+        (Some(r), true) if r.is_finite() => r.clamp(-1.0, 1.0),
+        _ => 0.0,
+    }
+}
+
+/// Whether a return counts as a win.
+pub fn is_win(ret: f64) -> bool {
+    ret >= 1.0 - 1e-9
+}
+
+/// Mean of `xs` (0 when empty).
+pub fn mean(xs: &[f64]) -> f64 {
+    if xs.is_empty() {
+        0.0
+    } else {
+        xs.iter().sum::<f64>() / xs.len() as f64
+    }
+}
+
+/// How an environment's plays went, for its designer.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum PlayOutcome {
+    /// Played: returns without and with the hint; `hint_ok` false when the hint failed.
+    Played {
+        /// Mean return without the hint.
+        without: f64,
+        /// Mean return with the hint.
+        with: f64,
+        /// Whether a hint was produced.
+        hint_ok: bool,
+    },
+    /// A step ran out of fuel or hit the deadline.
+    Timeout,
+}
+
+/// Regret: `mean(with) - mean(without)` floored at 0; 0 when the hint failed.
+pub fn regret(without: f64, with: f64, hint_ok: bool) -> f64 {
+    if hint_ok {
+        (with - without).max(0.0)
+    } else {
+        0.0
+    }
+}
+
+/// `plateau(w)`: 1 on `[low, high]`, falling linearly to 0 over `ramp` outside.
+pub fn plateau(w: f64, low: f64, high: f64, ramp: f64) -> f64 {
+    let d = if w < low {
+        low - w
+    } else if w > high {
+        w - high
+    } else {
+        0.0
+    };
+    if ramp <= 0.0 {
+        return if d == 0.0 { 1.0 } else { 0.0 };
+    }
+    (1.0 - d / ramp).max(0.0)
+}
+
+/// The designer's raw reward for an environment (before centring per skill).
+pub fn designer_reward(cfg: &TrainConfig, outcome: PlayOutcome, win_rate: f64) -> f64 {
+    match outcome {
+        PlayOutcome::Timeout => cfg.timeout_reward,
+        PlayOutcome::Played {
+            without,
+            with,
+            hint_ok,
+        } => {
+            let r = regret(without, with, hint_ok);
+            match cfg.designer_reward {
+                DesignerReward::Regret => r,
+                DesignerReward::Blend => {
+                    cfg.blend_plateau_weight
+                        * plateau(
+                            win_rate,
+                            cfg.plateau_low,
+                            cfg.plateau_high,
+                            cfg.plateau_ramp,
+                        )
+                        + cfg.blend_regret_weight * r / cfg.blend_regret_scale
+                }
+            }
+        }
+    }
+}
+
+/// Subtracts the per-skill mean from each `(skill, reward)`.
+pub fn centre_per_skill(items: &[(String, f64)]) -> Vec<f64> {
+    let mut sums: BTreeMap<&str, (f64, usize)> = BTreeMap::new();
+    for (s, r) in items {
+        let e = sums.entry(s.as_str()).or_default();
+        e.0 += r;
+        e.1 += 1;
+    }
+    items
+        .iter()
+        .map(|(s, r)| {
+            let (sum, n) = sums[s.as_str()];
+            r - sum / n as f64
+        })
+        .collect()
+}
