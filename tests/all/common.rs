@@ -6,6 +6,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use spade_runtime::{Config, Limits, Runtime};
+use spade_trainer::load::LoadedModel;
 
 /// The repository root.
 pub fn repo_root() -> PathBuf {
@@ -97,4 +98,49 @@ pub fn stdout(output: &Output) -> String {
 
 pub fn stderr(output: &Output) -> String {
     String::from_utf8(output.stderr.clone()).unwrap()
+}
+
+/// A tiny byte-level ChatML model with random weights (seeded), optionally with a longer context.
+pub fn tiny_chat_model(seed: u64, max_position_embeddings: Option<usize>) -> LoadedModel {
+    use candle_core::Device;
+    use spade_trainer::chat::ChatTemplate;
+    use spade_trainer::model::{Config, Decoder};
+    use tokenizers::models::bpe::{BPE, Vocab};
+    let mut tokens: Vec<String> = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+        .map(String::from)
+        .to_vec();
+    let mut bytes: Vec<char> = tokenizers::pre_tokenizers::byte_level::ByteLevel::alphabet()
+        .into_iter()
+        .collect();
+    bytes.sort();
+    tokens.extend(bytes.iter().map(|c| c.to_string()));
+    let vocab: Vocab = tokens
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.clone(), i as u32))
+        .collect();
+    let bpe = BPE::builder()
+        .vocab_and_merges(vocab, vec![])
+        .build()
+        .unwrap();
+    let mut tok = tokenizers::Tokenizer::new(bpe);
+    tok.with_pre_tokenizer(Some(
+        tokenizers::pre_tokenizers::byte_level::ByteLevel::new(false, true, true),
+    ));
+    tok.with_decoder(Some(tokenizers::decoders::byte_level::ByteLevel::default()));
+    tok.add_special_tokens(&[
+        tokenizers::AddedToken::from("<|endoftext|>", true),
+        tokenizers::AddedToken::from("<|im_start|>", true),
+        tokenizers::AddedToken::from("<|im_end|>", true),
+    ]);
+    let mut cfg = Config::tiny("llama");
+    cfg.vocab_size = tokens.len();
+    if let Some(n) = max_position_embeddings {
+        cfg.max_position_embeddings = n;
+    }
+    let (model, varmap) = Decoder::random(&cfg, seed, 0.2, &Device::Cpu).unwrap();
+    let chat = ChatTemplate::ChatMl {
+        default_system: None,
+    };
+    LoadedModel::new(cfg.clone(), model, varmap, tok, chat, cfg.eos_ids())
 }

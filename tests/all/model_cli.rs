@@ -2,11 +2,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use candle_core::Device;
-use spade_trainer::chat::ChatTemplate;
 use spade_trainer::checkpoint;
-use spade_trainer::load::LoadedModel;
-use spade_trainer::model::{Config, Decoder};
 
 fn tmp(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("spade-cli-{}-{name}", std::process::id()));
@@ -30,43 +26,7 @@ fn stderr(o: &Output) -> String {
 
 /// A tiny byte-level model saved as an HF directory.
 fn tiny_model_dir(name: &str) -> PathBuf {
-    use tokenizers::models::bpe::{BPE, Vocab};
-    let mut tokens: Vec<String> = vec![
-        "<|endoftext|>".into(),
-        "<|im_start|>".into(),
-        "<|im_end|>".into(),
-    ];
-    let mut bytes: Vec<char> = tokenizers::pre_tokenizers::byte_level::ByteLevel::alphabet()
-        .into_iter()
-        .collect();
-    bytes.sort();
-    tokens.extend(bytes.iter().map(|c| c.to_string()));
-    let vocab: Vocab = tokens
-        .iter()
-        .enumerate()
-        .map(|(i, t)| (t.clone(), i as u32))
-        .collect();
-    let bpe = BPE::builder()
-        .vocab_and_merges(vocab, vec![])
-        .build()
-        .unwrap();
-    let mut tok = tokenizers::Tokenizer::new(bpe);
-    tok.with_pre_tokenizer(Some(
-        tokenizers::pre_tokenizers::byte_level::ByteLevel::new(false, true, true),
-    ));
-    tok.with_decoder(Some(tokenizers::decoders::byte_level::ByteLevel::default()));
-    tok.add_special_tokens(&[
-        tokenizers::AddedToken::from("<|endoftext|>", true),
-        tokenizers::AddedToken::from("<|im_start|>", true),
-        tokenizers::AddedToken::from("<|im_end|>", true),
-    ]);
-    let mut cfg = Config::tiny("llama");
-    cfg.vocab_size = tokens.len();
-    let (model, varmap) = Decoder::random(&cfg, 1, 0.2, &Device::Cpu).unwrap();
-    let chat = ChatTemplate::ChatMl {
-        default_system: None,
-    };
-    let loaded = LoadedModel::new(cfg.clone(), model, varmap, tok, chat, cfg.eos_ids());
+    let loaded = crate::common::tiny_chat_model(1, None);
     let dir = tmp(name);
     checkpoint::save_full(&dir, &loaded).unwrap();
     dir

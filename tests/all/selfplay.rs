@@ -3,11 +3,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use candle_core::Device;
 use spade_runtime::{Limits, Runtime};
-use spade_trainer::chat::{ChatTemplate, Message};
+use spade_trainer::chat::Message;
 use spade_trainer::load::LoadedModel;
-use spade_trainer::model::{Config, Decoder};
 use spade_trainer::selfplay::config::DesignerReward;
 use spade_trainer::selfplay::memory::{EnvMemory, MemoryRecord};
 use spade_trainer::selfplay::policy::Script;
@@ -437,44 +435,9 @@ async fn a_fuel_timeout_during_play_costs_the_designer_half_and_the_run_goes_on(
 
 // ---------------------------------------------------------------- tiny random model
 
-/// A tiny byte-level chat model (random weights).
+/// A tiny byte-level chat model (random weights) with room for long prompts.
 pub fn tiny_loaded(seed: u64) -> LoadedModel {
-    use tokenizers::models::bpe::{BPE, Vocab};
-    let mut tokens: Vec<String> = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-        .map(String::from)
-        .to_vec();
-    let mut bytes: Vec<char> = tokenizers::pre_tokenizers::byte_level::ByteLevel::alphabet()
-        .into_iter()
-        .collect();
-    bytes.sort();
-    tokens.extend(bytes.iter().map(|c| c.to_string()));
-    let vocab: Vocab = tokens
-        .iter()
-        .enumerate()
-        .map(|(i, t)| (t.clone(), i as u32))
-        .collect();
-    let bpe = BPE::builder()
-        .vocab_and_merges(vocab, vec![])
-        .build()
-        .unwrap();
-    let mut tok = tokenizers::Tokenizer::new(bpe);
-    tok.with_pre_tokenizer(Some(
-        tokenizers::pre_tokenizers::byte_level::ByteLevel::new(false, true, true),
-    ));
-    tok.with_decoder(Some(tokenizers::decoders::byte_level::ByteLevel::default()));
-    tok.add_special_tokens(&[
-        tokenizers::AddedToken::from("<|endoftext|>", true),
-        tokenizers::AddedToken::from("<|im_start|>", true),
-        tokenizers::AddedToken::from("<|im_end|>", true),
-    ]);
-    let mut cfg = Config::tiny("llama");
-    cfg.vocab_size = tokens.len();
-    cfg.max_position_embeddings = 1024;
-    let (model, varmap) = Decoder::random(&cfg, seed, 0.2, &Device::Cpu).unwrap();
-    let chat = ChatTemplate::ChatMl {
-        default_system: None,
-    };
-    LoadedModel::new(cfg.clone(), model, varmap, tok, chat, cfg.eos_ids())
+    crate::common::tiny_chat_model(seed, Some(1024))
 }
 
 fn tiny_cfg() -> TrainConfig {
