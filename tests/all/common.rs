@@ -105,7 +105,6 @@ pub fn tiny_chat_model(seed: u64, max_position_embeddings: Option<usize>) -> Loa
     use candle_core::Device;
     use spade_trainer::chat::ChatTemplate;
     use spade_trainer::model::{Config, Decoder};
-    use tokenizers::models::bpe::{BPE, Vocab};
     let mut tokens: Vec<String> = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
         .map(String::from)
         .to_vec();
@@ -114,13 +113,33 @@ pub fn tiny_chat_model(seed: u64, max_position_embeddings: Option<usize>) -> Loa
         .collect();
     bytes.sort();
     tokens.extend(bytes.iter().map(|c| c.to_string()));
+    let tok = byte_level_tokenizer(&tokens, Vec::new());
+    let mut cfg = Config::tiny("llama");
+    cfg.vocab_size = tokens.len();
+    if let Some(n) = max_position_embeddings {
+        cfg.max_position_embeddings = n;
+    }
+    let (model, varmap) = Decoder::random(&cfg, seed, 0.2, &Device::Cpu).unwrap();
+    let chat = ChatTemplate::ChatMl {
+        default_system: None,
+    };
+    LoadedModel::new(cfg.clone(), model, varmap, tok, chat, cfg.eos_ids())
+}
+
+/// A byte-level BPE tokenizer over `tokens` (ids in order) with `merges` and the three ChatML
+/// special tokens, as the tiny test models use.
+pub fn byte_level_tokenizer(
+    tokens: &[String],
+    merges: Vec<(String, String)>,
+) -> tokenizers::Tokenizer {
+    use tokenizers::models::bpe::{BPE, Vocab};
     let vocab: Vocab = tokens
         .iter()
         .enumerate()
         .map(|(i, t)| (t.clone(), i as u32))
         .collect();
     let bpe = BPE::builder()
-        .vocab_and_merges(vocab, vec![])
+        .vocab_and_merges(vocab, merges)
         .build()
         .unwrap();
     let mut tok = tokenizers::Tokenizer::new(bpe);
@@ -133,14 +152,5 @@ pub fn tiny_chat_model(seed: u64, max_position_embeddings: Option<usize>) -> Loa
         tokenizers::AddedToken::from("<|im_start|>", true),
         tokenizers::AddedToken::from("<|im_end|>", true),
     ]);
-    let mut cfg = Config::tiny("llama");
-    cfg.vocab_size = tokens.len();
-    if let Some(n) = max_position_embeddings {
-        cfg.max_position_embeddings = n;
-    }
-    let (model, varmap) = Decoder::random(&cfg, seed, 0.2, &Device::Cpu).unwrap();
-    let chat = ChatTemplate::ChatMl {
-        default_system: None,
-    };
-    LoadedModel::new(cfg.clone(), model, varmap, tok, chat, cfg.eos_ids())
+    tok
 }

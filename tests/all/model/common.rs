@@ -71,13 +71,7 @@ pub fn tiny_vocab() -> (Vec<String>, Vec<String>, Vec<i32>) {
 
 /// The tokenizer of [`tiny_vocab`], built directly with `tokenizers`.
 pub fn tiny_tokenizer() -> tokenizers::Tokenizer {
-    use tokenizers::models::bpe::{BPE, Vocab};
     let (tokens, merges, _) = tiny_vocab();
-    let vocab: Vocab = tokens
-        .iter()
-        .enumerate()
-        .map(|(i, t)| (t.clone(), i as u32))
-        .collect();
     let merges = merges
         .iter()
         .map(|m| {
@@ -85,21 +79,7 @@ pub fn tiny_tokenizer() -> tokenizers::Tokenizer {
             (a.to_string(), b.to_string())
         })
         .collect();
-    let bpe = BPE::builder()
-        .vocab_and_merges(vocab, merges)
-        .build()
-        .unwrap();
-    let mut tok = tokenizers::Tokenizer::new(bpe);
-    tok.with_pre_tokenizer(Some(
-        tokenizers::pre_tokenizers::byte_level::ByteLevel::new(false, true, true),
-    ));
-    tok.with_decoder(Some(tokenizers::decoders::byte_level::ByteLevel::default()));
-    tok.add_special_tokens(&[
-        tokenizers::AddedToken::from("<|endoftext|>", true),
-        tokenizers::AddedToken::from("<|im_start|>", true),
-        tokenizers::AddedToken::from("<|im_end|>", true),
-    ]);
-    tok
+    crate::common::byte_level_tokenizer(&tokens, merges)
 }
 
 /// A tiny llama config whose vocabulary matches [`tiny_vocab`].
