@@ -215,3 +215,52 @@ fn cli_accepts_with_json_and_rejects_with_replayable_files() {
     );
     assert!(stdout(&output).starts_with("identical"));
 }
+
+#[tokio::test]
+async fn a_total_fuel_budget_rejects_deterministically() {
+    let runtime = check_runtime();
+    let source = env_source("grid_walk");
+    let full = check(&runtime, &source, &CheckOptions::default()).await;
+    let total = full.stats.total_fuel;
+    assert!(
+        full.accepted && total > full.stats.max_fuel,
+        "{:?}",
+        full.stats
+    );
+    let again = check(&runtime, &source, &CheckOptions::default()).await;
+    assert_eq!(again.stats.total_fuel, total, "fuel is deterministic");
+    let enough = CheckOptions {
+        fuel_budget: Some(total),
+        ..CheckOptions::default()
+    };
+    assert!(check(&runtime, &source, &enough).await.accepted);
+    let short = CheckOptions {
+        fuel_budget: Some(total / 3),
+        ..CheckOptions::default()
+    };
+    let report = check(&runtime, &source, &short).await;
+    assert!(!report.accepted);
+    assert_eq!(report.codes(), vec!["validation_fuel"]);
+    let msg = &report.findings[0].message;
+    assert!(
+        msg.starts_with("validation used ")
+            && msg.contains(&format!("over its budget of {}", total / 3))
+            && msg.ends_with("(the remaining probes were skipped)"),
+        "{msg}"
+    );
+    assert!(report.stats.total_fuel < total, "probes stopped early");
+    let output = spade(&[
+        "check",
+        env_dir("grid_walk").join("env.py").to_str().unwrap(),
+        "--total-fuel",
+        "1000",
+        "--out",
+        tempfile::tempdir().unwrap().path().to_str().unwrap(),
+    ]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        stdout(&output).contains("error [validation_fuel] validation used "),
+        "{}",
+        stdout(&output)
+    );
+}

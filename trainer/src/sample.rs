@@ -6,7 +6,7 @@ use tokenizers::Tokenizer;
 
 use crate::error::{Result, TrainerError};
 use crate::load::LoadedModel;
-use crate::model::Decoder;
+use crate::model::{Decoder, KvCache};
 
 /// Sampling settings.
 #[derive(Debug, Clone, PartialEq)]
@@ -138,6 +138,15 @@ pub struct Sampler<'a> {
     eos_ids: &'a [u32],
 }
 
+/// A prompt run through the model: its single-row cache and the logits of the next token.
+#[derive(Debug)]
+pub struct Prefilled {
+    /// The prompt's keys and values.
+    pub cache: KvCache,
+    /// Logits of the token after the prompt.
+    pub logits: Vec<f32>,
+}
+
 struct Row {
     rng: StdRng,
     tokens: Vec<u32>,
@@ -183,6 +192,18 @@ impl<'a> Sampler<'a> {
         if prompt.is_empty() {
             return bad("the prompt is empty".into());
         }
+        self.check_params(prompt.len(), n, p)?;
+        let vocab = self.model.config().vocab_size as u32;
+        if let Some(t) = prompt.iter().find(|&&t| t >= vocab) {
+            return bad(format!(
+                "prompt token {t} is outside the vocabulary of {vocab}"
+            ));
+        }
+        Ok(())
+    }
+
+    fn check_params(&self, prompt_len: usize, n: usize, p: &SamplingParams) -> Result<()> {
+        let bad = |m: String| Err(TrainerError::InvalidParameter(m));
         if n == 0 {
             return bad("the group size must be at least 1".into());
         }
@@ -193,17 +214,10 @@ impl<'a> Sampler<'a> {
             return bad(format!("top_p must be in (0, 1], got {}", p.top_p));
         }
         let max = self.model.config().max_position_embeddings;
-        if prompt.len() + p.max_new_tokens > max {
+        if prompt_len + p.max_new_tokens > max {
             return bad(format!(
-                "prompt ({} tokens) plus max new tokens ({}) exceeds the context of {max}",
-                prompt.len(),
+                "prompt ({prompt_len} tokens) plus max new tokens ({}) exceeds the context of {max}",
                 p.max_new_tokens
-            ));
-        }
-        let vocab = self.model.config().vocab_size as u32;
-        if let Some(t) = prompt.iter().find(|&&t| t >= vocab) {
-            return bad(format!(
-                "prompt token {t} is outside the vocabulary of {vocab}"
             ));
         }
         Ok(())
@@ -221,10 +235,102 @@ impl<'a> Sampler<'a> {
         on_text: &mut dyn FnMut(usize, &str),
     ) -> Result<Vec<Completion>> {
         self.check(prompt, n, params)?;
+        let rngs = (0..n)
+            .map(|i| StdRng::seed_from_u64(stream_seed(params.seed, i)))
+            .collect();
+        if params.max_new_tokens == 0 {
+            return Ok(self
+                .run_rows(KvCache::new(0), vec![], rngs, params, false, on_text)?
+                .into_iter()
+                .map(|(c, _)| c)
+                .collect());
+        }
+        let first = self.prefill(prompt, None)?;
+        let cache = if n > 1 {
+            first.cache.expand(n)?
+        } else {
+            first.cache
+        };
+        Ok(self
+            .run_rows(cache, vec![first.logits; n], rngs, params, false, on_text)?
+            .into_iter()
+            .map(|(c, _)| c)
+            .collect())
+    }
+
+    /// Runs `prompt` through the model into a fresh single-row cache, or after `reuse`: a
+    /// single-row cache (from [`Sampler::sample_rows`] or [`KvCache::truncate`]) that holds
+    /// exactly the first `reuse.len()` tokens of `prompt`, fewer than all of them.
+    pub fn prefill(&self, prompt: &[u32], reuse: Option<KvCache>) -> Result<Prefilled> {
+        let mut cache = reuse.unwrap_or_else(|| self.model.new_cache());
+        let done = cache.len();
+        if cache.rows() > 1 || done >= prompt.len() {
+            return Err(TrainerError::InvalidParameter(format!(
+                "a reused cache must be one row shorter than the prompt ({} rows, {done} of {} tokens)",
+                cache.rows(),
+                prompt.len()
+            )));
+        }
+        let input = Tensor::new(&prompt[done..], self.model.device())?.unsqueeze(0)?;
+        let logits = self
+            .model
+            .forward(&input, &mut cache)?
+            .squeeze(0)?
+            .to_vec1()?;
+        Ok(Prefilled { cache, logits })
+    }
+
+    /// Samples one completion for each prefilled prompt, all rows decoding as one batch.
+    /// Row `r` draws from the stream of `seeds[r]`, so it gets the completion that
+    /// [`Sampler::sample`] gives for that prompt with `n = 1` and that seed (up to float
+    /// rounding of the batched kernels). With `keep_caches`, each row also returns its cache
+    /// (the prompt and every completion token but the last), ready to be reused by
+    /// [`Sampler::prefill`] for a longer prompt that continues it.
+    pub fn sample_rows(
+        &self,
+        rows: Vec<(Prefilled, u64)>,
+        params: &SamplingParams,
+        keep_caches: bool,
+        on_text: &mut dyn FnMut(usize, &str),
+    ) -> Result<Vec<(Completion, Option<KvCache>)>> {
+        if rows.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut caches = Vec::with_capacity(rows.len());
+        let mut logits = Vec::with_capacity(rows.len());
+        let mut rngs = Vec::with_capacity(rows.len());
+        for (p, seed) in rows {
+            let len = p.cache.positions().first().copied().unwrap_or(0);
+            self.check_params(len, 1, params)?;
+            caches.push(p.cache);
+            logits.push(p.logits);
+            rngs.push(StdRng::seed_from_u64(stream_seed(seed, 0)));
+        }
+        let cache = if caches.len() == 1 {
+            caches.pop().expect("one cache")
+        } else {
+            KvCache::stack(caches)?
+        };
+        self.run_rows(cache, logits, rngs, params, keep_caches, on_text)
+    }
+
+    /// The decode loop shared by every entry point: row `i` starts from `logits[i]` and
+    /// `cache` row `i`; finished rows leave the batch (keeping their cache when asked).
+    fn run_rows(
+        &self,
+        mut cache: KvCache,
+        mut logits: Vec<Vec<f32>>,
+        rngs: Vec<StdRng>,
+        params: &SamplingParams,
+        keep_caches: bool,
+        on_text: &mut dyn FnMut(usize, &str),
+    ) -> Result<Vec<(Completion, Option<KvCache>)>> {
         let device: &Device = self.model.device();
-        let mut rows: Vec<Row> = (0..n)
-            .map(|i| Row {
-                rng: StdRng::seed_from_u64(stream_seed(params.seed, i)),
+        let n = rngs.len();
+        let mut rows: Vec<Row> = rngs
+            .into_iter()
+            .map(|rng| Row {
+                rng,
                 tokens: Vec::new(),
                 logprobs: Vec::new(),
                 text: String::new(),
@@ -232,22 +338,14 @@ impl<'a> Sampler<'a> {
                 finish: None,
             })
             .collect();
+        let mut kept: Vec<Option<KvCache>> = (0..n).map(|_| None).collect();
         if params.max_new_tokens == 0 {
             return Ok(rows
                 .into_iter()
-                .map(|r| finish(r, FinishReason::Length))
+                .map(|r| (finish(r, FinishReason::Length), None))
                 .collect());
         }
-        let mut cache = self.model.new_cache();
-        let input = Tensor::new(prompt, device)?.unsqueeze(0)?;
-        let first: Vec<f32> = self
-            .model
-            .forward(&input, &mut cache)?
-            .squeeze(0)?
-            .to_vec1()?;
-        let mut cache = if n > 1 { cache.expand(n)? } else { cache };
         let mut active: Vec<usize> = (0..n).collect();
-        let mut logits: Vec<Vec<f32>> = vec![first; n];
         loop {
             for (slot, &i) in active.iter().enumerate() {
                 let row = &mut rows[i];
@@ -262,6 +360,13 @@ impl<'a> Sampler<'a> {
                 .filter(|(_, i)| rows[**i].finish.is_none())
                 .map(|(slot, _)| slot as u32)
                 .collect();
+            if keep_caches {
+                for (slot, &i) in active.iter().enumerate() {
+                    if rows[i].finish.is_some() {
+                        kept[i] = Some(cache.row(slot)?);
+                    }
+                }
+            }
             if keep.is_empty() {
                 break;
             }
@@ -278,9 +383,10 @@ impl<'a> Sampler<'a> {
         }
         Ok(rows
             .into_iter()
-            .map(|r| {
+            .zip(kept)
+            .map(|(r, c)| {
                 let f = r.finish.unwrap_or(FinishReason::Length);
-                finish(r, f)
+                (finish(r, f), c)
             })
             .collect())
     }

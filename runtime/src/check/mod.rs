@@ -28,6 +28,11 @@ pub struct CheckOptions {
     pub max_steps: u32,
     /// Random (plausible) play winning at least this often is a warning.
     pub random_win_warning: f64,
+    /// Fuel for the whole check, summed over every call of every episode. Past it the
+    /// remaining probes are skipped and the environment is rejected (`validation_fuel`).
+    /// `None`: no total (each call still has the runtime's per-call fuel). A fuel total keeps
+    /// the verdict reproducible where a wall-clock budget would not.
+    pub fuel_budget: Option<u64>,
 }
 
 impl Default for CheckOptions {
@@ -36,6 +41,7 @@ impl Default for CheckOptions {
             seeds: 5,
             max_steps: 30,
             random_win_warning: 0.5,
+            fuel_budget: None,
         }
     }
 }
@@ -66,6 +72,8 @@ pub struct CheckStats {
     /// Most fuel any call used, and the per-call budget.
     pub max_fuel: u64,
     pub fuel_budget: u64,
+    /// Fuel of every call of the check, summed.
+    pub total_fuel: u64,
     pub solution_wins: Option<String>,
     pub garbage_win_rate: Option<f64>,
     pub random_win_rate: Option<f64>,
@@ -151,6 +159,35 @@ impl Checker<'_> {
         self.report.stats.episodes += 1;
         self.report.stats.steps += steps;
         self.report.stats.max_fuel = self.report.stats.max_fuel.max(session.max_fuel);
+        self.report.stats.total_fuel = self
+            .report
+            .stats
+            .total_fuel
+            .saturating_add(session.total_fuel);
+    }
+
+    /// Whether the check used up its total fuel; reports it (once) when it did.
+    fn over_budget(&mut self) -> bool {
+        let Some(budget) = self.options.fuel_budget else {
+            return false;
+        };
+        let used = self.report.stats.total_fuel;
+        if used <= budget {
+            return false;
+        }
+        self.add(
+            Severity::Error,
+            Violation::new(
+                "validation_fuel",
+                format!(
+                    "validation used {used} fuel, over its budget of {budget}: the environment \
+                     is too slow to check (the remaining probes were skipped)"
+                ),
+            ),
+            None,
+            None,
+        );
+        true
     }
 
     fn finish_session(&mut self, session: Session, steps: u64) -> (String, String) {
@@ -420,12 +457,18 @@ impl Checker<'_> {
         let Some(info) = self.reference_probes().await else {
             return;
         };
+        if self.over_budget() {
+            return;
+        }
         let n = u64::from(self.options.seeds.max(1));
 
         self.report.probes.push("solution".to_owned());
         let mut wins = 0;
         for i in 0..n.max(2) {
             let played = self.solution_episode(&info, 1 + i).await;
+            if self.over_budget() {
+                return;
+            }
             wins += u64::from(played.won);
             if played.failed {
                 break;
@@ -434,6 +477,9 @@ impl Checker<'_> {
         self.report.stats.solution_wins = Some(format!("{wins}/{}", n.max(2)));
         self.report.probes.push("seeds".to_owned());
         self.seeds_probe(n.max(2)).await;
+        if self.over_budget() {
+            return;
+        }
 
         for (probe, style, base, code) in [
             ("garbage", Style::Garbage, 100, "garbage_wins"),
@@ -446,6 +492,9 @@ impl Checker<'_> {
             for i in 0..n {
                 let seed = base + i;
                 let (played, text, hash) = self.generated_episode(&info, seed, style).await;
+                if self.over_budget() {
+                    return;
+                }
                 played_n += 1;
                 if played.won {
                     wins += 1;

@@ -13,6 +13,8 @@ pub struct Session {
     pub step_fuel: Vec<u64>,
     /// Most fuel any call used (load included).
     pub max_fuel: u64,
+    /// Fuel of every call summed (load included).
+    pub total_fuel: u64,
     /// Output bytes dropped over the cap, summed over the calls.
     pub dropped_bytes: u64,
 }
@@ -43,6 +45,7 @@ impl Session {
             recorder,
             step_fuel: Vec::new(),
             max_fuel: 0,
+            total_fuel: 0,
             dropped_bytes: 0,
         };
         session.account(false);
@@ -58,6 +61,7 @@ impl Session {
         if let Some(sandbox) = self.recorder.sandbox() {
             let fuel = sandbox.last_fuel();
             self.max_fuel = self.max_fuel.max(fuel);
+            self.total_fuel = self.total_fuel.saturating_add(fuel);
             self.dropped_bytes += sandbox.last_output().dropped_bytes;
             if step {
                 self.step_fuel.push(fuel);

@@ -1,7 +1,7 @@
 //! Gradient flow, finite differences, and training-path vs inference-path logits.
 use candle_core::{D, DType, Device, IndexOp, Tensor};
 use candle_nn::{VarBuilder, VarMap};
-use spade_trainer::model::{Decoder, init, ops};
+use spade_trainer::model::{Decoder, KvCache, PREFILL_CHUNK, init, ops};
 
 use super::common::{FAMILIES, ids, max_diff, model, tiny};
 
@@ -251,4 +251,105 @@ fn lora_gradients_skip_the_base_and_match_the_plain_matmul_path() {
             );
         }
     }
+}
+
+/// Logits of the last position of `seq` `(1, t)` on the training path.
+fn last_train_logits(model: &Decoder, seq: &Tensor) -> Tensor {
+    let t = seq.dim(1).unwrap();
+    model
+        .forward_train(seq)
+        .unwrap()
+        .i((.., t - 1, ..))
+        .unwrap()
+}
+
+#[test]
+fn stacked_rows_of_different_lengths_match_independent_sequences() {
+    for family in FAMILIES {
+        let cfg = tiny(family);
+        let (model, _vm) = model(&cfg, 12);
+        let prompts = [
+            ids(1, 3, cfg.vocab_size, 20),
+            ids(1, 9, cfg.vocab_size, 21),
+            ids(1, 6, cfg.vocab_size, 22),
+        ];
+        let caches: Vec<KvCache> = prompts
+            .iter()
+            .map(|p| {
+                let mut c = model.new_cache();
+                model.forward(p, &mut c).unwrap();
+                c
+            })
+            .collect();
+        let mut batch = KvCache::stack(caches).unwrap();
+        assert_eq!(batch.positions(), &[3, 9, 6]);
+        let conts = ids(3, 4, cfg.vocab_size, 23);
+        let mut seqs: Vec<Tensor> = prompts.to_vec();
+        for pos in 0..4 {
+            let step = conts.narrow(1, pos, 1).unwrap();
+            let logits = model.forward(&step, &mut batch).unwrap();
+            for (r, seq) in seqs.iter_mut().enumerate() {
+                *seq = Tensor::cat(&[&*seq, &step.i(r..r + 1).unwrap()], 1).unwrap();
+                let d = max_diff(
+                    &logits.i(r..r + 1).unwrap(),
+                    &last_train_logits(&model, seq),
+                );
+                assert!(d < 1e-4, "{family}: row {r} step {pos} differs by {d}");
+            }
+        }
+        // A row taken out of the batch continues its own sequence.
+        let mut alone = batch.row(0).unwrap();
+        assert_eq!(alone.len(), 7);
+        let more = ids(1, 5, cfg.vocab_size, 24);
+        let logits = model.forward(&more, &mut alone).unwrap();
+        let full = Tensor::cat(&[&seqs[0], &more], 1).unwrap();
+        let d = max_diff(&logits, &last_train_logits(&model, &full));
+        assert!(d < 1e-4, "{family}: continued row differs by {d}");
+        // Dropping rows keeps each remaining row's padding and position.
+        batch.select_rows(&[2, 1]).unwrap();
+        let step = ids(2, 1, cfg.vocab_size, 25);
+        let logits = model.forward(&step, &mut batch).unwrap();
+        for (slot, r) in [2usize, 1].into_iter().enumerate() {
+            let full = Tensor::cat(&[&seqs[r], &step.i(slot..slot + 1).unwrap()], 1).unwrap();
+            let d = max_diff(
+                &logits.i(slot..slot + 1).unwrap(),
+                &last_train_logits(&model, &full),
+            );
+            assert!(d < 1e-4, "{family}: selected row {r} differs by {d}");
+        }
+    }
+}
+
+#[test]
+fn truncated_cache_reuses_a_shared_prefix() {
+    let cfg = tiny("qwen2");
+    let (model, _vm) = model(&cfg, 13);
+    let seq = ids(1, 10, cfg.vocab_size, 30);
+    let mut cache = model.new_cache();
+    model.forward(&seq, &mut cache).unwrap();
+    cache.truncate(6).unwrap();
+    assert_eq!((cache.len(), cache.positions()), (6, &[6usize][..]));
+    let tail = ids(1, 5, cfg.vocab_size, 31);
+    let logits = model.forward(&tail, &mut cache).unwrap();
+    let full = Tensor::cat(&[&seq.narrow(1, 0, 6).unwrap(), &tail], 1).unwrap();
+    assert!(max_diff(&logits, &last_train_logits(&model, &full)) < 1e-4);
+    let err = KvCache::stack(vec![model.new_cache()]).unwrap_err();
+    assert!(
+        err.to_string().contains("cannot stack an empty cache"),
+        "{err}"
+    );
+}
+
+#[test]
+fn long_prompts_prefill_in_chunks() {
+    let mut cfg = tiny("llama");
+    cfg.max_position_embeddings = 2 * PREFILL_CHUNK + 100;
+    let (model, _vm) = model(&cfg, 14);
+    let t = PREFILL_CHUNK + PREFILL_CHUNK / 2 + 3;
+    let seq = ids(1, t, cfg.vocab_size, 40);
+    let mut cache = model.new_cache();
+    let logits = model.forward(&seq, &mut cache).unwrap();
+    assert_eq!(cache.len(), t);
+    let d = max_diff(&logits, &last_train_logits(&model, &seq));
+    assert!(d < 1e-4, "chunked prefill differs by {d}");
 }

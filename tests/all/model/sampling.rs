@@ -192,3 +192,61 @@ fn invalid_parameters_are_reported() {
         "invalid parameter: prompt token 100000 is outside the vocabulary of 267"
     );
 }
+
+#[test]
+fn batched_rows_equal_lone_samples_and_their_caches_continue() {
+    let (m, tok) = setup();
+    let s = Sampler::new(&m, &tok, &[]);
+    let prompts: Vec<Vec<u32>> = [
+        "<|im_start|>user\nthe<|im_end|>\n",
+        "<|im_start|>user\nwinter in the north<|im_end|>\n<|im_start|>assistant\n",
+        "<|im_start|>user\nan otter<|im_end|>\n",
+    ]
+    .iter()
+    .map(|t| s.encode(t).unwrap())
+    .collect();
+    let seeds = [5u64, 6, 7];
+    let rows = prompts
+        .iter()
+        .zip(seeds)
+        .map(|(p, seed)| (s.prefill(p, None).unwrap(), seed))
+        .collect();
+    let out = s
+        .sample_rows(rows, &params(0), true, &mut |_, _| {})
+        .unwrap();
+    for ((p, seed), (c, cache)) in prompts.iter().zip(seeds).zip(&out) {
+        let lone = s.sample(p, 1, &params(seed), &mut |_, _| {}).unwrap();
+        assert_eq!(
+            lone[0].tokens, c.tokens,
+            "a batched row samples what it samples alone"
+        );
+        let cache = cache.as_ref().expect("kept");
+        assert_eq!(cache.len(), p.len() + c.tokens.len() - 1);
+    }
+    // Continue row 1: its cache holds the prompt and all but the last completion token.
+    let (c, cache) = &out[1];
+    let mut longer = prompts[1].clone();
+    longer.extend_from_slice(&c.tokens);
+    longer.extend(s.encode("<|im_start|>user\nmore<|im_end|>\n").unwrap());
+    let mut reused = s.prefill(&longer, None).unwrap().cache;
+    reused.truncate(0).unwrap();
+    let kept = s.sample_rows(
+        vec![(
+            s.prefill(&longer, Some(cache.as_ref().unwrap().row(0).unwrap()))
+                .unwrap(),
+            9,
+        )],
+        &params(0),
+        false,
+        &mut |_, _| {},
+    );
+    let fresh = s.sample(&longer, 1, &params(9), &mut |_, _| {}).unwrap();
+    assert_eq!(kept.unwrap()[0].0.tokens, fresh[0].tokens);
+    // A cache as long as the prompt cannot be reused for it.
+    let full = s.prefill(&longer, None).unwrap().cache;
+    let err = s.prefill(&longer, Some(full)).unwrap_err();
+    assert!(
+        err.to_string().contains("one row shorter than the prompt"),
+        "{err}"
+    );
+}

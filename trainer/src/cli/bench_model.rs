@@ -7,6 +7,7 @@ use spade_trainer::fetch;
 use spade_trainer::grpo::{GrpoConfig, GrpoSample, GrpoTrainer};
 use spade_trainer::model::{Config, Decoder, LoraConfig, lora};
 use spade_trainer::optim::{AdamW, AdamWConfig};
+use spade_trainer::prefix_cache::PrefixCache;
 use spade_trainer::sample::{Sampler, SamplingParams};
 
 /// Arguments of `spade bench-model`.
@@ -33,6 +34,12 @@ pub struct BenchModel {
     /// LoRA rank for the LoRA update.
     #[arg(long, default_value_t = 8)]
     rank: usize,
+    /// Episodes in the multi-turn agent measurement (0 skips it).
+    #[arg(long, default_value_t = 8)]
+    pub episodes: usize,
+    /// Turns per episode in the multi-turn agent measurement.
+    #[arg(long, default_value_t = 4)]
+    pub turns: usize,
     /// Also time one full fine-tuning update.
     #[arg(long)]
     full: bool,
@@ -96,6 +103,16 @@ impl BenchModel {
                 n as f64 / secs
             );
         }
+        if self.episodes > 0 {
+            multi_turn(
+                &model,
+                &tokenizer,
+                &prompt,
+                self.episodes,
+                self.turns,
+                &params,
+            )?;
+        }
         let half = self.seq / 4;
         let samples: Vec<GrpoSample> = (0..self.batch)
             .map(|i| GrpoSample {
@@ -145,6 +162,96 @@ impl BenchModel {
         println!("peak RSS: {:.0} MiB", peak_rss_mib());
         Ok(())
     }
+}
+
+/// The agent's play loop: `episodes` conversations of `turns` turns, each turn adding the
+/// completion and a 48-token observation. The baseline samples each episode alone and
+/// prefills its whole chat every turn; spade decodes all episodes as one batch and prefills
+/// only what each turn added. Prints both and their ratio.
+fn multi_turn(
+    model: &Decoder,
+    tokenizer: &tokenizers::Tokenizer,
+    prompt: &[u32],
+    episodes: usize,
+    turns: usize,
+    params: &SamplingParams,
+) -> anyhow::Result<()> {
+    let sampler = Sampler::new(model, tokenizer, &[]);
+    let observation = |e: usize, t: usize| -> Vec<u32> {
+        (0..48u32)
+            .map(|k| 300 + ((k * 13 + e as u32 * 7 + t as u32) % 5000))
+            .collect()
+    };
+    let start_chats = || -> Vec<Vec<u32>> {
+        (0..episodes)
+            .map(|e| {
+                let mut c = prompt.to_vec();
+                c.extend(observation(e, 0));
+                c
+            })
+            .collect()
+    };
+    let mut results = Vec::new();
+    for batched in [false, true] {
+        let mut chats = start_chats();
+        let mut prefixes = PrefixCache::new(usize::MAX);
+        let mut tokens = 0;
+        let start = Instant::now();
+        for turn in 0..turns {
+            let seeds: Vec<u64> = (0..episodes).map(|e| (e * 1000 + turn) as u64).collect();
+            let outs: Vec<Vec<u32>> = if batched {
+                let mut rows = Vec::with_capacity(episodes);
+                for (chat, &seed) in chats.iter().zip(&seeds) {
+                    rows.push((sampler.prefill(chat, prefixes.take(chat))?, seed));
+                }
+                let out = sampler.sample_rows(rows, params, true, &mut |_, _| {})?;
+                let mut toks = Vec::new();
+                for (chat, (c, cache)) in chats.iter().zip(out) {
+                    let mut held = chat.clone();
+                    held.extend_from_slice(&c.tokens[..c.tokens.len() - 1]);
+                    prefixes.insert(held, cache.expect("kept"));
+                    toks.push(c.tokens);
+                }
+                toks
+            } else {
+                let mut toks = Vec::new();
+                for (chat, &seed) in chats.iter().zip(&seeds) {
+                    let p = SamplingParams {
+                        seed,
+                        ..params.clone()
+                    };
+                    toks.push(
+                        sampler
+                            .sample(chat, 1, &p, &mut |_, _| {})?
+                            .remove(0)
+                            .tokens,
+                    );
+                }
+                toks
+            };
+            for (e, (chat, out)) in chats.iter_mut().zip(outs).enumerate() {
+                tokens += out.len();
+                chat.extend(out);
+                chat.extend(observation(e, turn + 1));
+            }
+        }
+        let secs = start.elapsed().as_secs_f64();
+        let label = if batched {
+            "batched, prefix reused"
+        } else {
+            "one by one, full prefill"
+        };
+        println!(
+            "| agent turns {episodes}x{turns}, {label} | {tokens} | {secs:.2} | {:.1} |",
+            tokens as f64 / secs
+        );
+        results.push(secs);
+    }
+    println!(
+        "| agent turns speed-up (one by one / batched) | - | {:.2}x | - |",
+        results[0] / results[1]
+    );
+    Ok(())
 }
 
 /// Times two updates (the first one pays for first-touch allocations) and prints both.

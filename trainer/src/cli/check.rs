@@ -35,6 +35,10 @@ pub struct CheckArgs {
     /// Fuel budget per call (default: the runtime's, 10^10).
     #[arg(long)]
     pub fuel: Option<u64>,
+    /// Fuel for the whole check, summed over every call; past it the check stops and rejects
+    /// the environment with `validation_fuel` (default: no total).
+    #[arg(long, value_name = "FUEL")]
+    pub total_fuel: Option<u64>,
 }
 
 impl CheckArgs {
@@ -50,6 +54,7 @@ impl CheckArgs {
         }
         let options = CheckOptions {
             seeds: self.seeds,
+            fuel_budget: self.total_fuel,
             ..CheckOptions::default()
         };
         let mut report = tokio_runtime()?.block_on(check(&runtime, &source, &options));

@@ -71,16 +71,17 @@ impl Attention {
         })
     }
 
-    /// `xs` is `(b, t, hidden)`; `cache` is `Some((cache, layer))` on the inference path.
+    /// `xs` is `(b, t, hidden)`; `cos`/`sin` are the rotary tables of the new positions;
+    /// `cache` is `Some((cache, layer))` on the inference path, with its attention `mask`.
     fn forward(
         &self,
         xs: &Tensor,
-        rope: &RotaryTables,
+        (cos, sin): (&Tensor, &Tensor),
         pass: Pass,
         cache: Option<(&mut KvCache, usize)>,
+        mask: Option<&Tensor>,
     ) -> Result<Tensor> {
         let (b, t, _) = xs.dims3()?;
-        let offset = cache.as_ref().map_or(0, |(c, _)| c.len());
         let mut q = self
             .q_proj
             .forward(xs, pass)?
@@ -100,38 +101,63 @@ impl Attention {
         let q = q.transpose(1, 2)?.contiguous()?;
         let k = k.transpose(1, 2)?.contiguous()?;
         let v = v.transpose(1, 2)?.contiguous()?;
-        let (cos, sin) = rope.slice(offset, t)?;
-        let (q, k) = if pass.train {
-            (ops::rope(&q, &cos, &sin)?, ops::rope(&k, &cos, &sin)?)
-        } else {
-            (
-                candle_nn::rotary_emb::rope(&q, &cos, &sin)?,
-                candle_nn::rotary_emb::rope(&k, &cos, &sin)?,
-            )
-        };
-        let (k, v) = match cache {
-            Some((cache, layer)) => cache.append(layer, &k, &v)?,
-            None => (k, v),
-        };
-        let n_rep = self.heads / self.kv_heads;
-        let k = ops::repeat_kv(&k, n_rep)?.contiguous()?;
-        let v = ops::repeat_kv(&v, n_rep)?.contiguous()?;
         let scale = 1.0 / (self.head_dim as f64).sqrt();
-        let mut scores = (q.matmul(&k.t()?)? * scale)?;
-        if t > 1 {
-            let mask = ops::causal_mask(t, offset, xs.device())?.to_dtype(scores.dtype())?;
-            scores = scores.broadcast_add(&mask)?;
-        }
-        let probs = if pass.train {
-            ops::softmax(&scores)?
-        } else {
-            candle_nn::ops::softmax_last_dim(&scores)?
+        let out = match cache {
+            None => {
+                let (q, k) = (ops::rope(&q, cos, sin)?, ops::rope(&k, cos, sin)?);
+                let n_rep = self.heads / self.kv_heads;
+                let k = ops::repeat_kv(&k, n_rep)?.contiguous()?;
+                let v = ops::repeat_kv(&v, n_rep)?.contiguous()?;
+                let mut scores = (q.matmul(&k.t()?)? * scale)?;
+                if t > 1 {
+                    let mask = ops::causal_mask(t, 0, xs.device())?.to_dtype(scores.dtype())?;
+                    scores = scores.broadcast_add(&mask)?;
+                }
+                let probs = if pass.train {
+                    ops::softmax(&scores)?
+                } else {
+                    candle_nn::ops::softmax_last_dim(&scores)?
+                };
+                probs.matmul(&v)?
+            }
+            Some((cache, layer)) => {
+                let q = candle_nn::rotary_emb::rope(&q, cos, sin)?;
+                let k = candle_nn::rotary_emb::rope(&k, cos, sin)?;
+                let (k, v) = cache.append(layer, &k, &v)?;
+                self.attend_cached(&q, &k, &v, mask, scale)?
+            }
         };
-        let out = probs
-            .matmul(&v)?
+        let out = out
             .transpose(1, 2)?
             .reshape((b, t, self.heads * self.head_dim))?;
         self.o_proj.forward(&out, pass)
+    }
+
+    /// Attention over cached keys and values `(b, kv_heads, slots, d)` (strided views of the
+    /// cache buffers, read in place). Query heads are grouped by the key/value head they
+    /// share, so keys and values are never repeated: `q` `(b, heads, t, d)` is viewed as
+    /// `(b, kv_heads, n_rep * t, d)`. Returns `(b, heads, t, d)`.
+    fn attend_cached(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        mask: Option<&Tensor>,
+        scale: f64,
+    ) -> Result<Tensor> {
+        let (b, h, t, d) = q.dims4()?;
+        let kvh = self.kv_heads;
+        let slots = k.dim(2)?;
+        let q = (q.reshape((b, kvh, (h / kvh) * t, d))? * scale)?;
+        let mut scores = q.matmul(&k.t()?)?;
+        if let Some(mask) = mask {
+            scores = scores
+                .reshape((b, h, t, slots))?
+                .broadcast_add(mask)?
+                .reshape((b, kvh, (h / kvh) * t, slots))?;
+        }
+        let probs = candle_nn::ops::softmax_last_dim(&scores)?;
+        probs.matmul(v)?.reshape((b, h, t, d))
     }
 }
 
@@ -188,12 +214,13 @@ impl Layer {
     fn forward(
         &self,
         xs: &Tensor,
-        rope: &RotaryTables,
+        rope: (&Tensor, &Tensor),
         pass: Pass,
         cache: Option<(&mut KvCache, usize)>,
+        mask: Option<&Tensor>,
     ) -> Result<Tensor> {
         let h = self.input_layernorm.forward(xs, pass)?;
-        let xs = (xs + self.self_attn.forward(&h, rope, pass, cache)?)?;
+        let xs = (xs + self.self_attn.forward(&h, rope, pass, cache, mask)?)?;
         let h = self.post_attention_layernorm.forward(&xs, pass)?;
         xs + self.mlp.forward(&h, pass)?
     }
@@ -344,11 +371,22 @@ impl Decoder {
     }
 
     fn hidden(&self, ids: &Tensor, pass: Pass, mut cache: Option<&mut KvCache>) -> Result<Tensor> {
-        let t = ids.dim(1)?;
+        let (b, t) = ids.dims2()?;
         let mut xs = self.embed(ids, pass)?;
+        let (cos, sin, mask) = match cache.as_deref_mut() {
+            None => {
+                let (cos, sin) = self.rope.slice(0, t)?;
+                (cos, sin, None)
+            }
+            Some(c) => {
+                c.begin(b)?;
+                let (cos, sin) = self.rope.at(c.positions(), t)?;
+                (cos, sin, c.mask(t, xs.device())?)
+            }
+        };
         for (i, layer) in self.layers.iter().enumerate() {
             let c = cache.as_deref_mut().map(|c| (c, i));
-            xs = layer.forward(&xs, &self.rope, pass, c)?;
+            xs = layer.forward(&xs, (&cos, &sin), pass, c, mask.as_ref())?;
         }
         if let Some(c) = cache {
             c.advance(t);
@@ -374,14 +412,26 @@ impl Decoder {
     }
 
     /// Inference path: runs `ids` `(b, t)` after what `cache` holds, appends to the cache, and
-    /// returns the logits of the last position `(b, vocab)`. Builds no autograd graph.
+    /// returns the logits of the last position `(b, vocab)`. Builds no autograd graph. Long
+    /// inputs run in chunks of [`PREFILL_CHUNK`] positions, which bounds the attention scores
+    /// held at once.
     pub fn forward(&self, ids: &Tensor, cache: &mut KvCache) -> Result<Tensor> {
         let t = ids.dim(1)?;
         if t == 0 {
             candle_core::bail!("forward needs at least one position");
         }
-        let h = self.hidden(ids, Pass::INFER, Some(cache))?;
-        let last = h.narrow(1, t - 1, 1)?.squeeze(1)?;
-        self.lm_head.forward(&last, Pass::INFER)
+        let mut start = 0;
+        loop {
+            let n = PREFILL_CHUNK.min(t - start);
+            let h = self.hidden(&ids.narrow(1, start, n)?, Pass::INFER, Some(cache))?;
+            start += n;
+            if start == t {
+                let last = h.narrow(1, n - 1, 1)?.squeeze(1)?;
+                return self.lm_head.forward(&last, Pass::INFER);
+            }
+        }
     }
 }
+
+/// Most positions one inference forward pass attends for at once.
+pub const PREFILL_CHUNK: usize = 512;

@@ -11,5 +11,5 @@ pub mod rope;
 
 pub use cache::KvCache;
 pub use config::{Config, Family};
-pub use decoder::Decoder;
+pub use decoder::{Decoder, PREFILL_CHUNK};
 pub use lora::LoraConfig;

@@ -46,4 +46,29 @@ impl RotaryTables {
             self.sin.narrow(0, offset, len)?,
         ))
     }
+
+    /// Tables for `t` positions of each row, row `r` starting at `positions[r]`: `(t, d/2)`
+    /// when every row is at the same position (or there is one row), else `(rows, t, d/2)`.
+    pub fn at(&self, positions: &[usize], t: usize) -> Result<(Tensor, Tensor)> {
+        let first = positions.first().copied().unwrap_or(0);
+        if positions.iter().all(|&p| p == first) {
+            return self.slice(first, t);
+        }
+        let max = self.cos.dim(0)?;
+        let end = positions.iter().max().copied().unwrap_or(0) + t;
+        if end > max {
+            candle_core::bail!("position {end} exceeds max_position_embeddings {max}");
+        }
+        let idx: Vec<u32> = positions
+            .iter()
+            .flat_map(|&p| (p..p + t).map(|x| x as u32))
+            .collect();
+        let idx = Tensor::new(idx.as_slice(), self.cos.device())?;
+        let half = self.cos.dim(1)?;
+        let shape = (positions.len(), t, half);
+        Ok((
+            self.cos.index_select(&idx, 0)?.reshape(shape)?,
+            self.sin.index_select(&idx, 0)?.reshape(shape)?,
+        ))
+    }
 }

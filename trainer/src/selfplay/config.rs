@@ -101,9 +101,11 @@ pub struct TrainConfig {
     pub check_seeds: u32,
     /// Validation steps per episode when the environment has no `max_turns`.
     pub check_max_steps: u32,
-    /// Wall-clock budget of one validation, in seconds (reference: 60); past it the design
-    /// counts as invalid with a "validation timed out" error.
-    pub validation_timeout_secs: u64,
+    /// Fuel for one validation, summed over all its calls (the reference gives 60 s of wall
+    /// clock; 5*10^10 fuel is about 20 s of guest work on this machine's cores). Past it the
+    /// design is invalid with a `validation_fuel` error. Fuel, unlike time, gives the same
+    /// verdict on every machine and every run, so a run stays reproducible.
+    pub validation_fuel: u64,
     /// Learning rate (AdamW).
     pub lr: f64,
     /// Train LoRA adapters (true, the default) or all weights.
@@ -163,7 +165,7 @@ impl Default for TrainConfig {
             top_p: 0.95,
             check_seeds: 1,
             check_max_steps: 10,
-            validation_timeout_secs: 60,
+            validation_fuel: 50_000_000_000,
             lr: 1e-5,
             lora: true,
             lora_rank: 8,

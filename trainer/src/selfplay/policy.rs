@@ -16,6 +16,7 @@ use crate::load::LoadedModel;
 use crate::logprob::{Pair, completion_logprobs};
 use crate::model::LoraConfig;
 use crate::optim::{AdamW, AdamWConfig};
+use crate::prefix_cache::PrefixCache;
 use crate::sample::{Sampler, SamplingParams};
 
 /// Who is asking.
@@ -68,6 +69,30 @@ pub trait Policy {
         seed: u64,
     ) -> Result<Vec<Sampled>>;
 
+    /// One completion for each chat, chat `i` seeded with `seeds[i]`: the agent's next action
+    /// in every live episode. A policy may decode them as one batch and reuse what it
+    /// computed for earlier turns of the same conversation; the default samples them one by
+    /// one.
+    fn sample_each(
+        &mut self,
+        role: Role,
+        chats: &[&[Message]],
+        max_new_tokens: usize,
+        seeds: &[u64],
+    ) -> Result<Vec<Sampled>> {
+        let mut out = Vec::with_capacity(chats.len());
+        for (chat, &seed) in chats.iter().zip(seeds) {
+            let s = self.sample(role, chat, 1, max_new_tokens, seed)?;
+            out.push(s.into_iter().next().ok_or_else(|| {
+                TrainerError::InvalidParameter("the policy returned no completion".into())
+            })?);
+        }
+        Ok(out)
+    }
+
+    /// Drops state kept between [`Policy::sample_each`] calls (the conversations ended).
+    fn forget(&mut self) {}
+
     /// One GRPO update; `None` when the policy does not learn.
     fn update(&mut self, batch: &[GrpoSample]) -> Result<Option<StepStats>>;
 
@@ -89,7 +114,11 @@ pub struct CandlePolicy {
     grpo: GrpoConfig,
     temperature: f64,
     top_p: f64,
+    prefixes: PrefixCache,
 }
+
+/// Cached positions kept for multi-turn reuse (SmolLM2-135M: 46 KB each, so about 1.5 GB).
+const PREFIX_CACHE_TOKENS: usize = 32_768;
 
 impl std::fmt::Debug for CandlePolicy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -149,6 +178,7 @@ impl CandlePolicy {
             },
             temperature: cfg.temperature,
             top_p: cfg.top_p,
+            prefixes: PrefixCache::new(PREFIX_CACHE_TOKENS),
         };
         p.optimizer = Some(p.new_optimizer()?);
         Ok(p)
@@ -245,7 +275,62 @@ impl Policy for CandlePolicy {
             .collect())
     }
 
+    fn sample_each(
+        &mut self,
+        role: Role,
+        chats: &[&[Message]],
+        max_new_tokens: usize,
+        seeds: &[u64],
+    ) -> Result<Vec<Sampled>> {
+        let keep = role == Role::Agent;
+        let mut prompts = Vec::with_capacity(chats.len());
+        let mut rows = Vec::with_capacity(chats.len());
+        let mut max_new = max_new_tokens;
+        for (chat, &seed) in chats.iter().zip(seeds) {
+            let (prompt, n) = self.prompt_ids(chat, max_new_tokens)?;
+            max_new = n;
+            let reuse = if keep {
+                self.prefixes.take(&prompt)
+            } else {
+                None
+            };
+            let sampler = Sampler::from_loaded(&self.model);
+            rows.push((sampler.prefill(&prompt, reuse)?, seed));
+            prompts.push(prompt);
+        }
+        let params = SamplingParams {
+            temperature: self.temperature,
+            top_p: self.top_p,
+            top_k: 0,
+            max_new_tokens: max_new,
+            stop: Vec::new(),
+            seed: 0,
+        };
+        let out =
+            Sampler::from_loaded(&self.model).sample_rows(rows, &params, keep, &mut |_, _| {})?;
+        let mut sampled = Vec::with_capacity(out.len());
+        for (prompt, (c, cache)) in prompts.into_iter().zip(out) {
+            if let Some(cache) = cache {
+                let mut held = prompt.clone();
+                held.extend_from_slice(&c.tokens[..c.tokens.len().saturating_sub(1)]);
+                self.prefixes.insert(held, cache);
+            }
+            sampled.push(Sampled {
+                prompt,
+                tokens: c.tokens,
+                logprobs: c.logprobs,
+                text: c.text,
+            });
+        }
+        Ok(sampled)
+    }
+
+    fn forget(&mut self) {
+        self.prefixes.clear();
+    }
+
     fn update(&mut self, batch: &[GrpoSample]) -> Result<Option<StepStats>> {
+        self.prefixes.clear();
         if batch.iter().all(|s| s.completion.is_empty()) {
             return Ok(None);
         }
@@ -283,6 +368,7 @@ impl Policy for CandlePolicy {
     }
 
     fn load(&mut self, dir: &Path) -> Result<()> {
+        self.prefixes.clear();
         if self.lora.is_some() {
             let mut model = self.base.clone();
             let (cfg, vm) = checkpoint::load_lora(dir, &mut model.model)?;

@@ -282,16 +282,10 @@ impl<'p> Run<'p> {
         let opts = CheckOptions {
             seeds: self.cfg.check_seeds,
             max_steps: self.cfg.check_max_steps,
+            fuel_budget: Some(self.cfg.validation_fuel),
             ..CheckOptions::default()
         };
-        let budget = std::time::Duration::from_secs(self.cfg.validation_timeout_secs);
-        let Ok(report) = tokio::time::timeout(budget, check(&self.runtime, source, &opts)).await
-        else {
-            return Err(format!(
-                "- validation_timeout: validation took longer than {} s",
-                self.cfg.validation_timeout_secs
-            ));
-        };
+        let report = check(&self.runtime, source, &opts).await;
         if report.accepted {
             Ok((report.class_name.unwrap_or_default(), report.tool_use))
         } else {
@@ -744,23 +738,23 @@ impl<'p> Run<'p> {
                 break;
             }
             let tm = Instant::now();
-            let mut actions = Vec::new();
-            for &i in &active {
-                let seed = self.seed("agent", &[r, i as u64, u64::from(turn)]);
-                let s = self
-                    .policy
-                    .sample(
-                        Role::Agent,
-                        &live[i].messages,
-                        1,
-                        cfg.agent_max_new_tokens,
-                        seed,
-                    )?
-                    .into_iter()
-                    .next()
-                    .ok_or_else(|| {
-                        TrainerError::InvalidParameter("the policy returned nothing".into())
-                    })?;
+            let seeds: Vec<u64> = active
+                .iter()
+                .map(|&i| self.seed("agent", &[r, i as u64, u64::from(turn)]))
+                .collect();
+            let chats: Vec<&[Message]> = active.iter().map(|&i| &live[i].messages[..]).collect();
+            let sampled =
+                self.policy
+                    .sample_each(Role::Agent, &chats, cfg.agent_max_new_tokens, &seeds)?;
+            if sampled.len() != active.len() {
+                return Err(TrainerError::InvalidParameter(format!(
+                    "the policy returned {} completions for {} episodes",
+                    sampled.len(),
+                    active.len()
+                )));
+            }
+            let mut actions = Vec::with_capacity(active.len());
+            for (&i, s) in active.iter().zip(sampled) {
                 m.tokens_sampled += s.tokens.len();
                 let action = extract::action(&s.text, live[i].tool_use);
                 live[i]
@@ -807,6 +801,7 @@ impl<'p> Run<'p> {
             }
             m.time.play_sandbox += ts.elapsed().as_secs_f64();
         }
+        self.policy.forget();
         let mut out = Vec::with_capacity(live.len());
         for mut l in live {
             if let Some(rec) = l.rec.take() {
