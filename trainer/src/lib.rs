@@ -10,6 +10,7 @@ pub mod load;
 pub mod logprob;
 pub mod model;
 pub mod optim;
+pub mod report;
 pub mod sample;
 pub mod selfplay;
 
