@@ -14,5 +14,6 @@ mod model;
 mod model_cli;
 mod real_model;
 mod replay;
+mod report;
 mod sandbox;
 mod selfplay;

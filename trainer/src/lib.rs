@@ -11,6 +11,7 @@ pub mod logprob;
 pub mod model;
 pub mod optim;
 pub mod prefix_cache;
+pub mod report;
 pub mod sample;
 pub mod selfplay;
 

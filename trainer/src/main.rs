@@ -36,6 +36,8 @@ enum Command {
     Train(cli::train::TrainArgs),
     /// Win rate per skill on held-out environments.
     Eval(cli::eval::EvalArgs),
+    /// Charts and best/worst environments of a training run, as HTML and SVG.
+    Report(cli::report::ReportArgs),
 }
 
 fn main() -> ExitCode {
@@ -63,6 +65,7 @@ fn main() -> ExitCode {
         Command::Fuzz(args) => args.execute(),
         Command::Train(args) => done(args.execute()),
         Command::Eval(args) => done(args.execute()),
+        Command::Report(args) => done(args.execute()),
     };
     match result {
         Ok(code) => code,

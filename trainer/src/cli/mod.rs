@@ -15,6 +15,7 @@ pub mod fuzz;
 pub mod generate;
 pub mod model;
 pub mod replay;
+pub mod report;
 pub mod run;
 pub mod train;
 
