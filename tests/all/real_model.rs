@@ -243,7 +243,7 @@ fn one_default_rollout_finishes_in_under_15_minutes() {
     let start = std::time::Instant::now();
     let m = rt.block_on(async {
         let mut run = Run::create(&dir, cfg, corpus, runtime, &mut policy, seeds).unwrap();
-        run.on_progress(|l| eprintln!("[{:>6.1}s] {l}", start.elapsed().as_secs_f64()));
+        run.on_progress(spade_trainer::selfplay::progress::Lines::new());
         run.rollout().await.unwrap()
     });
     println!("{}", serde_json::to_string(&m).unwrap());

@@ -471,7 +471,34 @@ async fn a_tiny_random_model_runs_a_full_rollout_with_an_update() {
     let cfg = tiny_cfg();
     let mut policy = CandlePolicy::new(tiny_loaded(1), &cfg).unwrap();
     let mut run = Run::create(&dir, cfg, corpus(), runtime(), &mut policy, seed_envs()).unwrap();
+    let events = std::sync::Arc::new(spade_trainer::selfplay::progress::Recorded::default());
+    run.on_progress(events.clone());
     let m = run.rollout().await.unwrap();
+    // Progress: every phase starts and finishes in order; sampling phases count tokens.
+    let events = events.0.lock().unwrap().clone();
+    let phases: Vec<&String> = events.iter().filter(|e| e.starts_with("start")).collect();
+    assert_eq!(phases[0], "start 0 design 1/1 (2 completions) 48 tokens");
+    assert!(phases.iter().any(|p| p.starts_with("start 0 validate design 1 1 checks")));
+    assert!(phases.iter().any(|p| p.starts_with("start 0 hints for 1 envs 8 tokens")));
+    assert!(phases.contains(&&"start 0 play 1 games, 4 episodes 2 turns".to_string()));
+    assert!(phases[phases.len() - 2].starts_with("start 0 update on "));
+    assert_eq!(phases[phases.len() - 1], "start 0 checkpoint 1 writes");
+    let mut open = false;
+    for e in &events {
+        if e.starts_with("start") {
+            assert!(!open, "a phase started before the last one finished: {events:?}");
+            open = true;
+        } else if e == "finish" {
+            assert!(open);
+            open = false;
+        }
+    }
+    let design_end = events.iter().position(|e| e == "finish").unwrap();
+    let design_tokens: u64 = events[1..design_end]
+        .iter()
+        .map(|e| e.strip_prefix("advance ").unwrap().parse::<u64>().unwrap())
+        .sum();
+    assert!(design_tokens > 0 && design_tokens <= 48, "{design_tokens}");
     // The random model writes no valid env: the metrics say so; the seed env is played.
     assert!(m.designed);
     assert_eq!(m.designs, 2);

@@ -48,6 +48,10 @@ pub struct GrpoConfig {
     pub max_grad_norm: f64,
     /// Samples per forward/backward pass; gradients are accumulated across micro-batches.
     pub micro_batch: usize,
+    /// Most padded tokens (samples x longest sequence) per micro-batch, 0 for no limit: a
+    /// micro-batch closes early when the next sample would pass it, so long sequences train
+    /// in smaller groups (a sample longer than the limit trains alone).
+    pub micro_batch_tokens: usize,
     /// Advantage normalisation.
     pub norm: AdvantageNorm,
 }
@@ -59,6 +63,7 @@ impl Default for GrpoConfig {
             kl_coef: 0.0,
             max_grad_norm: 1.0,
             micro_batch: 4,
+            micro_batch_tokens: 0,
             norm: AdvantageNorm::Group,
         }
     }
@@ -202,11 +207,7 @@ impl<'a> GrpoTrainer<'a> {
         let (lo, hi) = (1.0 - self.cfg.clip_eps, 1.0 + self.cfg.clip_eps);
         let mut acc: Option<Vec<Option<Tensor>>> = None;
         let (mut loss_sum, mut ratio_sum, mut clipped, mut kl_sum) = (0.0, 0.0, 0.0, 0.0);
-        let chunks: Vec<(usize, &[GrpoSample])> = samples
-            .chunks(self.cfg.micro_batch)
-            .enumerate()
-            .map(|(i, c)| (i * self.cfg.micro_batch, c))
-            .collect();
+        let chunks = micro_batches(samples, self.cfg.micro_batch, self.cfg.micro_batch_tokens);
         for (start, chunk) in chunks {
             let chunk: Vec<(usize, &GrpoSample)> = chunk
                 .iter()
@@ -288,4 +289,32 @@ impl<'a> GrpoTrainer<'a> {
             tokens: total,
         })
     }
+}
+
+/// Splits `samples` in order into micro-batches of at most `count` samples and, when
+/// `tokens > 0`, at most `tokens` padded tokens; returns each with its first index.
+pub fn micro_batches(
+    samples: &[GrpoSample],
+    count: usize,
+    tokens: usize,
+) -> Vec<(usize, &[GrpoSample])> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    let mut longest = 0;
+    for (i, s) in samples.iter().enumerate() {
+        let len = s.prompt.len() + s.completion.len();
+        let n = i - start;
+        let full = n == count.max(1)
+            || (tokens > 0 && n > 0 && longest.max(len) * (n + 1) > tokens);
+        if full {
+            out.push((start, &samples[start..i]));
+            start = i;
+            longest = 0;
+        }
+        longest = longest.max(len);
+    }
+    if start < samples.len() {
+        out.push((start, &samples[start..]));
+    }
+    out
 }

@@ -131,11 +131,21 @@ pub fn pick(logits: &[f32], params: &SamplingParams, rng: &mut StdRng) -> (u32, 
 }
 
 /// Samples from a decoder with its tokenizer.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone, Copy)]
 pub struct Sampler<'a> {
     model: &'a Decoder,
     tokenizer: &'a Tokenizer,
     eos_ids: &'a [u32],
+    on_step: Option<&'a (dyn Fn(u64) + Send + Sync)>,
+}
+
+impl std::fmt::Debug for Sampler<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sampler")
+            .field("eos_ids", &self.eos_ids)
+            .field("step_hook", &self.on_step.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 /// A prompt run through the model: its single-row cache and the logits of the next token.
@@ -163,7 +173,14 @@ impl<'a> Sampler<'a> {
             model,
             tokenizer,
             eos_ids,
+            on_step: None,
         }
+    }
+
+    /// Calls `hook(n)` after every decode step with the number of tokens it sampled.
+    pub fn with_step_hook(mut self, hook: &'a (dyn Fn(u64) + Send + Sync)) -> Self {
+        self.on_step = Some(hook);
+        self
     }
 
     /// A sampler over a loaded model.
@@ -353,6 +370,9 @@ impl<'a> Sampler<'a> {
                 row.tokens.push(tok);
                 row.logprobs.push(lp);
                 self.update(i, row, params, on_text)?;
+            }
+            if let Some(hook) = self.on_step {
+                hook(active.len() as u64);
             }
             let keep: Vec<u32> = active
                 .iter()

@@ -14,6 +14,7 @@ pub mod eval;
 pub mod fuzz;
 pub mod generate;
 pub mod model;
+pub mod progress_bar;
 pub mod replay;
 pub mod report;
 pub mod run;

@@ -1,12 +1,18 @@
 //! `spade train`: the self-play loop.
+use std::io::IsTerminal as _;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context as _, bail};
 use clap::Args;
 use spade_runtime::{Config, Runtime};
 use spade_trainer::selfplay::corpus::DEFAULT_CORPUS;
+use spade_trainer::selfplay::examples::example_envs;
+use spade_trainer::selfplay::progress::{Lines, Progress};
 use spade_trainer::selfplay::{CandlePolicy, Corpus, Run, TrainConfig};
+
+use super::progress_bar::Bars;
 
 /// Arguments of `spade train`.
 #[derive(Debug, Args)]
@@ -26,9 +32,13 @@ pub struct TrainArgs {
     /// Continue the run in --out from its last complete checkpoint (its saved config wins).
     #[arg(long)]
     resume: bool,
-    /// Seed the pool with the environments in DIR (<name>/env.py, not validated).
-    #[arg(long)]
+    /// Seed the pool with the environments in DIR (<name>/env.py, not validated). Default:
+    /// the three bundled examples (a single-answer, a multi-turn and a tool-use game).
+    #[arg(long, value_name = "DIR", conflicts_with = "no_seed_envs")]
     seed_envs: Option<PathBuf>,
+    /// Start with an empty pool: every environment played comes from the designer.
+    #[arg(long)]
+    no_seed_envs: bool,
     /// Rollouts to run now (default: the config's `rollouts`; 0 = until interrupted).
     #[arg(long)]
     rollouts: Option<u64>,
@@ -85,7 +95,8 @@ impl TrainArgs {
             Corpus::parse(&corpus_text, cfg.max_doc_words).context("reading the corpus")?;
         let seed_envs = match &self.seed_envs {
             Some(d) => read_seed_envs(d)?,
-            None => Vec::new(),
+            None if self.no_seed_envs => Vec::new(),
+            None => example_envs(),
         };
         if !self.resume && self.out.join("config.json").exists() {
             bail!(
@@ -107,9 +118,12 @@ impl TrainArgs {
             };
             let start = Instant::now();
             let first = run.state.rollouts_done;
-            run.on_progress(move |line| {
-                eprintln!("[{:>7.1}s] {line}", start.elapsed().as_secs_f64());
-            });
+            let progress: Arc<dyn Progress> = if std::io::stderr().is_terminal() {
+                Arc::new(Bars::default())
+            } else {
+                Lines::new()
+            };
+            run.on_progress(progress);
             let mut done = 0u64;
             while rollouts == 0 || done < rollouts {
                 let m = run.rollout().await?;

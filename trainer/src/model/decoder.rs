@@ -108,17 +108,8 @@ impl Attention {
                 let n_rep = self.heads / self.kv_heads;
                 let k = ops::repeat_kv(&k, n_rep)?.contiguous()?;
                 let v = ops::repeat_kv(&v, n_rep)?.contiguous()?;
-                let mut scores = (q.matmul(&k.t()?)? * scale)?;
-                if t > 1 {
-                    let mask = ops::causal_mask(t, 0, xs.device())?.to_dtype(scores.dtype())?;
-                    scores = scores.broadcast_add(&mask)?;
-                }
-                let probs = if pass.train {
-                    ops::softmax(&scores)?
-                } else {
-                    candle_nn::ops::softmax_last_dim(&scores)?
-                };
-                probs.matmul(&v)?
+                let scores = (q * scale)?.matmul(&k.t()?)?;
+                ops::causal_softmax(&scores)?.matmul(&v)?
             }
             Some((cache, layer)) => {
                 let q = candle_nn::rotary_emb::rope(&q, cos, sin)?;
@@ -146,6 +137,9 @@ impl Attention {
         scale: f64,
     ) -> Result<Tensor> {
         let (b, h, t, d) = q.dims4()?;
+        if t == 1 && q.device().is_cpu() && q.dtype() == candle_core::DType::F32 {
+            return super::decode_attention::attend_one(q, k, v, mask, scale);
+        }
         let kvh = self.kv_heads;
         let slots = k.dim(2)?;
         let q = (q.reshape((b, kvh, (h / kvh) * t, d))? * scale)?;

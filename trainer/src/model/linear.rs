@@ -101,6 +101,8 @@ impl Linear {
         let x2 = xs.reshape((rows, in_dim))?;
         let mut y = if pass.train && !pass.grad_base {
             super::frozen::frozen_matmul(&x2, &self.weight)?
+        } else if !pass.train && super::small_matmul::applies(&x2, &self.weight, rows) {
+            super::small_matmul::matmul_t(&x2, &self.weight.detach())?
         } else {
             x2.matmul(&param(&self.weight, pass.grad_base).t()?)?
         };

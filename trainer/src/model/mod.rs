@@ -1,6 +1,7 @@
 //! The decoder: configuration, layers, KV cache, LoRA and seeded initialisation.
 pub mod cache;
 pub mod config;
+pub mod decode_attention;
 pub mod decoder;
 pub mod frozen;
 pub mod init;
@@ -8,6 +9,7 @@ pub mod linear;
 pub mod lora;
 pub mod ops;
 pub mod rope;
+pub mod small_matmul;
 
 pub use cache::KvCache;
 pub use config::{Config, Family};

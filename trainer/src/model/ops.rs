@@ -64,3 +64,64 @@ pub fn causal_mask(t: usize, offset: usize, device: &candle_core::Device) -> Res
         .collect();
     Tensor::from_vec(mask, (t, offset + t), device)
 }
+
+/// Causal softmax over the last dimension of attention scores `(b, h, t, s)`: query `i` sees
+/// keys `0 ..= i + s - t`, the others get probability 0.
+///
+/// One op with its own backward (`dx = y * (dy - sum(dy * y))`), so training keeps only the
+/// scores and the probabilities per layer instead of every intermediate of a composed
+/// softmax and mask: attention memory at long prompts drops by more than half.
+pub fn causal_softmax(scores: &Tensor) -> Result<Tensor> {
+    if !scores.device().is_cpu() || scores.dtype() != candle_core::DType::F32 {
+        let (_, _, t, s) = scores.dims4()?;
+        let mask = causal_mask(t, s - t, scores.device())?.to_dtype(scores.dtype())?;
+        return softmax(&scores.broadcast_add(&mask)?);
+    }
+    scores.contiguous()?.apply_op1(CausalSoftmax)
+}
+
+struct CausalSoftmax;
+
+impl candle_core::CustomOp1 for CausalSoftmax {
+    fn name(&self) -> &'static str {
+        "causal-softmax"
+    }
+
+    fn cpu_fwd(
+        &self,
+        storage: &candle_core::CpuStorage,
+        layout: &candle_core::Layout,
+    ) -> Result<(candle_core::CpuStorage, candle_core::Shape)> {
+        let Some((start, end)) = layout.contiguous_offsets() else {
+            candle_core::bail!("causal-softmax needs contiguous scores");
+        };
+        let x = &storage.as_slice::<f32>()?[start..end];
+        let dims = layout.shape().dims();
+        let (t, s) = (dims[dims.len() - 2], dims[dims.len() - 1]);
+        if s < t {
+            candle_core::bail!("causal-softmax: {t} queries over {s} keys");
+        }
+        let mut y = vec![0f32; x.len()];
+        for (row, (xs, ys)) in x.chunks(s).zip(y.chunks_mut(s)).enumerate() {
+            let visible = (row % t) + s - t + 1;
+            let max = xs[..visible]
+                .iter()
+                .copied()
+                .fold(f32::NEG_INFINITY, f32::max);
+            let mut total = 0f32;
+            for (o, &v) in ys[..visible].iter_mut().zip(&xs[..visible]) {
+                *o = (v - max).exp();
+                total += *o;
+            }
+            for o in &mut ys[..visible] {
+                *o /= total;
+            }
+        }
+        Ok((candle_core::CpuStorage::F32(y), layout.shape().clone()))
+    }
+
+    fn bwd(&self, _arg: &Tensor, res: &Tensor, grad: &Tensor) -> Result<Option<Tensor>> {
+        let dot = (grad * res)?.sum_keepdim(D::Minus1)?;
+        Ok(Some((res * grad.broadcast_sub(&dot)?)?))
+    }
+}

@@ -120,6 +120,14 @@ pub struct TrainConfig {
     pub max_grad_norm: f64,
     /// GRPO micro-batch (samples per forward/backward).
     pub micro_batch: usize,
+    /// Most padded tokens per GRPO micro-batch (0 = no limit): training memory grows with
+    /// samples x length^2 in attention, so long samples train in smaller groups. 2,048 keeps
+    /// a LoRA update of SmolLM2-135M under about 8 GiB.
+    pub micro_batch_tokens: usize,
+    /// Longest sample trained on, in tokens (0 = no limit): a longer one loses the start of its
+    /// prompt (late agent turns carry the whole chat; 25 turns reach about 3,000 tokens). The
+    /// completion is always kept whole.
+    pub max_train_tokens: usize,
     /// Most samples per update; a seeded subset is kept when there are more (0 = all).
     pub max_update_samples: usize,
 }
@@ -173,6 +181,8 @@ impl Default for TrainConfig {
             clip_eps: 0.2,
             max_grad_norm: 1.0,
             micro_batch: 4,
+            micro_batch_tokens: 2048,
+            max_train_tokens: 2048,
             max_update_samples: 32,
         }
     }

@@ -4,9 +4,11 @@
 pub mod config;
 pub mod corpus;
 pub mod eval;
+pub mod examples;
 pub mod extract;
 pub mod memory;
 pub mod policy;
+pub mod progress;
 pub mod prompts;
 pub mod rewards;
 pub mod rollout;

@@ -57,6 +57,9 @@ pub struct Sampled {
     pub text: String,
 }
 
+/// Receives the number of tokens each decode step sampled.
+pub type TokenHook = std::sync::Arc<dyn Fn(u64) + Send + Sync>;
+
 /// A policy.
 pub trait Policy {
     /// `n` completions of `messages`, seeded.
@@ -93,6 +96,10 @@ pub trait Policy {
     /// Drops state kept between [`Policy::sample_each`] calls (the conversations ended).
     fn forget(&mut self) {}
 
+    /// Calls `hook(n)` after each decode step with the number of tokens it sampled (for
+    /// progress bars); `None` stops it.
+    fn set_token_hook(&mut self, _hook: Option<TokenHook>) {}
+
     /// One GRPO update; `None` when the policy does not learn.
     fn update(&mut self, batch: &[GrpoSample]) -> Result<Option<StepStats>>;
 
@@ -115,6 +122,8 @@ pub struct CandlePolicy {
     temperature: f64,
     top_p: f64,
     prefixes: PrefixCache,
+    token_hook: Option<TokenHook>,
+    max_train_tokens: usize,
 }
 
 /// Cached positions kept for multi-turn reuse (SmolLM2-135M: 46 KB each, so about 1.5 GB).
@@ -174,11 +183,14 @@ impl CandlePolicy {
                 kl_coef: 0.0,
                 max_grad_norm: cfg.max_grad_norm,
                 micro_batch: cfg.micro_batch,
+                micro_batch_tokens: cfg.micro_batch_tokens,
                 norm: AdvantageNorm::Role,
             },
+            max_train_tokens: cfg.max_train_tokens,
             temperature: cfg.temperature,
             top_p: cfg.top_p,
             prefixes: PrefixCache::new(PREFIX_CACHE_TOKENS),
+            token_hook: None,
         };
         p.optimizer = Some(p.new_optimizer()?);
         Ok(p)
@@ -196,6 +208,15 @@ impl CandlePolicy {
             self.trainable().into_iter().map(|(_, v)| v).collect(),
             self.adam,
         )
+    }
+
+    /// A sampler over the current model that reports decode steps to the token hook.
+    fn sampler(&self) -> Sampler<'_> {
+        let s = Sampler::from_loaded(&self.model);
+        match &self.token_hook {
+            Some(h) => s.with_step_hook(h.as_ref()),
+            None => s,
+        }
     }
 
     /// The model with its current adapters.
@@ -219,6 +240,38 @@ impl CandlePolicy {
         let mut cut = ids[..head].to_vec();
         cut.extend_from_slice(&ids[ids.len() - tail..]);
         Ok((cut, max_new))
+    }
+
+    /// Cuts each sample to `max_train_tokens` by dropping the start of its prompt (the
+    /// completion, the tokens trained, is kept whole; at least one prompt token stays). A cut
+    /// sample's old log-probs are recomputed in its shorter context, so the importance ratio
+    /// compares the same context and starts at 1 as for every other sample.
+    fn fit_to_train_length(&self, batch: &[GrpoSample]) -> Result<Vec<GrpoSample>> {
+        let max = self.max_train_tokens;
+        let mut out = Vec::with_capacity(batch.len());
+        for s in batch {
+            let len = s.prompt.len() + s.completion.len();
+            if max == 0 || len <= max || s.completion.is_empty() {
+                out.push(s.clone());
+                continue;
+            }
+            let keep = max.saturating_sub(s.completion.len()).max(1).min(s.prompt.len());
+            let prompt = s.prompt[s.prompt.len() - keep..].to_vec();
+            let old = completion_logprobs(
+                &self.model.model.without_grad(),
+                &[Pair {
+                    prompt: &prompt,
+                    completion: &s.completion,
+                }],
+            )?
+            .to_vec1()?;
+            out.push(GrpoSample {
+                prompt,
+                old_logprobs: old,
+                ..s.clone()
+            });
+        }
+        Ok(out)
     }
 
     /// Log-probs of `completion` after `messages` under the current model (no graph).
@@ -263,7 +316,9 @@ impl Policy for CandlePolicy {
             stop: Vec::new(),
             seed,
         };
-        let out = Sampler::from_loaded(&self.model).sample(&prompt, n, &params, &mut |_, _| {})?;
+        let out = self
+            .sampler()
+            .sample(&prompt, n, &params, &mut |_, _| {})?;
         Ok(out
             .into_iter()
             .map(|c| Sampled {
@@ -329,17 +384,22 @@ impl Policy for CandlePolicy {
         self.prefixes.clear();
     }
 
+    fn set_token_hook(&mut self, hook: Option<TokenHook>) {
+        self.token_hook = hook;
+    }
+
     fn update(&mut self, batch: &[GrpoSample]) -> Result<Option<StepStats>> {
         self.prefixes.clear();
         if batch.iter().all(|s| s.completion.is_empty()) {
             return Ok(None);
         }
+        let batch = self.fit_to_train_length(batch)?;
         let opt = match self.optimizer.take() {
             Some(o) => o,
             None => self.new_optimizer()?,
         };
         let mut trainer = GrpoTrainer::new(&self.model.model, None, opt, self.grpo.clone())?;
-        let stats = trainer.step(batch);
+        let stats = trainer.step(&batch);
         self.optimizer = Some(trainer.into_optimizer());
         Ok(Some(stats?))
     }

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{BufWriter, Write as _};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 
 use serde::Serialize;
@@ -16,6 +17,7 @@ use super::corpus::Corpus;
 use super::extract;
 use super::memory::MemoryRecord;
 use super::policy::{Policy, Role, Sampled};
+use super::progress::{Progress, Silent};
 use super::prompts::{self, DIFFICULTIES, DesignSpec, SKILLS, VARIANTS};
 use super::rewards::{self, PlayOutcome};
 use super::seeds::derive;
@@ -143,7 +145,7 @@ pub struct Run<'p> {
     policy: &'p mut dyn Policy,
     /// The state after the last completed rollout.
     pub state: RunState,
-    progress: Box<dyn FnMut(&str) + 'p>,
+    progress: Arc<dyn Progress>,
 }
 
 fn io_err(what: &str, p: &Path) -> impl FnOnce(std::io::Error) -> TrainerError {
@@ -205,7 +207,7 @@ impl<'p> Run<'p> {
             runtime,
             policy,
             state: st,
-            progress: Box::new(|_| {}),
+            progress: Arc::new(Silent),
         };
         let p = &mut *run.policy;
         state::save_checkpoint(&run.dir, &run.state, |d| p.save(d))?;
@@ -243,13 +245,27 @@ impl<'p> Run<'p> {
             runtime,
             policy,
             state: st,
-            progress: Box::new(|_| {}),
+            progress: Arc::new(Silent),
         })
     }
 
-    /// Sets the progress callback (one line per phase).
-    pub fn on_progress(&mut self, f: impl FnMut(&str) + 'p) {
-        self.progress = Box::new(f);
+    /// Sets where progress goes (phases with their size; tokens as they are sampled).
+    pub fn on_progress(&mut self, progress: Arc<dyn Progress>) {
+        self.progress = progress;
+    }
+
+    /// Starts a sampling phase: its budget in tokens, each decode step reported.
+    fn start_sampling(&mut self, r: u64, phase: &str, tokens: usize) {
+        self.progress.start(r, phase, tokens as u64, "tokens");
+        let p = Arc::clone(&self.progress);
+        self.policy
+            .set_token_hook(Some(Arc::new(move |n| p.advance(n))));
+    }
+
+    /// Ends a phase (and the token reports of a sampling phase).
+    fn end_phase(&mut self) {
+        self.policy.set_token_hook(None);
+        self.progress.finish();
     }
 
     /// The config.
@@ -326,11 +342,6 @@ impl<'p> Run<'p> {
         if due && cfg.designs_per_round > 0 {
             m.designed = true;
             for d in 0..cfg.designs_per_round {
-                (self.progress)(&format!(
-                    "rollout {r}: design {}/{}",
-                    d + 1,
-                    cfg.designs_per_round
-                ));
                 let pick =
                     |tag: &str, n: usize| (self.seed(tag, &[r, d as u64]) % n as u64) as usize;
                 let doc = self.corpus.sample(self.seed("doc", &[r, d as u64])).clone();
@@ -350,6 +361,16 @@ impl<'p> Run<'p> {
                     Message::new("user", user),
                 ];
                 let ts = Instant::now();
+                self.start_sampling(
+                    r,
+                    &format!(
+                        "design {}/{} ({} completions)",
+                        d + 1,
+                        cfg.designs_per_round,
+                        cfg.designer_group
+                    ),
+                    cfg.designer_group * cfg.designer_max_new_tokens,
+                );
                 let samples = self.policy.sample(
                     Role::Designer,
                     &msgs,
@@ -357,6 +378,7 @@ impl<'p> Run<'p> {
                     cfg.designer_max_new_tokens,
                     self.seed("design", &[r, d as u64]),
                 )?;
+                self.end_phase();
                 m.time.design += ts.elapsed().as_secs_f64();
                 for (g, s) in samples.into_iter().enumerate() {
                     m.designs += 1;
@@ -366,10 +388,14 @@ impl<'p> Run<'p> {
                     let mut attempt = 0;
                     let accepted = loop {
                         let tv = Instant::now();
+                        self.progress
+                            .start(r, &format!("validate design {}", g + 1), 1, "checks");
                         let verdict = match &code {
                             Some(c) => self.validate(c).await,
                             None => Err("- no_code: the reply has no ```python code block".into()),
                         };
+                        self.progress.advance(1);
+                        self.progress.finish();
                         m.time.validate += tv.elapsed().as_secs_f64();
                         match verdict {
                             Ok(v) => break Some(v),
@@ -386,6 +412,11 @@ impl<'p> Run<'p> {
                                     Message::new("user", prompts::repair_prompt(&prev, &errors)),
                                 ];
                                 let ts = Instant::now();
+                                self.start_sampling(
+                                    r,
+                                    &format!("repair design {} (attempt {attempt})", g + 1),
+                                    cfg.designer_max_new_tokens,
+                                );
                                 let fix = self.policy.sample(
                                     Role::Repair,
                                     &msgs,
@@ -393,6 +424,7 @@ impl<'p> Run<'p> {
                                     cfg.designer_max_new_tokens,
                                     self.seed("repair", &[r, d as u64, g as u64, attempt as u64]),
                                 )?;
+                                self.end_phase();
                                 m.time.design += ts.elapsed().as_secs_f64();
                                 m.tokens_sampled +=
                                     fix.iter().map(|f| f.tokens.len()).sum::<usize>();
@@ -464,9 +496,16 @@ impl<'p> Run<'p> {
             );
         }
         to_hint.extend(&new_envs);
-        for &i in &to_hint {
-            (self.progress)(&format!("rollout {r}: hint for {}", self.state.pool[i].id));
-            m.tokens_sampled += self.hint_env(i)?;
+        if !to_hint.is_empty() {
+            self.start_sampling(
+                r,
+                &format!("hints for {} envs", to_hint.len()),
+                to_hint.len() * cfg.hint_max_new_tokens,
+            );
+            for &i in &to_hint {
+                m.tokens_sampled += self.hint_env(i)?;
+            }
+            self.end_phase();
         }
         m.time.hint = th.elapsed().as_secs_f64();
         // Choose games: the new envs, then other playable ones in seeded order.
@@ -622,7 +661,8 @@ impl<'p> Run<'p> {
         m.designer_samples = batch.iter().filter(|s| s.role == "designer").count();
         m.agent_samples = batch.len() - m.designer_samples;
         batch.retain(|s| !s.completion.is_empty());
-        (self.progress)(&format!("rollout {r}: update on {} samples", batch.len()));
+        self.progress
+            .start(r, &format!("update on {} samples", batch.len()), 1, "steps");
         let tu = Instant::now();
         if !batch.is_empty()
             && let Some(stats) = self.policy.update(&batch)?
@@ -630,6 +670,8 @@ impl<'p> Run<'p> {
             m.loss = Some(stats.loss);
             m.tokens_trained = stats.tokens;
         }
+        self.progress.advance(1);
+        self.progress.finish();
         m.time.update = tu.elapsed().as_secs_f64();
         m.pool_size = playable(&self.state);
         // Metrics, then the checkpoint that makes them count (its own time is not in the line).
@@ -647,9 +689,11 @@ impl<'p> Run<'p> {
         self.state.metrics_len = std::fs::metadata(&metrics_path)
             .map_err(io_err("reading", &metrics_path))?
             .len();
-        (self.progress)(&format!("rollout {r}: checkpoint"));
+        self.progress.start(r, "checkpoint", 1, "writes");
         let p = &mut *self.policy;
         state::save_checkpoint(&self.dir, &self.state, |d| p.save(d))?;
+        self.progress.advance(1);
+        self.progress.finish();
         Ok(m)
     }
 
@@ -670,7 +714,6 @@ impl<'p> Run<'p> {
         std::fs::create_dir_all(&traj_dir).map_err(io_err("creating", &traj_dir))?;
         let mut live: Vec<Live> = Vec::new();
         let ts = Instant::now();
-        (self.progress)(&format!("rollout {r}: play {} games", games.len()));
         for (gi, &pi) in games.iter().enumerate() {
             let env = self.state.pool[pi].clone();
             for (hint, k) in [(false, cfg.plays_per_game), (true, cfg.hint_plays)] {
@@ -732,11 +775,18 @@ impl<'p> Run<'p> {
             }
         }
         m.time.play_sandbox += ts.elapsed().as_secs_f64();
+        self.progress.start(
+            r,
+            &format!("play {} games, {} episodes", games.len(), live.len()),
+            u64::from(cfg.max_turns),
+            "turns",
+        );
         for turn in 0..cfg.max_turns {
             let active: Vec<usize> = (0..live.len()).filter(|&i| !live[i].done).collect();
             if active.is_empty() {
                 break;
             }
+
             let tm = Instant::now();
             let seeds: Vec<u64> = active
                 .iter()
@@ -800,8 +850,10 @@ impl<'p> Run<'p> {
                 }
             }
             m.time.play_sandbox += ts.elapsed().as_secs_f64();
+            self.progress.advance(1);
         }
         self.policy.forget();
+        self.progress.finish();
         let mut out = Vec::with_capacity(live.len());
         for mut l in live {
             if let Some(rec) = l.rec.take() {
