@@ -253,7 +253,6 @@ fn train_runs_a_rollout_on_a_tiny_model_and_resumes() {
             "max_doc_words": 30}"#,
     )
     .unwrap();
-    let seed_envs = repo().join("eval_envs");
     let args = |extra: &[&str]| {
         let mut a: Vec<String> = ["train", "--model", dir.to_str().unwrap(), "--out"]
             .iter()
@@ -263,18 +262,42 @@ fn train_runs_a_rollout_on_a_tiny_model_and_resumes() {
         a.extend(extra.iter().map(|s| s.to_string()));
         a
     };
-    let a = args(&[
-        "--config",
-        cfg.to_str().unwrap(),
-        "--seed-envs",
-        seed_envs.to_str().unwrap(),
-        "--rollouts",
-        "1",
-    ]);
+    // --seed-envs and --no-seed-envs exclude each other.
+    let examples = repo().join("tests/envs");
+    let a = args(&["--seed-envs", examples.to_str().unwrap(), "--no-seed-envs"]);
+    let refs: Vec<&str> = a.iter().map(String::as_str).collect();
+    let o = spade(&work, &refs);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("'--seed-envs <DIR>' cannot be used with '--no-seed-envs'"),
+        "{}",
+        stderr(&o)
+    );
+    // Without --seed-envs the pool starts with the bundled examples.
+    let a = args(&["--config", cfg.to_str().unwrap(), "--rollouts", "1"]);
     let refs: Vec<&str> = a.iter().map(String::as_str).collect();
     let o = spade(&work, &refs);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(String::from_utf8_lossy(&o.stdout).contains("rollout 0: valid 0/1 designs"));
+    // Not a terminal: one line per phase, with its size and then its time.
+    let err = stderr(&o);
+    for line in [
+        "rollout 0: design 1/1 (1 completions) (16 tokens)",
+        "rollout 0: hints for 3 envs (24 tokens)",
+        "rollout 0: play 1 games, 2 episodes (2 turns)",
+        "rollout 0: checkpoint (1 writes)",
+        "rollout 0: checkpoint done: 1/1 writes in ",
+    ] {
+        assert!(err.contains(line), "no {line:?} in\n{err}");
+    }
+    let state = std::fs::read_to_string(run.join("checkpoints/rollout-000001/state.json")).unwrap();
+    for example in [
+        "seed:arithmetic_puzzle",
+        "seed:grid_walk",
+        "seed:tool_inventory",
+    ] {
+        assert!(state.contains(example), "{example} is not in the pool");
+    }
     assert!(run.join("config.json").exists());
     let a = args(&["--resume", "--rollouts", "1"]);
     let refs: Vec<&str> = a.iter().map(String::as_str).collect();

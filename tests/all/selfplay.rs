@@ -283,6 +283,7 @@ fn small_cfg() -> TrainConfig {
         max_turns: 3,
         designer_start_rollout: 0,
         max_repair_attempts: 1,
+        max_update_samples: 0,
         ..TrainConfig::default()
     }
 }
@@ -478,15 +479,26 @@ async fn a_tiny_random_model_runs_a_full_rollout_with_an_update() {
     let events = events.0.lock().unwrap().clone();
     let phases: Vec<&String> = events.iter().filter(|e| e.starts_with("start")).collect();
     assert_eq!(phases[0], "start 0 design 1/1 (2 completions) 48 tokens");
-    assert!(phases.iter().any(|p| p.starts_with("start 0 validate design 1 1 checks")));
-    assert!(phases.iter().any(|p| p.starts_with("start 0 hints for 1 envs 8 tokens")));
+    assert!(
+        phases
+            .iter()
+            .any(|p| p.starts_with("start 0 validate design 1 1 checks"))
+    );
+    assert!(
+        phases
+            .iter()
+            .any(|p| p.starts_with("start 0 hints for 1 envs 8 tokens"))
+    );
     assert!(phases.contains(&&"start 0 play 1 games, 4 episodes 2 turns".to_string()));
     assert!(phases[phases.len() - 2].starts_with("start 0 update on "));
     assert_eq!(phases[phases.len() - 1], "start 0 checkpoint 1 writes");
     let mut open = false;
     for e in &events {
         if e.starts_with("start") {
-            assert!(!open, "a phase started before the last one finished: {events:?}");
+            assert!(
+                !open,
+                "a phase started before the last one finished: {events:?}"
+            );
             open = true;
         } else if e == "finish" {
             assert!(open);
@@ -683,4 +695,45 @@ async fn eval_reports_win_rate_per_skill_with_multi_turn_history() {
     assert_eq!(per_skill["Strategic Planning"], 1.0);
     assert_eq!(per_skill["Mathematical Reasoning"], 0.0);
     assert_eq!(per_skill["Optimization"], 0.0);
+}
+
+#[test]
+fn agent_samples_longer_than_the_cap_lose_their_prompt_start_and_get_fresh_old_logprobs() {
+    use spade_trainer::grpo::GrpoSample;
+    use spade_trainer::selfplay::Policy;
+    let cfg = TrainConfig {
+        max_agent_train_tokens: 12,
+        ..tiny_cfg()
+    };
+    let mut policy = CandlePolicy::new(tiny_loaded(5), &cfg).unwrap();
+    let sample = |reward: f64| GrpoSample {
+        prompt: (0..40).map(|i| 3 + i % 50).collect(),
+        completion: vec![7, 8, 9, 10],
+        // Deliberately stale: a random model's log-probs are near -ln(vocab) = -5.6, so were
+        // these used, the ratio would be about exp(-2.6).
+        old_logprobs: vec![-3.0; 4],
+        reward,
+        group: 0,
+        role: "agent".into(),
+    };
+    let stats = policy
+        .update(&[sample(1.0), sample(0.0)])
+        .unwrap()
+        .expect("a CandlePolicy learns");
+    assert!(
+        (stats.mean_ratio - 1.0).abs() < 1e-4,
+        "old log-probs were recomputed in the cut context: ratio {}",
+        stats.mean_ratio
+    );
+    assert_eq!(stats.tokens, 8, "completions are kept whole");
+    // Designer samples keep their whole prompt: the stale old log-probs stay in use.
+    let designer = |reward: f64| GrpoSample {
+        role: "designer".into(),
+        ..sample(reward)
+    };
+    let stats = policy
+        .update(&[designer(1.0), designer(0.0)])
+        .unwrap()
+        .unwrap();
+    assert!(stats.mean_ratio < 0.5, "ratio {}", stats.mean_ratio);
 }

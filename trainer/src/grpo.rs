@@ -304,8 +304,8 @@ pub fn micro_batches(
     for (i, s) in samples.iter().enumerate() {
         let len = s.prompt.len() + s.completion.len();
         let n = i - start;
-        let full = n == count.max(1)
-            || (tokens > 0 && n > 0 && longest.max(len) * (n + 1) > tokens);
+        let full =
+            n == count.max(1) || (tokens > 0 && n > 0 && longest.max(len) * (n + 1) > tokens);
         if full {
             out.push((start, &samples[start..i]));
             start = i;

@@ -1,7 +1,9 @@
 //! GRPO on a toy task, LoRA freezing, advantages, and the fused AdamW.
 use candle_core::{Device, Tensor};
 use candle_nn::VarMap;
-use spade_trainer::grpo::{AdvantageNorm, GrpoConfig, GrpoSample, GrpoTrainer, advantages};
+use spade_trainer::grpo::{
+    AdvantageNorm, GrpoConfig, GrpoSample, GrpoTrainer, advantages, micro_batches,
+};
 use spade_trainer::model::{Decoder, LoraConfig, lora};
 use spade_trainer::optim::{AdamW, AdamWConfig};
 use spade_trainer::sample::{Sampler, SamplingParams};
@@ -391,4 +393,28 @@ fn micro_batches_accumulate_to_the_full_batch_update() {
             assert!(d < 1e-5, "micro-batch {micro}: {name} differs by {d}");
         }
     }
+}
+
+#[test]
+fn micro_batches_close_at_the_sample_count_or_the_padded_token_budget() {
+    let of_len = |n: usize| GrpoSample {
+        prompt: vec![1; n - 1],
+        completion: vec![2],
+        old_logprobs: vec![-1.0],
+        reward: 0.0,
+        group: 0,
+        role: "agent".into(),
+    };
+    let samples: Vec<GrpoSample> = [10, 10, 10, 40, 10, 100, 5].map(of_len).to_vec();
+    let sizes = |count, tokens| -> Vec<(usize, usize)> {
+        micro_batches(&samples, count, tokens)
+            .into_iter()
+            .map(|(start, c)| (start, c.len()))
+            .collect()
+    };
+    assert_eq!(sizes(4, 0), vec![(0, 4), (4, 3)], "count only");
+    // 40 tokens: three of 10 fit; 40 alone; 10 then 100 would pad to 200; 100 then 5 too.
+    assert_eq!(sizes(4, 40), vec![(0, 3), (3, 1), (4, 1), (5, 1), (6, 1)]);
+    assert_eq!(sizes(2, 1000), vec![(0, 2), (2, 2), (4, 2), (6, 1)]);
+    assert!(micro_batches(&[], 4, 40).is_empty());
 }

@@ -136,7 +136,13 @@ mod tests {
 
     #[test]
     fn matches_matmul_for_every_row_count_and_odd_widths() {
-        for (rows, k, n) in [(1, 576, 70), (3, 37, 129), (4, 64, 64), (9, 100, 5), (16, 16, 200)] {
+        for (rows, k, n) in [
+            (1, 576, 70),
+            (3, 37, 129),
+            (4, 64, 64),
+            (9, 100, 5),
+            (16, 16, 200),
+        ] {
             let x = Tensor::randn(0f32, 1.0, (rows, k), &Device::Cpu).unwrap();
             let w = Tensor::randn(0f32, 1.0, (n, k), &Device::Cpu).unwrap();
             let want = x.matmul(&w.t().unwrap()).unwrap();

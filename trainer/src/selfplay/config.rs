@@ -124,10 +124,13 @@ pub struct TrainConfig {
     /// samples x length^2 in attention, so long samples train in smaller groups. 2,048 keeps
     /// a LoRA update of SmolLM2-135M under about 8 GiB.
     pub micro_batch_tokens: usize,
-    /// Longest sample trained on, in tokens (0 = no limit): a longer one loses the start of its
-    /// prompt (late agent turns carry the whole chat; 25 turns reach about 3,000 tokens). The
-    /// completion is always kept whole.
-    pub max_train_tokens: usize,
+    /// Longest agent sample trained on, in tokens (0 = no limit): a longer one loses the
+    /// start of its prompt. Late agent turns carry the whole chat (25 turns reach about 3,000
+    /// tokens) and training costs 10-30 ms per token of context on 2 cores: 32 samples cut to
+    /// 512 tokens took over 8 minutes. 384 keeps the current observation and the last turn or
+    /// two. The completion is always kept whole, and designer samples are never cut (their
+    /// prompt is the task).
+    pub max_agent_train_tokens: usize,
     /// Most samples per update; a seeded subset is kept when there are more (0 = all).
     pub max_update_samples: usize,
 }
@@ -182,8 +185,8 @@ impl Default for TrainConfig {
             max_grad_norm: 1.0,
             micro_batch: 4,
             micro_batch_tokens: 2048,
-            max_train_tokens: 2048,
-            max_update_samples: 32,
+            max_agent_train_tokens: 384,
+            max_update_samples: 16,
         }
     }
 }

@@ -123,7 +123,7 @@ pub struct CandlePolicy {
     top_p: f64,
     prefixes: PrefixCache,
     token_hook: Option<TokenHook>,
-    max_train_tokens: usize,
+    max_agent_train_tokens: usize,
 }
 
 /// Cached positions kept for multi-turn reuse (SmolLM2-135M: 46 KB each, so about 1.5 GB).
@@ -186,7 +186,7 @@ impl CandlePolicy {
                 micro_batch_tokens: cfg.micro_batch_tokens,
                 norm: AdvantageNorm::Role,
             },
-            max_train_tokens: cfg.max_train_tokens,
+            max_agent_train_tokens: cfg.max_agent_train_tokens,
             temperature: cfg.temperature,
             top_p: cfg.top_p,
             prefixes: PrefixCache::new(PREFIX_CACHE_TOKENS),
@@ -242,20 +242,23 @@ impl CandlePolicy {
         Ok((cut, max_new))
     }
 
-    /// Cuts each sample to `max_train_tokens` by dropping the start of its prompt (the
-    /// completion, the tokens trained, is kept whole; at least one prompt token stays). A cut
-    /// sample's old log-probs are recomputed in its shorter context, so the importance ratio
-    /// compares the same context and starts at 1 as for every other sample.
+    /// Cuts each agent sample to `max_agent_train_tokens` by dropping the start of its prompt
+    /// (the completion, the tokens trained, is kept whole; at least one prompt token stays). A
+    /// cut sample's old log-probs are recomputed in its shorter context, so the importance
+    /// ratio compares the same context and starts at 1 as for every other sample.
     fn fit_to_train_length(&self, batch: &[GrpoSample]) -> Result<Vec<GrpoSample>> {
-        let max = self.max_train_tokens;
+        let max = self.max_agent_train_tokens;
         let mut out = Vec::with_capacity(batch.len());
         for s in batch {
             let len = s.prompt.len() + s.completion.len();
-            if max == 0 || len <= max || s.completion.is_empty() {
+            if max == 0 || len <= max || s.completion.is_empty() || s.role != Role::Agent.as_str() {
                 out.push(s.clone());
                 continue;
             }
-            let keep = max.saturating_sub(s.completion.len()).max(1).min(s.prompt.len());
+            let keep = max
+                .saturating_sub(s.completion.len())
+                .max(1)
+                .min(s.prompt.len());
             let prompt = s.prompt[s.prompt.len() - keep..].to_vec();
             let old = completion_logprobs(
                 &self.model.model.without_grad(),
@@ -316,9 +319,7 @@ impl Policy for CandlePolicy {
             stop: Vec::new(),
             seed,
         };
-        let out = self
-            .sampler()
-            .sample(&prompt, n, &params, &mut |_, _| {})?;
+        let out = self.sampler().sample(&prompt, n, &params, &mut |_, _| {})?;
         Ok(out
             .into_iter()
             .map(|c| Sampled {

@@ -30,7 +30,17 @@ impl Progress for Silent {
 #[derive(Debug)]
 pub struct Lines {
     start: Instant,
-    current: Mutex<Option<(String, u64, u64, &'static str, Instant)>>,
+    current: Mutex<Option<Phase>>,
+}
+
+/// The phase [`Lines`] is reporting.
+#[derive(Debug)]
+struct Phase {
+    name: String,
+    done: u64,
+    total: u64,
+    unit: &'static str,
+    started: Instant,
 }
 
 impl Default for Lines {
@@ -56,22 +66,31 @@ impl Progress for Lines {
             "[{:>7.1}s] {name} ({total} {unit})",
             self.start.elapsed().as_secs_f64()
         );
-        *self.current.lock().expect("progress lock") = Some((name, 0, total, unit, Instant::now()));
+        *self.current.lock().expect("progress lock") = Some(Phase {
+            name,
+            done: 0,
+            total,
+            unit,
+            started: Instant::now(),
+        });
     }
 
     fn advance(&self, n: u64) {
-        if let Some(c) = self.current.lock().expect("progress lock").as_mut() {
-            c.1 += n;
+        if let Some(p) = self.current.lock().expect("progress lock").as_mut() {
+            p.done += n;
         }
     }
 
     fn finish(&self) {
-        if let Some((name, done, total, unit, t)) = self.current.lock().expect("progress lock").take()
-        {
+        if let Some(p) = self.current.lock().expect("progress lock").take() {
             eprintln!(
-                "[{:>7.1}s] {name} done: {done}/{total} {unit} in {:.1}s",
+                "[{:>7.1}s] {} done: {}/{} {} in {:.1}s",
                 self.start.elapsed().as_secs_f64(),
-                t.elapsed().as_secs_f64()
+                p.name,
+                p.done,
+                p.total,
+                p.unit,
+                p.started.elapsed().as_secs_f64()
             );
         }
     }
