@@ -219,8 +219,9 @@ fn sampled_logprobs_match_the_training_path_and_a_lora_grpo_step_runs() {
     );
 }
 
-/// One default `spade train` iteration on the real model, seeded with the held-out envs so the
-/// play and update phases run even if nothing valid is designed. Prints the metrics line.
+/// One default `spade train` iteration on the real model, seeded with the bundled examples (as
+/// `spade train` is) so the play and update phases run even if nothing valid is designed.
+/// Prints the metrics line.
 #[test]
 #[ignore = "needs the default model and minutes: run `spade model fetch`, then `cargo test --release -p spade-trainer --test all real_model::one_default_rollout -- --ignored --nocapture`"]
 fn one_default_rollout_finishes_in_under_15_minutes() {
@@ -229,14 +230,8 @@ fn one_default_rollout_finishes_in_under_15_minutes() {
     let mut policy = CandlePolicy::new(default_model(), &cfg).unwrap();
     let dir = std::env::temp_dir().join(format!("spade-real-rollout-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap();
-    let mut seeds = Vec::new();
-    for name in ["digit_sum", "number_guess"] {
-        let p = root.join("eval_envs").join(name).join("env.py");
-        seeds.push((name.to_string(), std::fs::read_to_string(p).unwrap()));
-    }
+    // The pool `spade train` starts with: the bundled examples (not the held-out eval envs).
+    let seeds = spade_trainer::selfplay::examples::example_envs();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let runtime = spade_runtime::Runtime::new(spade_runtime::Config::default()).unwrap();
     let corpus = Corpus::parse(corpus::DEFAULT_CORPUS, cfg.max_doc_words).unwrap();
