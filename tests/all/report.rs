@@ -329,7 +329,7 @@ fn the_cli_prints_a_summary_and_the_paths_it_wrote() {
         "4 rollouts (0..3), 5 environments played",
         "last rollout 3: win rate 0.500 without hint, 0.625 with; regret 0.125; pool 3",
         "mean regret over rollouts 0.219; 2 of 3 designs valid over 2 design rounds; 1 timeouts",
-        "best environment: env00003 (mean regret 0.750, played 1 times)",
+        "best environment: env00003 (mean regret 0.750, played in 1 rollout)",
     ] {
         assert!(text.contains(line), "{line} not in\n{text}");
     }

@@ -181,10 +181,11 @@ impl Report {
         ];
         if let Some(b) = self.best.first() {
             lines.push(format!(
-                "best environment: {} (mean regret {}, played {} times)",
+                "best environment: {} (mean regret {}, played in {} rollout{})",
                 b.id,
                 opt(b.mean_regret, 3),
-                b.played
+                b.played,
+                if b.played == 1 { "" } else { "s" }
             ));
         }
         // index.html (written last) first: it is the file to open.
