@@ -81,50 +81,75 @@ pub async fn play_episode(
     max_turns: u32,
     max_new_tokens: usize,
 ) -> Result<f64> {
+    let rets = play_episodes(runtime, policy, source, &[seed], max_turns, max_new_tokens).await?;
+    Ok(rets[0])
+}
+
+/// Plays one episode per seed (no hint), all in lockstep: each turn the policy samples every
+/// live episode's action as one batch ([`Policy::sample_each`]). Returns the episode returns
+/// in seed order; an episode whose sandbox fails to start or step scores 0.
+pub async fn play_episodes(
+    runtime: &Runtime,
+    policy: &mut dyn Policy,
+    source: &str,
+    seeds: &[u64],
+    max_turns: u32,
+    max_new_tokens: usize,
+) -> Result<Vec<f64>> {
     let tool_use = source.contains("ToolUseBaseEnv");
-    let opts = SandboxOptions {
-        seed,
-        max_turns: Some(max_turns),
-    };
-    let Ok(mut sb) = runtime.sandbox(source, opts).await else {
-        return Ok(0.0);
-    };
-    let Ok(reset) = sb.reset(Some(seed)).await else {
-        return Ok(0.0);
-    };
-    let mut messages = vec![
-        Message::new("system", prompts::agent_system(tool_use)),
-        Message::new("user", reset.observation),
-    ];
+    let mut live = Vec::with_capacity(seeds.len());
+    for &seed in seeds {
+        let opts = SandboxOptions {
+            seed,
+            max_turns: Some(max_turns),
+        };
+        let episode = match runtime.sandbox(source, opts).await {
+            Ok(mut sb) => match sb.reset(Some(seed)).await {
+                Ok(reset) => Some((
+                    sb,
+                    vec![
+                        Message::new("system", prompts::agent_system(tool_use)),
+                        Message::new("user", reset.observation),
+                    ],
+                )),
+                Err(_) => None,
+            },
+            Err(_) => None,
+        };
+        live.push(episode);
+    }
+    let mut rets = vec![0.0; seeds.len()];
     for turn in 0..max_turns {
-        let s = policy
-            .sample(
-                Role::Agent,
-                &messages,
-                1,
-                max_new_tokens,
-                seeds::derive(seed, "eval", &[u64::from(turn)]),
-            )?
-            .into_iter()
-            .next()
-            .unwrap_or_else(|| super::policy::Sampled {
-                prompt: vec![],
-                tokens: vec![],
-                logprobs: vec![],
-                text: String::new(),
-            });
-        let action = extract::action(&s.text, tool_use);
-        messages.push(Message::new("assistant", s.text));
-        match sb.step(&action).await {
-            Ok(step) if step.terminated => {
-                return Ok(rewards::episode_return(Some(step.reward), true));
+        let active: Vec<usize> = (0..live.len()).filter(|&i| live[i].is_some()).collect();
+        if active.is_empty() {
+            break;
+        }
+        let turn_seeds: Vec<u64> = active
+            .iter()
+            .map(|&i| seeds::derive(seeds[i], "eval", &[u64::from(turn)]))
+            .collect();
+        let chats: Vec<&[Message]> = active
+            .iter()
+            .map(|&i| &live[i].as_ref().expect("active").1[..])
+            .collect();
+        let sampled = policy.sample_each(Role::Agent, &chats, max_new_tokens, &turn_seeds)?;
+        for (&i, s) in active.iter().zip(sampled) {
+            let action = extract::action(&s.text, tool_use);
+            let (sb, messages) = live[i].as_mut().expect("active");
+            messages.push(Message::new("assistant", s.text));
+            match sb.step(&action).await {
+                Ok(step) if step.terminated => {
+                    rets[i] = rewards::episode_return(Some(step.reward), true);
+                    live[i] = None;
+                }
+                Ok(step) if step.truncated => live[i] = None,
+                Ok(step) => messages.push(Message::new("user", step.observation)),
+                Err(_) => live[i] = None,
             }
-            Ok(step) if step.truncated => return Ok(0.0),
-            Ok(step) => messages.push(Message::new("user", step.observation)),
-            Err(_) => return Ok(0.0),
         }
     }
-    Ok(0.0)
+    policy.forget();
+    Ok(rets)
 }
 
 /// Plays every env `plays` times; scores per env and win rate per skill.
@@ -142,13 +167,18 @@ pub async fn evaluate(
     let mut scores = Vec::new();
     for (k, env) in envs.iter().enumerate() {
         progress(&format!("eval {}/{}: {}", k + 1, envs.len(), env.name));
-        let mut rets = Vec::new();
-        for i in 0..plays {
-            let s = seeds::derive(seed, "eval-play", &[k as u64, i as u64]) % 1_000_000;
-            rets.push(
-                play_episode(runtime, policy, &env.source, s, max_turns, max_new_tokens).await?,
-            );
-        }
+        let play_seeds: Vec<u64> = (0..plays)
+            .map(|i| seeds::derive(seed, "eval-play", &[k as u64, i as u64]) % 1_000_000)
+            .collect();
+        let rets = play_episodes(
+            runtime,
+            policy,
+            &env.source,
+            &play_seeds,
+            max_turns,
+            max_new_tokens,
+        )
+        .await?;
         let wins: Vec<f64> = rets
             .iter()
             .map(|&r| f64::from(u8::from(rewards::is_win(r))))
