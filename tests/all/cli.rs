@@ -1,6 +1,6 @@
 //! `spade run`: output, and a clear message for every kind of bad input.
 
-use crate::common::{env_dir, spade, spade_with_stdin, stderr, stdout};
+use crate::common::{env_dir, fails_with, spade, spade_with_stdin, stderr, stdout};
 
 fn path(name: &str, file: &str) -> String {
     env_dir(name).join(file).to_str().unwrap().to_owned()
@@ -53,21 +53,6 @@ fn actions_can_come_from_stdin() {
         stdout(&interactive).contains("no more actions after 1 steps"),
         "{}",
         stdout(&interactive)
-    );
-}
-
-fn fails_with(args: &[&str], stdin: Option<&[u8]>, code: i32, message: &str) {
-    let output = spade_with_stdin(args, stdin);
-    assert_eq!(
-        output.status.code(),
-        Some(code),
-        "{args:?}: {}",
-        stderr(&output)
-    );
-    assert!(
-        stderr(&output).contains(message),
-        "{args:?}: expected {message:?} in:\n{}",
-        stderr(&output)
     );
 }
 

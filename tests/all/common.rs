@@ -70,6 +70,22 @@ pub fn spade(args: &[&str]) -> Output {
     spade_with_stdin(args, None)
 }
 
+/// Runs `spade` and checks that it exits with `code` and says `message` on stderr.
+pub fn fails_with(args: &[&str], stdin: Option<&[u8]>, code: i32, message: &str) {
+    let output = spade_with_stdin(args, stdin);
+    assert_eq!(
+        output.status.code(),
+        Some(code),
+        "{args:?}: {}",
+        stderr(&output)
+    );
+    assert!(
+        stderr(&output).contains(message),
+        "{args:?}: expected {message:?} in:\n{}",
+        stderr(&output)
+    );
+}
+
 /// Runs `spade` with `stdin` piped in.
 pub fn spade_with_stdin(args: &[&str], stdin: Option<&[u8]>) -> Output {
     use std::io::Write;

@@ -9,7 +9,7 @@ use spade_trainer::selfplay::rollout::{EnvMetrics, Metrics};
 use spade_trainer::selfplay::state::{PoolEnv, RunState, save_checkpoint};
 use spade_trainer::selfplay::{Corpus, Role, Run, Scripted, TrainConfig};
 
-use crate::common::{env_source, runtime, spade, stderr, stdout};
+use crate::common::{self, env_source, runtime, spade, stderr, stdout};
 
 fn env(id: &str, win: f64, win_hint: f64, regret: f64, timeout: bool) -> EnvMetrics {
     EnvMetrics {
@@ -380,19 +380,9 @@ fn a_run_that_never_designed_says_so_in_the_validity_chart() {
 
 // ---------------------------------------------------------------- bad input
 
+/// Bad input: exit code 1 and `message` on stderr.
 fn fails_with(args: &[&str], message: &str) {
-    let output = spade(args);
-    assert_eq!(
-        output.status.code(),
-        Some(1),
-        "{args:?}: {}",
-        stderr(&output)
-    );
-    assert!(
-        stderr(&output).contains(message),
-        "{args:?}: expected {message:?} in:\n{}",
-        stderr(&output)
-    );
+    common::fails_with(args, None, 1, message);
 }
 
 #[test]

@@ -53,6 +53,14 @@ impl PrefixCache {
         }
     }
 
+    /// Stores the cache [`crate::sample::Sampler::sample_rows`] kept for a row: `prompt` and
+    /// every `completion` token but the last (which was sampled, never run).
+    pub fn insert_completed(&mut self, prompt: &[u32], completion: &[u32], cache: KvCache) {
+        let mut held = prompt.to_vec();
+        held.extend_from_slice(&completion[..completion.len().saturating_sub(1)]);
+        self.insert(held, cache);
+    }
+
     /// Positions held in all.
     pub fn tokens(&self) -> usize {
         self.entries.iter().map(|(t, _)| t.len()).sum()

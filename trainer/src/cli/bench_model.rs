@@ -207,9 +207,7 @@ fn multi_turn(
                 let out = sampler.sample_rows(rows, params, true, &mut |_, _| {})?;
                 let mut toks = Vec::new();
                 for (chat, (c, cache)) in chats.iter().zip(out) {
-                    let mut held = chat.clone();
-                    held.extend_from_slice(&c.tokens[..c.tokens.len() - 1]);
-                    prefixes.insert(held, cache.expect("kept"));
+                    prefixes.insert_completed(chat, &c.tokens, cache.expect("kept"));
                     toks.push(c.tokens);
                 }
                 toks

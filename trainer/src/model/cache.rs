@@ -6,7 +6,7 @@
 //! own RoPE position and a validity mask over the shared slots, so rows of different lengths
 //! decode together and a finished row can be taken out whole ([`KvCache::row`]) to continue
 //! later (a multi-turn conversation reuses its prefix instead of prefilling it again).
-use candle_core::{DType, Device, Result, Tensor};
+use candle_core::{Device, Result, Tensor};
 
 /// Keys and values of every layer, for a batch of rows.
 #[derive(Debug)]
@@ -57,7 +57,7 @@ impl KvCache {
         self.valid.iter().all(|v| v.iter().all(|&ok| ok))
     }
 
-    /// Prepares for `rows` rows appending `t` positions: sets the batch size on first use.
+    /// Prepares for an input of `rows` rows: sets the batch size on first use.
     pub(crate) fn begin(&mut self, rows: usize) -> Result<()> {
         if self.positions.is_empty() && self.used == 0 {
             self.positions = vec![0; rows];
@@ -127,8 +127,8 @@ impl KvCache {
             *slot = Some((nk, nv));
         }
         let (kb, vb) = slot.as_ref().expect("allocated above");
-        write_at(kb, &k, self.used)?;
-        write_at(vb, &v, self.used)?;
+        kb.slice_set(&k, 2, self.used)?;
+        vb.slice_set(&v, 2, self.used)?;
         Ok((kb.narrow(2, 0, need)?, vb.narrow(2, 0, need)?))
     }
 
@@ -298,11 +298,6 @@ impl KvCache {
     }
 }
 
-/// `buf[:, :, at .. at + t, :] = src` in place.
-fn write_at(buf: &Tensor, src: &Tensor, at: usize) -> Result<()> {
-    buf.slice_set(src, 2, at)
-}
-
 /// The first `used` slots of `t`, zero-padded to `cap` slots (a fresh contiguous tensor).
 fn pad_slots(t: &Tensor, used: usize, cap: usize) -> Result<Tensor> {
     let live = t.narrow(2, 0, used)?;
@@ -310,7 +305,6 @@ fn pad_slots(t: &Tensor, used: usize, cap: usize) -> Result<Tensor> {
         return live.contiguous();
     }
     let (b, h, _, d) = t.dims4()?;
-    let zeros =
-        Tensor::zeros((b, h, cap - used, d), DType::F32, t.device())?.to_dtype(t.dtype())?;
+    let zeros = Tensor::zeros((b, h, cap - used, d), t.dtype(), t.device())?;
     Tensor::cat(&[&live, &zeros], 2)
 }

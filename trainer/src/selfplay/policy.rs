@@ -367,9 +367,7 @@ impl Policy for CandlePolicy {
         let mut sampled = Vec::with_capacity(out.len());
         for (prompt, (c, cache)) in prompts.into_iter().zip(out) {
             if let Some(cache) = cache {
-                let mut held = prompt.clone();
-                held.extend_from_slice(&c.tokens[..c.tokens.len().saturating_sub(1)]);
-                self.prefixes.insert(held, cache);
+                self.prefixes.insert_completed(&prompt, &c.tokens, cache);
             }
             sampled.push(Sampled {
                 prompt,
