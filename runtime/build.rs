@@ -14,8 +14,13 @@ fn main() {
         .parent()
         .expect("runtime/ lives in the workspace root");
     let guest = root.join("guest");
+    // Cargo treats a watched path that does not exist as changed on every build, so only paths
+    // that exist are watched (a missing `.cargo/config.toml` would rebuild the host every time).
     for path in ["src", "python", "Cargo.toml", "Cargo.lock", ".cargo"] {
-        println!("cargo:rerun-if-changed={}", guest.join(path).display());
+        let path = guest.join(path);
+        if path.exists() {
+            println!("cargo:rerun-if-changed={}", path.display());
+        }
     }
     println!("cargo:rerun-if-changed={}", root.join("wit").display());
     println!("cargo:rerun-if-env-changed=SPADE_GUEST_WASM_OVERRIDE");
