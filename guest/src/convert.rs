@@ -3,13 +3,14 @@
 //! Conversion happens in Rust, walking Python objects directly: a step's info dict becomes
 //! JSON text here rather than through Python's `json` module, which used to dominate a step.
 
-use std::fmt::Write as _;
+use std::io::Write as _;
 
 use rustpython_vm::builtins::{PyDict, PyFloat, PyInt, PyList, PyStr, PyTuple};
 use rustpython_vm::{AsObject, PyObject, PyObjectRef, VirtualMachine};
 
 use crate::exports::spade::env::environment::{EnvError, EnvInfo, ResetResult, StepResult};
-use crate::interpreter::format_exception;
+use crate::interpreter::exception_error;
+use crate::limits::{self, Capped, Limit};
 
 /// Deepest nesting accepted in an info dict.
 const MAX_JSON_DEPTH: usize = 64;
@@ -32,24 +33,32 @@ fn is_bool(vm: &VirtualMachine, value: &PyObject) -> bool {
     value.class().is(vm.ctx.types.bool_type)
 }
 
-/// A Python `str` as Rust text; lone surrogates (not valid UTF-8) are a contract error.
-fn utf8(value: &PyStr, what: &str) -> Result<String, EnvError> {
+/// A Python `str` as Rust text, checked against `limit` before it is copied; lone surrogates
+/// (not valid UTF-8) are a contract error.
+fn utf8(value: &PyStr, name: &str, limit: Limit) -> Result<String, EnvError> {
+    let size = value.byte_len();
+    if !limit.allows(size) {
+        return Err(contract(format!("{name} is {size} bytes, {}", limit.over())));
+    }
     value.to_str().map(str::to_owned).ok_or_else(|| {
         contract(format!(
-            "{what} contains a lone surrogate and is not valid UTF-8"
+            "{name} contains a lone surrogate and is not valid UTF-8"
         ))
     })
 }
 
-/// `value` must be a `str`.
+/// `value` must be a `str` of at most `limit` bytes; `what` is the message for another type,
+/// `name` names the value.
 pub fn text(
     vm: &VirtualMachine,
     prelude: &PyObjectRef,
     value: &PyObject,
     what: &str,
+    name: &str,
+    limit: Limit,
 ) -> Result<String, EnvError> {
     match value.downcast_ref::<PyStr>() {
-        Some(s) => utf8(s, what),
+        Some(s) => utf8(s, name, limit),
         None => Err(contract(format!(
             "{what}, got {}",
             describe(vm, prelude, value)
@@ -83,11 +92,17 @@ fn info_json(
             describe(vm, prelude, value)
         )));
     }
-    let mut out = String::new();
+    let limit = limits::info();
+    let mut out = Capped::new(limit);
     let mut path = Vec::new();
     write_json(vm, prelude, value, &mut out, &mut path, "info")
         .map_err(|message| contract(format!("{call}: info is not JSON-serialisable: {message}")))?;
-    Ok(out)
+    out.finish().map_err(|(size, _)| {
+        contract(format!(
+            "{call}: the info dict is {size} bytes as JSON, {}",
+            limit.over()
+        ))
+    })
 }
 
 /// `reset()` must return `(observation: str, info: dict)`.
@@ -103,6 +118,8 @@ pub fn reset_result(
         prelude,
         &items[0],
         "reset(): the observation must be a str",
+        "reset(): the observation",
+        limits::observation(),
     )?;
     let info = info_json(vm, prelude, &items[1], "reset()")?;
     Ok(ResetResult { observation, info })
@@ -121,6 +138,8 @@ pub fn step_result(
         prelude,
         &items[0],
         "step(): the observation must be a str",
+        "step(): the observation",
+        limits::observation(),
     )?;
     let reward = number(&items[1]).ok_or_else(|| {
         contract(format!(
@@ -181,7 +200,14 @@ pub fn loaded(
         "internal: load() returns (env, class name)",
     )?;
     let env = items[0].clone();
-    let class_name = text(vm, prelude, &items[1], "internal: class name")?;
+    let class_name = text(
+        vm,
+        prelude,
+        &items[1],
+        "internal: class name",
+        "the class name",
+        limits::error(),
+    )?;
     let max_turns = env.get_attr("max_turns", vm).ok().and_then(|v| {
         if is_bool(vm, &v) {
             None
@@ -195,8 +221,9 @@ pub fn loaded(
         Ok(get_tools) => {
             let schemas = get_tools
                 .call((), vm)
-                .map_err(|exc| EnvError::Exception(format_exception(vm, &exc)))?;
-            let mut out = String::new();
+                .map_err(|exc| exception_error(vm, &exc))?;
+            let limit = limits::tools();
+            let mut out = Capped::new(limit);
             write_json(
                 vm,
                 prelude,
@@ -208,7 +235,12 @@ pub fn loaded(
             .map_err(|message| {
                 contract(format!("get_tools() is not JSON-serialisable: {message}"))
             })?;
-            Some(out)
+            Some(out.finish().map_err(|(size, _)| {
+                contract(format!(
+                    "get_tools(): the tool schemas are {size} bytes as JSON, {}",
+                    limit.over()
+                ))
+            })?)
         }
     };
     Ok((
@@ -221,17 +253,28 @@ pub fn loaded(
     ))
 }
 
-fn write_str(out: &mut String, s: &str) {
+fn write_str(out: &mut Capped, s: &str) {
     // serde_json's escaping: quotes, backslashes and control characters; UTF-8 kept as is.
-    out.push_str(&serde_json::to_string(s).expect("a str always serialises"));
+    // Streamed, so an oversized string is measured, not copied.
+    serde_json::to_writer(out, s).expect("a str always serialises");
 }
 
-fn write_float(out: &mut String, value: f64, at: &str) -> Result<(), String> {
+fn float_text(value: f64, at: &str) -> Result<String, String> {
     if !value.is_finite() {
         return Err(format!("{at} is {value}, which JSON cannot represent"));
     }
-    out.push_str(&serde_json::to_string(&value).expect("finite floats serialise"));
-    Ok(())
+    Ok(serde_json::to_string(&value).expect("finite floats serialise"))
+}
+
+/// A dict key as it appears in an error path, cut short.
+fn path_key(key: &str) -> String {
+    let short = limits::head(key, 64);
+    let quoted = serde_json::to_string(short).unwrap_or_default();
+    if short.len() < key.len() {
+        format!("{quoted}...")
+    } else {
+        quoted
+    }
 }
 
 /// A JSON object key as Python's `json` makes one from str, int, float, bool and None keys.
@@ -262,9 +305,7 @@ fn json_key(
         return Ok(i.as_bigint().to_string());
     }
     if let Some(f) = key.downcast_ref::<PyFloat>() {
-        let mut out = String::new();
-        write_float(&mut out, f.to_f64(), &format!("a key of {at}"))?;
-        return Ok(out);
+        return float_text(f.to_f64(), &format!("a key of {at}"));
     }
     Err(format!(
         "{at} has a key of type {} ({})",
@@ -277,19 +318,19 @@ fn write_json(
     vm: &VirtualMachine,
     prelude: &PyObjectRef,
     value: &PyObject,
-    out: &mut String,
+    out: &mut Capped,
     path: &mut Vec<usize>,
     at: &str,
 ) -> Result<(), String> {
     if vm.is_none(value) {
-        out.push_str("null");
+        out.push(b"null");
         return Ok(());
     }
     if is_bool(vm, value) {
-        out.push_str(if value.is(&vm.ctx.true_value) {
-            "true"
+        out.push(if value.is(&vm.ctx.true_value) {
+            b"true"
         } else {
-            "false"
+            b"false"
         });
         return Ok(());
     }
@@ -298,7 +339,8 @@ fn write_json(
         return Ok(());
     }
     if let Some(f) = value.downcast_ref::<PyFloat>() {
-        return write_float(out, f.to_f64(), at);
+        out.push(float_text(f.to_f64(), at)?.as_bytes());
+        return Ok(());
     }
     if let Some(s) = value.downcast_ref::<PyStr>() {
         let s = s
@@ -326,23 +368,23 @@ fn write_container(
     vm: &VirtualMachine,
     prelude: &PyObjectRef,
     value: &PyObject,
-    out: &mut String,
+    out: &mut Capped,
     path: &mut Vec<usize>,
     at: &str,
 ) -> Result<(), String> {
     if let Some(dict) = value.downcast_ref::<PyDict>() {
-        out.push('{');
+        out.push(b"{");
         for (n, (key, item)) in dict.items_vec().into_iter().enumerate() {
             if n > 0 {
-                out.push(',');
+                out.push(b",");
             }
             let key = json_key(vm, prelude, &key, at)?;
             write_str(out, &key);
-            out.push(':');
-            let child = format!("{at}[{}]", serde_json::to_string(&key).unwrap_or_default());
+            out.push(b":");
+            let child = format!("{at}[{}]", path_key(&key));
             write_json(vm, prelude, &item, out, path, &child)?;
         }
-        out.push('}');
+        out.push(b"}");
         return Ok(());
     }
     let items: Vec<PyObjectRef> = if let Some(list) = value.downcast_ref::<PyList>() {
@@ -356,13 +398,13 @@ fn write_container(
             describe(vm, prelude, value)
         ));
     };
-    out.push('[');
+    out.push(b"[");
     for (n, item) in items.iter().enumerate() {
         if n > 0 {
-            out.push(',');
+            out.push(b",");
         }
         write_json(vm, prelude, item, out, path, &format!("{at}[{n}]"))?;
     }
-    out.push(']');
+    out.push(b"]");
     Ok(())
 }

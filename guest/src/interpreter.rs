@@ -8,8 +8,9 @@ use rustpython_vm::{AsObject, Interpreter, PyObjectRef, PyResult, Settings, Virt
 
 use crate::convert;
 use crate::exports::spade::env::environment::{
-    EnvError, EnvInfo, LoadOptions, ResetResult, StepResult,
+    EnvError, EnvInfo, LoadOptions, ResetResult, SizeLimits, StepResult,
 };
+use crate::limits::{self, Capped};
 
 /// Python modules of the sandbox, installed in this order when the interpreter boots.
 const PRELUDE_MODULES: &[(&str, &str)] = &[
@@ -65,8 +66,6 @@ pub struct State {
     interpreter: Interpreter,
     prelude: PyObjectRef,
     env: Option<PyObjectRef>,
-    /// Set after a Python `MemoryError`: the interpreter's invariants may no longer hold.
-    poisoned: Option<String>,
 }
 
 thread_local! {
@@ -83,18 +82,18 @@ pub fn initialize() {
     });
 }
 
-/// Runs `f` on the guest state, booting it first if needed.
+/// Runs `f` on the guest state, booting it first if needed. Error text over the error limit
+/// becomes a `contract` error that says so.
+///
+/// A `MemoryError` does not poison the interpreter here: the host's memory limiter knows
+/// whether the sandbox's cap was hit (and then drops the whole sandbox); a `MemoryError` the
+/// environment raised itself is an ordinary exception.
 pub fn with<R>(f: impl FnOnce(&mut State) -> Result<R, EnvError>) -> Result<R, EnvError> {
     initialize();
     STATE.with(|cell| {
         let mut guard = cell.borrow_mut();
         let state = guard.as_mut().expect("initialised above");
-        if let Some(reason) = &state.poisoned {
-            return Err(EnvError::Usage(format!(
-                "this sandbox is unusable after an earlier failure ({reason}); create a new sandbox"
-            )));
-        }
-        f(state)
+        f(state).map_err(limits::bound_error)
     })
 }
 
@@ -146,7 +145,6 @@ impl State {
             interpreter,
             prelude,
             env: None,
-            poisoned: None,
         }
     }
 
@@ -156,7 +154,8 @@ impl State {
             .ok_or_else(|| EnvError::Usage("no environment is loaded: call load first".to_owned()))
     }
 
-    pub fn compile(&mut self, source: &str) -> Result<Vec<u8>, EnvError> {
+    pub fn compile(&mut self, source: &str, limits: SizeLimits) -> Result<Vec<u8>, EnvError> {
+        limits::set(limits);
         let prelude = self.prelude.clone();
         let result = self.interpreter.enter(|vm| {
             let code = vm
@@ -168,7 +167,7 @@ impl State {
                     EnvError::Usage("internal: compile_source did not return bytes".to_owned())
                 })
         });
-        result.map_err(|err| self.note(err))
+        result
     }
 
     pub fn load(
@@ -182,6 +181,7 @@ impl State {
                 "an environment is already loaded in this sandbox; create a new sandbox".to_owned(),
             ));
         }
+        limits::set(options.limits);
         let prelude = self.prelude.clone();
         let result = self.interpreter.enter(|vm| {
             let max_turns = options
@@ -206,7 +206,7 @@ impl State {
                 self.env = Some(env);
                 Ok(info)
             }
-            Err(err) => Err(self.note(err)),
+            Err(err) => Err(err),
         }
     }
 
@@ -228,7 +228,7 @@ impl State {
                 .map_err(|exc| env_error(vm, &prelude, &exc))?;
             convert::reset_result(vm, &prelude, &value)
         });
-        result.map_err(|err| self.note(err))
+        result
     }
 
     pub fn step(&mut self, action: &str) -> Result<StepResult, EnvError> {
@@ -240,7 +240,7 @@ impl State {
                 .map_err(|exc| env_error(vm, &prelude, &exc))?;
             convert::step_result(vm, &prelude, &value)
         });
-        result.map_err(|err| self.note(err))
+        result
     }
 
     pub fn solution(&mut self) -> Result<String, EnvError> {
@@ -250,9 +250,16 @@ impl State {
             let value = vm
                 .call_method(&env, "solution", ())
                 .map_err(|exc| env_error(vm, &prelude, &exc))?;
-            convert::text(vm, &prelude, &value, "solution() must return a str")
+            convert::text(
+                vm,
+                &prelude,
+                &value,
+                "solution() must return a str",
+                "solution()'s str",
+                limits::solution(),
+            )
         });
-        result.map_err(|err| self.note(err))
+        result
     }
 
     pub fn close(&mut self) -> Result<(), EnvError> {
@@ -269,42 +276,47 @@ impl State {
                 Err(exc) => Err(env_error(vm, &prelude, &exc)),
             }
         });
-        result.map_err(|err| self.note(err))
+        result
     }
-
-    /// Records that the interpreter is unusable after an out-of-memory error.
-    fn note(&mut self, err: EnvError) -> EnvError {
-        if let EnvError::OutOfMemory(detail) = &err {
-            self.poisoned = Some(format!("Python raised MemoryError: {}", last_line(detail)));
-        }
-        err
-    }
-}
-
-/// The last line of a traceback: the exception and its message.
-fn last_line(text: &str) -> &str {
-    text.lines().last().unwrap_or(text)
 }
 
 /// Classifies a Python exception raised by environment code.
 fn env_error(vm: &VirtualMachine, prelude: &PyObjectRef, exc: &PyBaseExceptionRef) -> EnvError {
-    if exc.fast_isinstance(vm.ctx.exceptions.memory_error) {
-        return EnvError::OutOfMemory(format_exception(vm, exc));
-    }
     if let Ok(load_error) = prelude.get_attr("LoadError", vm)
         && exc
             .as_object()
             .is_instance(&load_error, vm)
             .unwrap_or(false)
     {
-        let message = exc
-            .as_object()
-            .str(vm)
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_else(|_| "the environment could not be loaded".to_owned());
+        let limit = limits::error();
+        let message = match exc.as_object().str(vm) {
+            Ok(s) if !limit.allows(s.byte_len()) => {
+                let text = s.to_string_lossy();
+                return limits::too_long("load error", s.byte_len(), &text, limit);
+            }
+            Ok(s) => s.to_string_lossy().into_owned(),
+            Err(_) => "the environment could not be loaded".to_owned(),
+        };
         return EnvError::Load(message);
     }
-    EnvError::Exception(format_exception(vm, exc))
+    exception_error(vm, exc)
+}
+
+/// `exc` as an `exception` error carrying its traceback, measured as it is written: a
+/// traceback over the error limit is a `contract` error and is never built in full.
+pub fn exception_error(vm: &VirtualMachine, exc: &PyBaseExceptionRef) -> EnvError {
+    let limit = limits::error();
+    let mut text = Capped::new(limit);
+    if vm.write_exception(&mut text, exc).is_err() || text.size() == 0 {
+        return EnvError::Exception(format!(
+            "{} (the traceback could not be formatted)",
+            exc.class().name()
+        ));
+    }
+    match text.finish() {
+        Ok(text) => EnvError::Exception(text.trim_end().to_owned()),
+        Err((size, start)) => limits::too_long("traceback", size, &start, limit),
+    }
 }
 
 /// The traceback of `exc` as Python prints it.

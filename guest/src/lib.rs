@@ -6,6 +6,7 @@
 
 mod convert;
 mod interpreter;
+mod limits;
 
 wit_bindgen::generate!({ world: "sandbox", path: "../wit" });
 
@@ -22,8 +23,8 @@ impl Guest for Component {
 }
 
 impl env::Guest for Component {
-    fn compile(source: String) -> Result<Vec<u8>, env::EnvError> {
-        interpreter::with(|s| s.compile(&source))
+    fn compile(source: String, limits: env::SizeLimits) -> Result<Vec<u8>, env::EnvError> {
+        interpreter::with(|s| s.compile(&source, limits))
     }
 
     fn load(

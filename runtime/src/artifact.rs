@@ -4,9 +4,13 @@
 //! The cache key covers everything the artifact depends on: the guest's sha256, the wasmtime
 //! version and the engine's compatibility hash (its compilation settings). Files are written to
 //! a temporary name and renamed, so a crash never leaves a partial artifact under a valid name.
-//! The cache directory must be writable only by its user: a compiled artifact is trusted code.
+//! A compiled artifact is native code that is mapped and run, so the cache is private: the
+//! directory is created readable and writable by its user only (0700, files 0600), and an
+//! artifact that anyone else could write (the file, or the directory holding it, writable by
+//! group or others, or owned by another user) is refused with an error that says why.
 
 use std::hash::{Hash, Hasher};
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, anyhow};
@@ -18,6 +22,7 @@ use wasmtime_wizer::Wizer;
 use crate::GUEST_SHA256;
 use crate::error::RuntimeError;
 use crate::sandbox::SandboxState;
+use crate::wasi;
 
 /// The guest component as built by `runtime/build.rs`, before pre-initialisation.
 static GUEST_WASM: &[u8] = include_bytes!(env!("SPADE_GUEST_WASM"));
@@ -54,7 +59,7 @@ pub fn load_component(
 ) -> Result<Component, RuntimeError> {
     let key = artifact_key(engine);
     let path = cache_dir.map(|dir| dir.join(format!("guest-{}.cwasm", &key[..32])));
-    if let Some(component) = path.as_deref().and_then(|p| cached(engine, p)) {
+    if let Some(component) = cached_at(engine, path.as_deref())? {
         return Ok(component);
     }
     // Several processes may start at once on a cold cache (a test suite, a fleet of workers):
@@ -66,7 +71,7 @@ pub fn load_component(
         })?),
         None => None,
     };
-    if let Some(component) = path.as_deref().and_then(|p| cached(engine, p)) {
+    if let Some(component) = cached_at(engine, path.as_deref())? {
         return Ok(component);
     }
     let compiled = build_artifact(engine).map_err(|e| RuntimeError::Guest(format!("{e:#}")))?;
@@ -83,16 +88,25 @@ pub fn load_component(
     Ok(component)
 }
 
-/// The cached artifact at `path`, if it exists and fits `engine`.
-fn cached(engine: &Engine, path: &Path) -> Option<Component> {
+/// The cached artifact at `path`, if there is a cache, the file exists and fits `engine`; an
+/// artifact that others could have written is an error.
+fn cached_at(engine: &Engine, path: Option<&Path>) -> Result<Option<Component>, RuntimeError> {
+    let Some(path) = path else {
+        return Ok(None);
+    };
     if !path.exists() {
-        return None;
+        return Ok(None);
     }
+    private::check(path).map_err(|message| RuntimeError::Cache {
+        path: path.to_owned(),
+        message,
+    })?;
     // SAFETY: the file was written by `store` below (atomically, under a name that encodes
-    // this engine's compatibility hash); wasmtime additionally checks its header against the
-    // engine before using it. An incompatible or damaged file fails here and is rebuilt.
+    // this engine's compatibility hash) and only its owner can write it (checked above);
+    // wasmtime additionally checks its header against the engine before using it. An
+    // incompatible or damaged file fails here and is rebuilt.
     #[allow(unsafe_code)]
-    unsafe { Component::deserialize_file(engine, path) }.ok()
+    Ok(unsafe { Component::deserialize_file(engine, path) }.ok())
 }
 
 /// An exclusive lock on `<artifact>.lock`, held until the returned file is dropped.
@@ -100,9 +114,9 @@ fn lock(path: &Path) -> anyhow::Result<std::fs::File> {
     let dir = path
         .parent()
         .ok_or_else(|| anyhow!("no parent directory"))?;
-    std::fs::create_dir_all(dir).context("creating the cache directory")?;
+    private::create_dir(dir).context("creating the cache directory")?;
     let lock_path = path.with_extension("lock");
-    let file = std::fs::OpenOptions::new()
+    let file = private::open_options()
         .create(true)
         .truncate(false)
         .write(true)
@@ -117,13 +131,21 @@ fn store(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     let dir = path
         .parent()
         .ok_or_else(|| anyhow!("no parent directory"))?;
-    std::fs::create_dir_all(dir).context("creating the cache directory")?;
+    private::create_dir(dir).context("creating the cache directory")?;
     let tmp: PathBuf = dir.join(format!(
         ".{}.{}.tmp",
         path.file_name().unwrap().to_string_lossy(),
         std::process::id()
     ));
-    std::fs::write(&tmp, bytes).context("writing the compiled guest")?;
+    let mut file = private::open_options()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .open(&tmp)
+        .context("creating the compiled guest")?;
+    file.write_all(bytes)
+        .context("writing the compiled guest")?;
+    drop(file);
     std::fs::rename(&tmp, path).context("moving the compiled guest into place")?;
     Ok(())
 }
@@ -159,17 +181,122 @@ async fn preinitialize() -> anyhow::Result<Vec<u8>> {
     config.max_wasm_stack(16 << 20);
     config.async_stack_size(17 << 20);
     let engine = Engine::new(&config).map_err(|e| anyhow!("wizer engine: {e}"))?;
-    let mut linker: Linker<SandboxState> = Linker::new(&engine);
-    wasmtime_wasi::p2::add_to_linker_async(&mut linker)
-        .map_err(|e| anyhow!("linking WASI: {e}"))?;
     let mut store = Store::new(&engine, SandboxState::for_preinit());
     let mut wizer = Wizer::new();
     wizer.keep_init_func(true);
     let (snapshot, _) = wizer
         .run_component(&mut store, GUEST_WASM, async |store, component| {
+            let mut linker: Linker<SandboxState> = Linker::new(component.engine());
+            wasi::add_to_linker(&mut linker, component)?;
             linker.instantiate_async(store, component).await
         })
         .await
         .map_err(|e| anyhow!("pre-initialising the interpreter: {e:?}"))?;
     Ok(snapshot)
+}
+
+/// The cache's privacy: created private, refused when others could write it.
+mod private {
+    use std::fs::OpenOptions;
+    use std::path::Path;
+
+    /// Creates `dir` (and missing parents) readable and writable by its user only.
+    pub(super) fn create_dir(dir: &Path) -> std::io::Result<()> {
+        let mut builder = std::fs::DirBuilder::new();
+        builder.recursive(true);
+        #[cfg(unix)]
+        std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+        builder.create(dir)
+    }
+
+    /// Options that create files readable and writable by their user only.
+    pub(super) fn open_options() -> OpenOptions {
+        let mut options = OpenOptions::new();
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        options
+    }
+
+    /// `Ok` when only the current user can write the artifact at `path`: the file and the
+    /// directory holding it are owned by this user and not writable by group or others.
+    #[cfg(unix)]
+    pub(super) fn check(path: &Path) -> Result<(), String> {
+        use std::os::unix::fs::MetadataExt;
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        #[allow(unsafe_code)]
+        let me = unsafe { libc::geteuid() };
+        let dir = path.parent().unwrap_or(Path::new("."));
+        for (what, target) in [("the artifact", path), ("its directory", dir)] {
+            let meta = std::fs::metadata(target)
+                .map_err(|e| format!("reading the permissions of {}: {e}", target.display()))?;
+            let mode = meta.mode() & 0o7777;
+            let why = if meta.uid() != me {
+                format!("{what} {} is owned by uid {}, not by this user (uid {me})", target.display(), meta.uid())
+            } else if mode & 0o022 != 0 {
+                format!(
+                    "{what} {} is writable by {} (mode {mode:04o})",
+                    target.display(),
+                    if mode & 0o002 != 0 { "every user" } else { "its group" }
+                )
+            } else {
+                continue;
+            };
+            return Err(format!(
+                "refusing the cached artifact: {why}. A compiled artifact is native code that \
+                 spade maps and runs, so only its owner may be able to write it; fix the \
+                 permissions (chmod go-w) or delete the file to have it rebuilt"
+            ));
+        }
+        Ok(())
+    }
+
+    /// Elsewhere there are no unix permissions to check.
+    #[cfg(not(unix))]
+    pub(super) fn check(_path: &Path) -> Result<(), String> {
+        Ok(())
+    }
+
+    #[cfg(all(test, unix))]
+    mod tests {
+        use std::os::unix::fs::PermissionsExt;
+
+        use super::*;
+
+        fn mode(path: &Path) -> u32 {
+            std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+        }
+
+        #[test]
+        fn the_cache_is_created_private_and_others_writable_artifacts_are_refused() {
+            let root = std::env::temp_dir().join(format!("spade-private-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&root);
+            let dir = root.join("a").join("spade");
+            create_dir(&dir).unwrap();
+            assert_eq!(mode(&dir), 0o700);
+            let file = dir.join("guest.cwasm");
+            std::io::Write::write_all(
+                &mut open_options().create(true).write(true).open(&file).unwrap(),
+                b"x",
+            )
+            .unwrap();
+            assert_eq!(mode(&file), 0o600);
+            assert_eq!(check(&file), Ok(()));
+
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666)).unwrap();
+            let err = check(&file).unwrap_err();
+            assert!(err.contains("the artifact"), "{err}");
+            assert!(err.contains("is writable by every user (mode 0666)"), "{err}");
+            assert!(err.contains("native code"), "{err}");
+
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o620)).unwrap();
+            assert!(check(&file).unwrap_err().contains("writable by its group (mode 0620)"));
+
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+            let err = check(&file).unwrap_err();
+            assert!(err.contains("its directory"), "{err}");
+            assert!(err.contains("writable by every user (mode 0777)"), "{err}");
+            std::fs::remove_dir_all(&root).unwrap();
+        }
+    }
 }

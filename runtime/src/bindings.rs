@@ -6,4 +6,4 @@ wasmtime::component::bindgen!({
     exports: { default: async },
 });
 
-pub use exports::spade::env::environment::{EnvError, LoadOptions};
+pub use exports::spade::env::environment::{EnvError, LoadOptions, SizeLimits};

@@ -36,13 +36,36 @@ pub struct Limits {
     /// a few tens of MiB of it. Growth beyond the cap fails inside the guest and ends the call
     /// with `MemoryLimit`. Default 512 MiB.
     pub memory_limit: usize,
-    /// Wall-clock limit of one call. A safety net against stalls, not the primary limit: it is
-    /// not deterministic, so fuel should trip first. Default 30 s, the SPADE reference's step
-    /// timeout.
+    /// Time limit of one call, a safety net against stalls rather than the primary limit (it
+    /// is not deterministic, so fuel should trip first). Default 30 s, the SPADE reference's
+    /// step timeout.
+    ///
+    /// It counts only the time the call itself runs: the CPU time of the thread while it polls
+    /// the call (measured with the thread's CPU clock around every poll), plus the wall-clock
+    /// time the guest spends parked in a host wait. Time the call spends queued behind other
+    /// sandboxes on a busy executor or a busy machine does not count, so under load a call is
+    /// not cut short because other work ran. `time.sleep` and every other clock wait are
+    /// virtual (they advance the sandbox clock and return at once), so they cost neither.
     pub call_deadline: Duration,
-    /// Bytes of stdout, and of stderr, kept per call; the rest is counted and dropped, so an
-    /// output flood cannot grow host memory. Default 1 MiB.
+    /// Bytes of stdout, and of stderr, kept per call, measured after the lossy UTF-8
+    /// conversion (an invalid byte becomes U+FFFD, 3 bytes); the rest is counted in
+    /// [`CallOutput::dropped_bytes`](crate::CallOutput::dropped_bytes) and dropped, so an output
+    /// flood cannot grow host memory. Default 1 MiB.
     pub output_limit: usize,
+    /// Largest observation (`reset` and `step`), in bytes of UTF-8. Default 1 MiB, about a
+    /// quarter of a million tokens: far beyond any context window, small enough to copy, hash
+    /// and record without a second thought.
+    pub observation_limit: usize,
+    /// Largest info dict of `reset` and `step`, in bytes of its JSON. Default 1 MiB.
+    pub info_limit: usize,
+    /// Largest `solution()` string, in bytes of UTF-8. Default 1 MiB.
+    pub solution_limit: usize,
+    /// Largest tool schemas (`get_tools()` of a tool-use environment), in bytes of their JSON.
+    /// Default 1 MiB.
+    pub tools_limit: usize,
+    /// Largest error text the environment can cause: a traceback, a load error, a contract
+    /// message. Default 1 MiB (a traceback of a thousand frames is about 100 KiB).
+    pub error_limit: usize,
 }
 
 impl Default for Limits {
@@ -53,6 +76,11 @@ impl Default for Limits {
             memory_limit: 512 << 20,
             call_deadline: Duration::from_secs(30),
             output_limit: 1 << 20,
+            observation_limit: 1 << 20,
+            info_limit: 1 << 20,
+            solution_limit: 1 << 20,
+            tools_limit: 1 << 20,
+            error_limit: 1 << 20,
         }
     }
 }

@@ -25,7 +25,8 @@ pub enum CallError {
     /// The call ran longer than the wall-clock deadline.
     #[error("deadline exceeded: the call ran longer than {0:?}")]
     Deadline(Duration),
-    /// The sandbox needed more memory than its cap (or Python raised `MemoryError`).
+    /// The sandbox needed more memory than its cap: the memory limiter denied a growth during
+    /// the call. (A `MemoryError` the environment raises itself is an [`CallError::Exception`].)
     #[error("memory limit: {detail} (limit {limit} bytes)")]
     MemoryLimit { limit: usize, detail: String },
     /// The guest exhausted its call stack.
@@ -34,8 +35,9 @@ pub enum CallError {
     /// Any other WebAssembly trap (a bug in the interpreter, or an attack on it).
     #[error("guest trap: {0}")]
     GuestTrap(String),
-    /// The sandbox hit a host limit earlier and cannot be used again.
-    #[error("this sandbox is dead after an earlier {0} error; create a new sandbox")]
+    /// The sandbox hit a host limit earlier (or a call's future was dropped before it finished:
+    /// [`ErrorKind::Cancelled`]) and cannot be used again; its store is already freed.
+    #[error("this sandbox is dead after {}; create a new sandbox", dead_reason(*.0))]
     Dead(ErrorKind),
     /// The call was made in the wrong order (for example `step` after `close`).
     #[error("usage error: {0}")]
@@ -56,6 +58,18 @@ pub enum ErrorKind {
     GuestTrap,
     Dead,
     Usage,
+    /// A call whose future was dropped before it finished (only ever the reason of a `Dead`).
+    Cancelled,
+}
+
+/// "an earlier out_of_fuel error", or what a cancelled call means.
+fn dead_reason(kind: ErrorKind) -> String {
+    match kind {
+        ErrorKind::Cancelled => {
+            "an earlier call was cancelled (its future was dropped before it finished)".to_owned()
+        }
+        kind => format!("an earlier {kind} error"),
+    }
 }
 
 impl ErrorKind {
@@ -72,6 +86,7 @@ impl ErrorKind {
             ErrorKind::GuestTrap => "guest_trap",
             ErrorKind::Dead => "dead",
             ErrorKind::Usage => "usage",
+            ErrorKind::Cancelled => "cancelled",
         }
     }
 }

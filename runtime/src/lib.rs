@@ -1,14 +1,15 @@
 //! spade-runtime: run untrusted, model-written Python environments in a WebAssembly sandbox.
 //!
 //! The environment runs inside RustPython compiled to `wasm32-wasip2`, under wasmtime, behind
-//! the `spade:env` WIT interface. Every call is bounded by fuel (deterministic), a memory cap
-//! and a wall-clock deadline; the sandbox sees no files, network, environment variables, real
-//! clocks or real entropy, so an episode replays bit for bit.
+//! the `spade:env` WIT interface. Every call is bounded by fuel (deterministic), a memory cap,
+//! a deadline on the call's own running time and size limits on everything it returns; the
+//! sandbox sees no files, network, environment variables, real clocks or real entropy
+//! (`time.sleep` advances a virtual clock), so an episode replays bit for bit.
 //!
 //! Lifecycles:
 //! - per process: [`Runtime`] (engine, linker, pre-instantiated guest, compiled-artifact cache);
 //! - per environment instance: [`Sandbox`] (one store, one loaded environment, one seed);
-//! - per call: fuel and deadline are set afresh; a trap kills the sandbox.
+//! - per call: fuel and deadline are set afresh; a host limit kills the sandbox and frees its store.
 //!
 //! ```no_run
 //! # async fn demo() -> anyhow::Result<()> {
@@ -28,15 +29,17 @@ mod artifact;
 mod bindings;
 pub mod check;
 mod config;
+mod deadline;
 mod error;
 pub mod fuzz;
+mod outcome;
 mod runtime;
 mod sandbox;
 mod source;
 pub mod trajectory;
 mod wasi;
 
-pub use config::{Config, Limits};
+pub use config::{Config, Limits, default_cache_dir};
 pub use error::{CallError, ErrorKind, RuntimeError};
 pub use runtime::Runtime;
 pub use sandbox::{CallOutput, EnvInfo, Reset, Sandbox, SandboxOptions, Step};

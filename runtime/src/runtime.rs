@@ -13,9 +13,10 @@ use crate::config::{Config, Limits};
 use crate::error::{CallError, RuntimeError};
 use crate::sandbox::{Sandbox, SandboxOptions, SandboxState};
 use crate::source::{EnvSource, SourceCache};
+use crate::wasi;
 
-/// How often the engine's epoch advances; deadlines are checked (and long calls yield to the
-/// async executor) at this granularity.
+/// How often the engine's epoch advances: a long-running call yields to the async executor (and
+/// its deadline is checked) at this granularity.
 const EPOCH_TICK: Duration = Duration::from_millis(10);
 
 /// Everything that is built once per process. Cheap to clone; share it between tasks.
@@ -31,6 +32,8 @@ struct Inner {
     config: Config,
     sources: SourceCache,
     stop_ticker: Arc<AtomicBool>,
+    linked: Vec<String>,
+    trapped: Vec<String>,
 }
 
 /// Compiled sources kept per runtime.
@@ -66,8 +69,12 @@ impl Runtime {
             .map_err(|e| RuntimeError::Engine(e.to_string()))?;
         let component = artifact::load_component(&engine, config.cache_dir.as_deref())?;
         let mut linker: Linker<SandboxState> = Linker::new(&engine);
-        wasmtime_wasi::p2::add_to_linker_async(&mut linker)
+        let trapped = wasi::add_to_linker(&mut linker, &component)
             .map_err(|e| RuntimeError::Engine(e.to_string()))?;
+        let linked = wasi::imported_interfaces(&component)
+            .into_iter()
+            .filter(|name| !trapped.contains(name))
+            .collect();
         let instance_pre = linker
             .instantiate_pre(&component)
             .map_err(|e| RuntimeError::Guest(e.to_string()))?;
@@ -82,6 +89,8 @@ impl Runtime {
                 config,
                 sources: SourceCache::new(SOURCE_CACHE_ENTRIES),
                 stop_ticker,
+                linked,
+                trapped,
             }),
             limits,
         })
@@ -139,6 +148,18 @@ impl Runtime {
     /// [`Runtime::limits`]).
     pub fn config(&self) -> &Config {
         &self.inner.config
+    }
+
+    /// The WASI interfaces linked for the guest (`wasi:io/poll`, ...): exactly those it
+    /// imports that spade provides, the monotonic clock being the sandbox's virtual clock.
+    pub fn linked_interfaces(&self) -> &[String] {
+        &self.inner.linked
+    }
+
+    /// Interfaces the guest imports that spade does not provide (sockets): every function of
+    /// them is a stub that traps, so none of it can be reached.
+    pub fn trapped_interfaces(&self) -> &[String] {
+        &self.inner.trapped
     }
 
     /// The cache key of the compiled guest for this runtime's engine.

@@ -1,17 +1,19 @@
-//! One sandbox: one store, one loaded environment instance, one seed.
+//! One sandbox: one store, one loaded environment instance, one seed, and the one call
+//! lifecycle every guest call goes through ([`Sandbox::call`]).
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use wasmtime::component::ResourceTable;
-use wasmtime::{ResourceLimiter, Store, Trap, UpdateDeadline};
+use wasmtime::{ResourceLimiter, Store, UpdateDeadline};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
-use crate::bindings::{self, EnvError};
+use crate::bindings::{self, EnvError, SizeLimits};
 use crate::config::Limits;
+use crate::deadline::{self, YieldFlag};
 use crate::error::{CallError, ErrorKind};
+use crate::outcome;
 use crate::source::EnvSource;
-use crate::wasi::{CappedOutput, deterministic_ctx};
+use crate::wasi::{CappedOutput, VirtualClock, deterministic_ctx};
 
 /// How a sandbox is set up. Everything that could make two runs differ is here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -66,18 +68,19 @@ pub struct Step {
 /// Output the environment printed during one call.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct CallOutput {
-    /// Captured stdout (lossy UTF-8), at most `Limits::output_limit` bytes.
+    /// Captured stdout (lossy UTF-8), at most `Limits::output_limit` bytes after conversion.
     pub stdout: String,
-    /// Captured stderr (lossy UTF-8), at most `Limits::output_limit` bytes.
+    /// Captured stderr (lossy UTF-8), at most `Limits::output_limit` bytes after conversion.
     pub stderr: String,
-    /// Bytes printed beyond the limit and dropped.
+    /// Bytes printed beyond the limit and dropped (counted as the guest wrote them).
     pub dropped_bytes: u64,
 }
 
-/// Enforces the memory cap and remembers whether it was hit.
+/// Enforces the memory cap and remembers whether it denied a growth during the current call.
 pub(crate) struct MemoryLimiter {
     limit: usize,
-    denied: Option<usize>,
+    /// The size a growth asked for that was denied, since the call began.
+    pub(crate) denied: Option<usize>,
 }
 
 impl ResourceLimiter for MemoryLimiter {
@@ -94,6 +97,13 @@ impl ResourceLimiter for MemoryLimiter {
         Ok(true)
     }
 
+    fn memory_grow_failed(&mut self, _error: wasmtime::Error) -> wasmtime::Result<()> {
+        // Growth beyond what the memory can ever hold (4 GiB for a 32-bit memory) never
+        // reaches `memory_growing`, but it is the cap all the same.
+        self.denied = Some(self.denied.unwrap_or(usize::MAX));
+        Ok(())
+    }
+
     fn table_growing(
         &mut self,
         _current: usize,
@@ -107,27 +117,31 @@ impl ResourceLimiter for MemoryLimiter {
 /// The host side of a store.
 pub struct SandboxState {
     wasi: WasiCtx,
-    table: ResourceTable,
-    limiter: MemoryLimiter,
-    stdout: CappedOutput,
-    stderr: CappedOutput,
-    deadline_at: Option<Instant>,
+    pub(crate) table: ResourceTable,
+    pub(crate) clock: VirtualClock,
+    pub(crate) limiter: MemoryLimiter,
+    pub(crate) stdout: CappedOutput,
+    pub(crate) stderr: CappedOutput,
+    yields: YieldFlag,
 }
 
 impl SandboxState {
     pub(crate) fn new(seed: u64, config: &Limits) -> Self {
+        // Capture the raw limit; the lossy UTF-8 conversion cuts to the same limit.
         let stdout = CappedOutput::new(config.output_limit);
         let stderr = CappedOutput::new(config.output_limit);
+        let clock = VirtualClock::default();
         SandboxState {
-            wasi: deterministic_ctx(seed, stdout.clone(), stderr.clone()),
+            wasi: deterministic_ctx(seed, clock.clone(), stdout.clone(), stderr.clone()),
             table: ResourceTable::new(),
+            clock,
             limiter: MemoryLimiter {
                 limit: config.memory_limit,
                 denied: None,
             },
             stdout,
             stderr,
-            deadline_at: None,
+            yields: YieldFlag::default(),
         }
     }
 
@@ -146,51 +160,82 @@ impl WasiView for SandboxState {
     }
 }
 
-/// Marker error raised from the epoch callback when a call passes its deadline.
-#[derive(Debug)]
-struct DeadlineExceeded;
-
-impl std::fmt::Display for DeadlineExceeded {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("call deadline exceeded")
-    }
+/// The store and guest instance of a sandbox that is alive.
+struct Live {
+    store: Store<SandboxState>,
+    /// Set once the guest is instantiated (by the first call, `load` or `compile`).
+    bindings: Option<bindings::Sandbox>,
 }
 
-impl std::error::Error for DeadlineExceeded {}
+/// One guest call, with its arguments.
+enum Call<'a> {
+    /// Instantiate the guest and compile `source` to bytecode.
+    Compile {
+        pre: &'a bindings::SandboxPre<SandboxState>,
+        source: &'a str,
+    },
+    /// Instantiate the guest and load `source` into it.
+    Load {
+        pre: &'a bindings::SandboxPre<SandboxState>,
+        source: &'a EnvSource,
+        options: SandboxOptions,
+    },
+    Reset(Option<u64>),
+    Step(&'a str),
+    Solution,
+    Close,
+}
+
+/// What a guest call returned.
+pub(crate) enum Reply {
+    Code(Vec<u8>),
+    Loaded(EnvInfo),
+    Reset(Reset),
+    Step(Step),
+    Solution(String),
+    Closed,
+}
 
 /// A loaded environment in its own WebAssembly instance.
 ///
 /// Calls take `&mut self`: one sandbox runs one call at a time. Drive many sandboxes
-/// concurrently by moving each into its own tokio task. After a host limit
-/// ([`CallError::kills_sandbox`]) or a Python `MemoryError`, every further call returns
-/// [`CallError::Dead`].
+/// concurrently by moving each into its own tokio task (with tokio's time driver enabled: a
+/// guest parked in a host wait is stopped by a tokio timer). After a host limit
+/// ([`CallError::kills_sandbox`]), or when a call's future is dropped before it finishes, the
+/// sandbox's store (its linear memory and instance) is dropped at once and every further call
+/// returns [`CallError::Dead`] with the reason.
 pub struct Sandbox {
-    store: Store<SandboxState>,
-    bindings: bindings::Sandbox,
+    live: Option<Live>,
     info: EnvInfo,
-    config: Arc<Limits>,
+    limits: Arc<Limits>,
     dead: Option<ErrorKind>,
     last_fuel: u64,
     last_output: CallOutput,
 }
 
 impl Sandbox {
-    /// A sandbox around a freshly instantiated guest, before `load`.
-    fn instantiated(
-        store: Store<SandboxState>,
-        bindings: bindings::Sandbox,
-        config: Arc<Limits>,
-    ) -> Sandbox {
-        let info = EnvInfo {
-            class_name: String::new(),
-            max_turns: None,
-            tools: None,
-        };
+    /// A sandbox with a fresh store (the guest is instantiated by its first call).
+    fn fresh(limits: Arc<Limits>, engine: &wasmtime::Engine, seed: u64) -> Sandbox {
+        let mut store = Store::new(engine, SandboxState::new(seed, &limits));
+        store.limiter(|state| &mut state.limiter);
+        store.epoch_deadline_callback(|ctx| {
+            // Deadlines are decided by `deadline::bounded` around the call; an epoch tick only
+            // makes a long-running guest yield to the executor (marked, so that the yield is
+            // not mistaken for a guest parked in a host wait).
+            ctx.data().yields.yielding();
+            Ok(UpdateDeadline::Yield(1))
+        });
         Sandbox {
-            store,
-            bindings,
-            info,
-            config,
+            live: Some(Live {
+                store,
+                bindings: None,
+            }),
+            info: EnvInfo {
+                class_name: String::new(),
+                max_turns: None,
+                tools: None,
+            },
+            limits,
             dead: None,
             last_fuel: 0,
             last_output: CallOutput::default(),
@@ -200,44 +245,38 @@ impl Sandbox {
     /// Instantiates the guest and loads the compiled `source` into it.
     pub(crate) async fn load(
         pre: &bindings::SandboxPre<SandboxState>,
-        config: Arc<Limits>,
+        limits: Arc<Limits>,
         source: &EnvSource,
         options: SandboxOptions,
     ) -> Result<Sandbox, CallError> {
-        let budget = config.load_fuel;
-        let (mut store, bindings) = instantiate(pre, &config, options.seed, budget).await?;
-        let load_options = bindings::LoadOptions {
-            max_turns: options.max_turns,
-            random_seed: options.seed,
-        };
-        let outcome = bindings
-            .spade_env_environment()
-            .call_load(&mut store, source.text(), source.code(), load_options)
-            .await;
-        let mut sandbox = Sandbox::instantiated(store, bindings, config);
-        let info = sandbox.finish(budget, outcome)?;
-        sandbox.info = EnvInfo {
-            class_name: info.class_name,
-            max_turns: info.max_turns,
-            tools: info.tools,
-        };
-        Ok(sandbox)
+        let mut sandbox = Sandbox::fresh(limits, pre.engine(), options.seed);
+        match sandbox
+            .call(Call::Load {
+                pre,
+                source,
+                options,
+            })
+            .await?
+        {
+            Reply::Loaded(info) => {
+                sandbox.info = info;
+                Ok(sandbox)
+            }
+            _ => unreachable!("load replies with Loaded"),
+        }
     }
 
     /// Compiles `source` to bytecode in a throwaway instance (budget: the load fuel).
     pub(crate) async fn compile(
         pre: &bindings::SandboxPre<SandboxState>,
-        config: Arc<Limits>,
+        limits: Arc<Limits>,
         source: &str,
     ) -> Result<Vec<u8>, CallError> {
-        let budget = config.load_fuel;
-        let (mut store, bindings) = instantiate(pre, &config, 0, budget).await?;
-        let outcome = bindings
-            .spade_env_environment()
-            .call_compile(&mut store, source)
-            .await;
-        let mut sandbox = Sandbox::instantiated(store, bindings, config);
-        sandbox.finish(budget, outcome)
+        let mut sandbox = Sandbox::fresh(limits, pre.engine(), 0);
+        match sandbox.call(Call::Compile { pre, source }).await? {
+            Reply::Code(code) => Ok(code),
+            _ => unreachable!("compile replies with Code"),
+        }
     }
 
     /// What `load` found: class name, `max_turns`, tool schemas.
@@ -245,12 +284,13 @@ impl Sandbox {
         &self.info
     }
 
-    /// Fuel used by the last call (its whole budget if it ran out).
+    /// Fuel used by the last call (its whole budget if it ran out; 0 for a call refused
+    /// because the sandbox is dead).
     pub fn last_fuel(&self) -> u64 {
         self.last_fuel
     }
 
-    /// What the environment printed during the last call.
+    /// What the environment printed during the last call (nothing for a refused call).
     pub fn last_output(&self) -> &CallOutput {
         &self.last_output
     }
@@ -262,194 +302,167 @@ impl Sandbox {
 
     /// Calls `reset(seed=seed)` (or `reset()` when `seed` is `None`).
     pub async fn reset(&mut self, seed: Option<u64>) -> Result<Reset, CallError> {
-        let budget = self.start()?;
-        let outcome = self
-            .bindings
-            .spade_env_environment()
-            .call_reset(&mut self.store, seed)
-            .await;
-        let r = self.finish(budget, outcome)?;
-        Ok(Reset {
-            observation: r.observation,
-            info: r.info,
-        })
+        match self.call(Call::Reset(seed)).await? {
+            Reply::Reset(reset) => Ok(reset),
+            _ => unreachable!("reset replies with Reset"),
+        }
     }
 
     /// Calls `step(action)`.
     pub async fn step(&mut self, action: &str) -> Result<Step, CallError> {
-        let budget = self.start()?;
-        let outcome = self
-            .bindings
-            .spade_env_environment()
-            .call_step(&mut self.store, action)
-            .await;
-        let r = self.finish(budget, outcome)?;
-        Ok(Step {
-            observation: r.observation,
-            reward: r.reward,
-            terminated: r.terminated,
-            truncated: r.truncated,
-            info: r.info,
-        })
+        match self.call(Call::Step(action)).await? {
+            Reply::Step(step) => Ok(step),
+            _ => unreachable!("step replies with Step"),
+        }
     }
 
     /// Calls `solution()`.
     pub async fn solution(&mut self) -> Result<String, CallError> {
-        let budget = self.start()?;
-        let outcome = self
-            .bindings
-            .spade_env_environment()
-            .call_solution(&mut self.store)
-            .await;
-        self.finish(budget, outcome)
+        match self.call(Call::Solution).await? {
+            Reply::Solution(text) => Ok(text),
+            _ => unreachable!("solution replies with Solution"),
+        }
     }
 
     /// Calls `close()` if the environment defines it.
     pub async fn close(&mut self) -> Result<(), CallError> {
-        let budget = self.start()?;
-        let outcome = self
-            .bindings
-            .spade_env_environment()
-            .call_close(&mut self.store)
-            .await;
-        self.finish(budget, outcome)
-    }
-
-    fn start(&mut self) -> Result<u64, CallError> {
-        if let Some(kind) = self.dead {
-            return Err(CallError::Dead(kind));
+        match self.call(Call::Close).await? {
+            Reply::Closed => Ok(()),
+            _ => unreachable!("close replies with Closed"),
         }
-        let budget = self.config.fuel_per_call;
-        begin_call(&mut self.store, &self.config, budget);
-        Ok(budget)
     }
 
-    fn finish<R>(
-        &mut self,
-        budget: u64,
-        outcome: wasmtime::Result<Result<R, EnvError>>,
-    ) -> Result<R, CallError> {
-        self.store.data_mut().deadline_at = None;
-        self.last_fuel = budget.saturating_sub(self.store.get_fuel().unwrap_or(0));
-        let result = match outcome {
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(err)) => Err(self.env_error(err)),
-            Err(err) => Err(classify_trap(&mut self.store, &self.config, budget, err)),
+    /// The one call lifecycle: every guest call goes through here.
+    ///
+    /// Phases: refuse if dead; take the store out of the sandbox (so that dropping this
+    /// future drops the store, and the sandbox then answers `Dead(Cancelled)`); set the fuel
+    /// budget, clear output and the memory limiter's record; run the guest call under the
+    /// deadline; record fuel and output; classify the outcome and check result sizes; put the
+    /// store back unless the outcome killed the sandbox.
+    async fn call(&mut self, call: Call<'_>) -> Result<Reply, CallError> {
+        let Some(mut live) = self.live.take() else {
+            self.last_fuel = 0;
+            self.last_output = CallOutput::default();
+            return Err(CallError::Dead(self.dead.unwrap_or(ErrorKind::Cancelled)));
         };
-        self.last_output = take_output(&mut self.store);
-        if let Err(err) = &result
-            && err.kills_sandbox()
-        {
-            self.dead = Some(err.kind());
+        self.dead = Some(ErrorKind::Cancelled);
+        let limits = self.limits.clone();
+        let budget = match call {
+            Call::Compile { .. } | Call::Load { .. } => limits.load_fuel,
+            _ => limits.fuel_per_call,
+        };
+        begin(&mut live.store, budget);
+        let yields = live.store.data().yields.clone();
+        let ran = deadline::bounded(limits.call_deadline, &yields, dispatch(&mut live, call, &limits)).await;
+        self.last_fuel = budget.saturating_sub(live.store.get_fuel().unwrap_or(0));
+        let denied = live.store.data_mut().limiter.denied.take();
+        let result = match ran {
+            Err(deadline::Elapsed) => Err(CallError::Deadline(limits.call_deadline)),
+            Ok(Err(trap)) => Err(outcome::classify_trap(&live.store, &limits, budget, trap)),
+            Ok(Ok(Err(env_error))) => Err(outcome::check_error(
+                outcome::env_error(env_error),
+                &limits,
+            )),
+            Ok(Ok(Ok(reply))) => outcome::check_sizes(reply, &limits),
+        };
+        // A denied growth means the cap was reached, whatever the guest made of it (a trap, a
+        // `MemoryError` it raised or caught, a contract error from a half-built value).
+        let result = match denied {
+            Some(desired) if outcome::memory_decides(&result) => {
+                Err(outcome::memory_limit(&limits, desired))
+            }
+            _ => result,
+        };
+        self.last_output = outcome::take_output(&live.store, limits.output_limit);
+        match &result {
+            Err(err) if err.kills_sandbox() => self.dead = Some(err.kind()),
+            _ => {
+                self.dead = None;
+                self.live = Some(live);
+            }
         }
         result
     }
-
-    fn env_error(&mut self, err: EnvError) -> CallError {
-        match err {
-            EnvError::Load(s) => CallError::Load(s),
-            EnvError::Contract(s) => CallError::Contract(s),
-            EnvError::Exception(s) => CallError::Exception(s),
-            EnvError::Usage(s) => CallError::Usage(s),
-            EnvError::OutOfMemory(traceback) => CallError::MemoryLimit {
-                limit: self.config.memory_limit,
-                detail: format!("Python raised MemoryError\n{traceback}"),
-            },
-        }
-    }
 }
 
-/// A store with the sandbox's limits, deterministic WASI context and deadline callback, and
-/// the guest instantiated in it (the instantiation's fuel comes out of `budget`).
-async fn instantiate(
-    pre: &bindings::SandboxPre<SandboxState>,
-    config: &Limits,
-    seed: u64,
-    budget: u64,
-) -> Result<(Store<SandboxState>, bindings::Sandbox), CallError> {
-    let mut store = Store::new(pre.engine(), SandboxState::new(seed, config));
-    store.limiter(|state| &mut state.limiter);
-    store.epoch_deadline_callback(|ctx| match ctx.data().deadline_at {
-        Some(at) if Instant::now() >= at => Err(wasmtime::Error::new(DeadlineExceeded)),
-        _ => Ok(UpdateDeadline::Yield(1)),
-    });
-    begin_call(&mut store, config, budget);
-    match pre.instantiate_async(&mut store).await {
-        Ok(bindings) => Ok((store, bindings)),
-        Err(err) => Err(classify_trap(&mut store, config, budget, err)),
-    }
-}
-
-/// Sets a call's fuel budget and deadline.
-fn begin_call(store: &mut Store<SandboxState>, config: &Limits, budget: u64) {
+/// Sets a call's fuel budget and clears what the previous call left behind.
+fn begin(store: &mut Store<SandboxState>, budget: u64) {
     store
         .set_fuel(budget)
         .expect("fuel is enabled on the engine");
     store.set_epoch_deadline(1);
-    store.data_mut().deadline_at = Some(Instant::now() + config.call_deadline);
+    let state = store.data_mut();
+    state.limiter.denied = None;
+    state.stdout.take();
+    state.stderr.take();
 }
 
-fn take_output(store: &mut Store<SandboxState>) -> CallOutput {
-    let state = store.data();
-    let (stdout, dropped_out) = state.stdout.take();
-    let (stderr, dropped_err) = state.stderr.take();
-    CallOutput {
-        stdout: String::from_utf8_lossy(&stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&stderr).into_owned(),
-        dropped_bytes: dropped_out + dropped_err,
+/// The limits the guest enforces on what it returns.
+fn size_limits(limits: &Limits) -> SizeLimits {
+    SizeLimits {
+        observation: limits.observation_limit as u64,
+        info: limits.info_limit as u64,
+        solution: limits.solution_limit as u64,
+        tools: limits.tools_limit as u64,
+        error: outcome::error_limit(limits) as u64,
     }
 }
 
-/// Turns a wasmtime error from a guest call into the host outcome it stands for.
-fn classify_trap(
-    store: &mut Store<SandboxState>,
-    config: &Limits,
-    budget: u64,
-    err: wasmtime::Error,
-) -> CallError {
-    if err.downcast_ref::<DeadlineExceeded>().is_some() {
-        return CallError::Deadline(config.call_deadline);
+/// Runs the guest function `call` names.
+async fn dispatch(
+    live: &mut Live,
+    call: Call<'_>,
+    limits: &Limits,
+) -> wasmtime::Result<Result<Reply, EnvError>> {
+    let store = &mut live.store;
+    if let Call::Compile { pre, .. } | Call::Load { pre, .. } = &call {
+        live.bindings = Some(pre.instantiate_async(&mut *store).await?);
     }
-    if let Some(exit) = err.downcast_ref::<wasmtime_wasi::I32Exit>() {
-        return CallError::GuestTrap(format!(
-            "the environment exited the interpreter (os._exit({})); the sandbox cannot continue",
-            exit.0
-        ));
-    }
-    let trap = err.downcast_ref::<Trap>().copied();
-    let denied = store.data_mut().limiter.denied.take();
-    match trap {
-        Some(Trap::OutOfFuel) => CallError::OutOfFuel { budget },
-        Some(Trap::StackOverflow) => CallError::StackOverflow,
-        Some(Trap::Interrupt) => CallError::Deadline(config.call_deadline),
-        _ if denied.is_some() => CallError::MemoryLimit {
-            limit: config.memory_limit,
-            detail: format!(
-                "the environment tried to grow the sandbox memory to {} bytes",
-                denied.unwrap_or(0)
-            ),
-        },
-        _ => {
-            // A guest panic prints its message to stderr before trapping: keep its tail.
-            let (stderr, _) = store.data().stderr.take();
-            let stderr = String::from_utf8_lossy(&stderr);
-            let tail: String = stderr
-                .lines()
-                .rev()
-                .take(5)
-                .collect::<Vec<_>>()
-                .into_iter()
-                .rev()
-                .collect::<Vec<_>>()
-                .join("\n");
-            let what = trap
-                .map(|t| t.to_string())
-                .unwrap_or_else(|| format!("{err:#}"));
-            if tail.is_empty() {
-                CallError::GuestTrap(what)
-            } else {
-                CallError::GuestTrap(format!("{what}\n{tail}"))
-            }
+    let Some(guest) = &live.bindings else {
+        return Ok(Err(EnvError::Usage(
+            "internal: the guest is not instantiated".to_owned(),
+        )));
+    };
+    let env = guest.spade_env_environment();
+    Ok(match call {
+        Call::Compile { source, .. } => env
+            .call_compile(store, source, size_limits(limits))
+            .await?
+            .map(Reply::Code),
+        Call::Load {
+            source, options, ..
+        } => {
+            let load_options = bindings::LoadOptions {
+                max_turns: options.max_turns,
+                random_seed: options.seed,
+                limits: size_limits(limits),
+            };
+            env.call_load(store, source.text(), source.code(), load_options)
+                .await?
+                .map(|info| {
+                    Reply::Loaded(EnvInfo {
+                        class_name: info.class_name,
+                        max_turns: info.max_turns,
+                        tools: info.tools,
+                    })
+                })
         }
-    }
+        Call::Reset(seed) => env.call_reset(store, seed).await?.map(|r| {
+            Reply::Reset(Reset {
+                observation: r.observation,
+                info: r.info,
+            })
+        }),
+        Call::Step(action) => env.call_step(store, action).await?.map(|r| {
+            Reply::Step(Step {
+                observation: r.observation,
+                reward: r.reward,
+                terminated: r.terminated,
+                truncated: r.truncated,
+                info: r.info,
+            })
+        }),
+        Call::Solution => env.call_solution(store).await?.map(Reply::Solution),
+        Call::Close => env.call_close(store).await?.map(|()| Reply::Closed),
+    })
 }

@@ -1,6 +1,8 @@
 //! The deterministic WASI context every sandbox gets: no files, sockets, environment variables
-//! or arguments; randomness from a PRNG seeded by the host; clocks that advance by a fixed step
-//! on every read; stdout and stderr captured into bounded buffers.
+//! or arguments; randomness from a PRNG seeded by the host; a virtual clock that advances by a
+//! fixed step on every read and by the full duration of every wait (so `time.sleep` returns at
+//! once); stdout and stderr captured into bounded buffers. [`add_to_linker`] links the WASI
+//! interfaces the guest imports, and nothing else.
 
 use std::convert::Infallible;
 use std::pin::Pin;
@@ -10,18 +12,31 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
-use wasmtime_wasi::p2::{OutputStream, Pollable, StreamError};
+use wasmtime::component::{Component, HasData, Linker, Resource, ResourceTable};
+use wasmtime_wasi::cli::{IsTerminal, StdoutStream, WasiCli, WasiCliView as _};
+use wasmtime_wasi::clocks::{WasiClocks, WasiClocksView as _};
+use wasmtime_wasi::filesystem::{WasiFilesystem, WasiFilesystemView as _};
+use wasmtime_wasi::p2::bindings::{cli, clocks, filesystem, io, random};
+use wasmtime_wasi::p2::{DynPollable, OutputStream, Pollable, StreamError, subscribe};
+use wasmtime_wasi::random::{WasiRandom, WasiRandomView as _};
 use wasmtime_wasi::{HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxBuilder};
+
+use crate::sandbox::SandboxState;
 
 /// Wall-clock time the sandbox starts at: 2025-01-01T00:00:00Z.
 const VIRTUAL_EPOCH: Duration = Duration::from_secs(1_735_689_600);
 /// How far each clock read advances the virtual clocks.
 const CLOCK_STEP: Duration = Duration::from_micros(1000);
+/// Largest single request for random bytes (`os.urandom`): the host allocates it.
+const MAX_RANDOM_BYTES: u64 = 1 << 20;
 
-/// Builds the WASI context of one sandbox from its seed.
-pub fn deterministic_ctx(seed: u64, stdout: CappedOutput, stderr: CappedOutput) -> WasiCtx {
-    let clock = VirtualClock::default();
+/// Builds the WASI context of one sandbox from its seed, reading time from `clock`.
+pub fn deterministic_ctx(
+    seed: u64,
+    clock: VirtualClock,
+    stdout: CappedOutput,
+    stderr: CappedOutput,
+) -> WasiCtx {
     let mut builder = WasiCtxBuilder::new();
     builder
         .stdout(stdout)
@@ -29,6 +44,7 @@ pub fn deterministic_ctx(seed: u64, stdout: CappedOutput, stderr: CappedOutput) 
         .secure_random(SplitMix64::new(seed ^ 0x5EC0_5EC0_5EC0_5EC0))
         .insecure_random(SplitMix64::new(seed ^ 0x1A5E_C0DE_1A5E_C0DE))
         .insecure_random_seed(u128::from(seed) << 64 | u128::from(!seed))
+        .max_random_size(MAX_RANDOM_BYTES)
         .wall_clock(clock.clone())
         .monotonic_clock(clock)
         .allow_tcp(false)
@@ -77,18 +93,35 @@ impl rand_core::TryRng for SplitMix64 {
     }
 }
 
-/// A clock that advances by [`CLOCK_STEP`] on every read, shared by the wall and monotonic
-/// clocks of one sandbox. Reads are the only thing that moves it, so time is a function of
-/// the program, not of the machine.
+/// A clock that advances by [`CLOCK_STEP`] on every read and jumps forward to the end of every
+/// wait, shared by the wall and monotonic clocks of one sandbox. Only the program moves it, so
+/// time is a function of the program, not of the machine.
 #[derive(Clone, Default)]
 pub struct VirtualClock {
-    reads: Arc<AtomicU64>,
+    /// Nanoseconds since the sandbox started.
+    nanos: Arc<AtomicU64>,
 }
 
 impl VirtualClock {
-    fn tick(&self) -> Duration {
-        let n = self.reads.fetch_add(1, Ordering::Relaxed) + 1;
-        CLOCK_STEP * u32::try_from(n).unwrap_or(u32::MAX)
+    fn tick(&self) -> u64 {
+        let step = CLOCK_STEP.as_nanos() as u64;
+        let before = self
+            .nanos
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                Some(n.saturating_add(step))
+            })
+            .unwrap_or_else(|n| n);
+        before.saturating_add(step)
+    }
+
+    /// The clock without advancing it.
+    fn peek(&self) -> u64 {
+        self.nanos.load(Ordering::Relaxed)
+    }
+
+    /// Moves the clock forward to `nanos` (never back).
+    fn advance_to(&self, nanos: u64) {
+        self.nanos.fetch_max(nanos, Ordering::Relaxed);
     }
 }
 
@@ -98,7 +131,7 @@ impl HostWallClock for VirtualClock {
     }
 
     fn now(&self) -> Duration {
-        VIRTUAL_EPOCH + self.tick()
+        VIRTUAL_EPOCH + Duration::from_nanos(self.tick())
     }
 }
 
@@ -108,8 +141,180 @@ impl HostMonotonicClock for VirtualClock {
     }
 
     fn now(&self) -> u64 {
-        self.tick().as_nanos() as u64
+        self.tick()
     }
+}
+
+/// A wait on the virtual clock: ready at once, and moves the clock to its end when waited on.
+/// Every sleep of the guest (`time.sleep`, `threading` timeouts, `select`/`poll` timeouts)
+/// reaches the host as one of these.
+struct ClockWait {
+    clock: VirtualClock,
+    until: u64,
+}
+
+#[async_trait::async_trait]
+impl Pollable for ClockWait {
+    async fn ready(&mut self) {
+        self.clock.advance_to(self.until);
+    }
+}
+
+/// `wasi:clocks/monotonic-clock` on the sandbox's virtual clock.
+pub(crate) struct VirtualClockView<'a> {
+    clock: &'a VirtualClock,
+    table: &'a mut ResourceTable,
+}
+
+impl VirtualClockView<'_> {
+    fn wait_until(&mut self, until: u64) -> wasmtime::Result<Resource<DynPollable>> {
+        let wait = self.table.push(ClockWait {
+            clock: self.clock.clone(),
+            until,
+        })?;
+        subscribe(self.table, wait)
+    }
+}
+
+impl clocks::monotonic_clock::Host for VirtualClockView<'_> {
+    fn now(&mut self) -> wasmtime::Result<u64> {
+        Ok(self.clock.tick())
+    }
+
+    fn resolution(&mut self) -> wasmtime::Result<u64> {
+        Ok(CLOCK_STEP.as_nanos() as u64)
+    }
+
+    fn subscribe_instant(&mut self, when: u64) -> wasmtime::Result<Resource<DynPollable>> {
+        self.wait_until(when)
+    }
+
+    fn subscribe_duration(&mut self, duration: u64) -> wasmtime::Result<Resource<DynPollable>> {
+        let until = self.clock.peek().saturating_add(duration);
+        self.wait_until(until)
+    }
+}
+
+struct VirtualClocks;
+
+impl HasData for VirtualClocks {
+    type Data<'a> = VirtualClockView<'a>;
+}
+
+struct Table;
+
+impl HasData for Table {
+    type Data<'a> = &'a mut ResourceTable;
+}
+
+/// The WASI interfaces spade provides, by name without version. Anything else the guest
+/// imports (sockets, HTTP) is linked as a function that traps, so it is never reachable.
+pub(crate) const PROVIDED: &[&str] = &[
+    "wasi:io/error",
+    "wasi:io/poll",
+    "wasi:io/streams",
+    "wasi:clocks/wall-clock",
+    "wasi:clocks/monotonic-clock",
+    "wasi:random/random",
+    "wasi:random/insecure",
+    "wasi:random/insecure-seed",
+    "wasi:cli/exit",
+    "wasi:cli/environment",
+    "wasi:cli/stdin",
+    "wasi:cli/stdout",
+    "wasi:cli/stderr",
+    "wasi:cli/terminal-input",
+    "wasi:cli/terminal-output",
+    "wasi:cli/terminal-stdin",
+    "wasi:cli/terminal-stdout",
+    "wasi:cli/terminal-stderr",
+    "wasi:filesystem/types",
+    "wasi:filesystem/preopens",
+];
+
+/// The interfaces `component` imports, by name without version (`wasi:io/poll`).
+pub(crate) fn imported_interfaces(component: &Component) -> Vec<String> {
+    let engine = component.engine();
+    let mut names: Vec<String> = component
+        .component_type()
+        .imports(engine)
+        .map(|(name, _)| name.split('@').next().unwrap_or(name).to_owned())
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// Links into `linker` the WASI interfaces `component` imports that spade provides, with the
+/// monotonic clock replaced by the sandbox's virtual clock; every other import (sockets above
+/// all) becomes a trapping stub. Returns the interfaces stubbed out.
+pub(crate) fn add_to_linker(
+    linker: &mut Linker<SandboxState>,
+    component: &Component,
+) -> wasmtime::Result<Vec<String>> {
+    type T = SandboxState;
+    let imported = imported_interfaces(component);
+    let l = linker;
+    for name in &imported {
+        match name.as_str() {
+            "wasi:io/error" => io::error::add_to_linker::<T, Table>(l, |t| &mut t.table)?,
+            "wasi:io/poll" => io::poll::add_to_linker::<T, Table>(l, |t| &mut t.table)?,
+            "wasi:io/streams" => io::streams::add_to_linker::<T, Table>(l, |t| &mut t.table)?,
+            "wasi:clocks/wall-clock" => {
+                clocks::wall_clock::add_to_linker::<T, WasiClocks>(l, T::clocks)?
+            }
+            "wasi:clocks/monotonic-clock" => {
+                clocks::monotonic_clock::add_to_linker::<T, VirtualClocks>(l, |t| {
+                    VirtualClockView {
+                        clock: &t.clock,
+                        table: &mut t.table,
+                    }
+                })?
+            }
+            "wasi:random/random" => random::random::add_to_linker::<T, WasiRandom>(l, T::random)?,
+            "wasi:random/insecure" => {
+                random::insecure::add_to_linker::<T, WasiRandom>(l, T::random)?
+            }
+            "wasi:random/insecure-seed" => {
+                random::insecure_seed::add_to_linker::<T, WasiRandom>(l, T::random)?
+            }
+            "wasi:cli/exit" => cli::exit::add_to_linker::<T, WasiCli>(l, T::cli)?,
+            "wasi:cli/environment" => cli::environment::add_to_linker::<T, WasiCli>(l, T::cli)?,
+            "wasi:cli/stdin" => cli::stdin::add_to_linker::<T, WasiCli>(l, T::cli)?,
+            "wasi:cli/stdout" => cli::stdout::add_to_linker::<T, WasiCli>(l, T::cli)?,
+            "wasi:cli/stderr" => cli::stderr::add_to_linker::<T, WasiCli>(l, T::cli)?,
+            "wasi:cli/terminal-input" => {
+                cli::terminal_input::add_to_linker::<T, WasiCli>(l, T::cli)?
+            }
+            "wasi:cli/terminal-output" => {
+                cli::terminal_output::add_to_linker::<T, WasiCli>(l, T::cli)?
+            }
+            "wasi:cli/terminal-stdin" => {
+                cli::terminal_stdin::add_to_linker::<T, WasiCli>(l, T::cli)?
+            }
+            "wasi:cli/terminal-stdout" => {
+                cli::terminal_stdout::add_to_linker::<T, WasiCli>(l, T::cli)?
+            }
+            "wasi:cli/terminal-stderr" => {
+                cli::terminal_stderr::add_to_linker::<T, WasiCli>(l, T::cli)?
+            }
+            "wasi:filesystem/types" => {
+                filesystem::types::add_to_linker::<T, WasiFilesystem>(l, T::filesystem)?
+            }
+            "wasi:filesystem/preopens" => {
+                filesystem::preopens::add_to_linker::<T, WasiFilesystem>(l, T::filesystem)?
+            }
+            _ => {}
+        }
+    }
+    let stubbed: Vec<String> = imported
+        .into_iter()
+        .filter(|name| !PROVIDED.contains(&name.as_str()))
+        .collect();
+    if !stubbed.is_empty() {
+        l.define_unknown_imports_as_traps(component)?;
+    }
+    Ok(stubbed)
 }
 
 /// What a capped stream holds.
@@ -230,11 +435,21 @@ mod tests {
     }
 
     #[test]
-    fn virtual_clock_advances_per_read_only() {
+    fn virtual_clock_advances_per_read_and_jumps_over_waits() {
         let clock = VirtualClock::default();
         let a = HostMonotonicClock::now(&clock);
         let b = HostMonotonicClock::now(&clock);
         assert_eq!(b - a, CLOCK_STEP.as_nanos() as u64);
         assert_eq!(HostWallClock::now(&clock), VIRTUAL_EPOCH + CLOCK_STEP * 3);
+        let week = 7 * 24 * 3600 * 1_000_000_000u64;
+        clock.advance_to(clock.peek() + week);
+        assert_eq!(
+            HostWallClock::now(&clock),
+            VIRTUAL_EPOCH + CLOCK_STEP * 4 + Duration::from_nanos(week)
+        );
+        // Never backwards, and saturating rather than wrapping.
+        clock.advance_to(0);
+        clock.advance_to(u64::MAX);
+        assert_eq!(HostMonotonicClock::now(&clock), u64::MAX);
     }
 }

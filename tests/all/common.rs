@@ -54,6 +54,7 @@ pub fn test_limits() -> Limits {
         memory_limit: 128 << 20,
         call_deadline: Duration::from_secs(60),
         output_limit: 64 << 10,
+        ..Limits::default()
     }
 }
 

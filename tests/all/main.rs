@@ -10,6 +10,7 @@ mod escape;
 mod faults;
 mod fidelity;
 mod fuzz;
+mod limits;
 mod model;
 mod model_cli;
 mod real_model;

@@ -1,5 +1,7 @@
 //! The runtime API: concurrency, limits and sandbox lifecycle.
 
+use std::time::Duration;
+
 use spade_runtime::{CallError, ErrorKind, Limits, SandboxOptions};
 
 use crate::common::{env_source, runtime};
@@ -106,4 +108,180 @@ async fn load_errors_are_not_host_outcomes() {
         .unwrap();
     assert_eq!(err.kind(), ErrorKind::Load);
     assert!(!err.kills_sandbox());
+}
+
+#[tokio::test]
+async fn a_cancelled_call_frees_the_sandbox_and_later_calls_say_why() {
+    let limits = Limits {
+        fuel_per_call: u64::MAX / 2,
+        ..crate::common::test_limits()
+    };
+    let mut sandbox = runtime()
+        .with_limits(limits)
+        .sandbox(
+            &env_source("fault_infinite_loop"),
+            SandboxOptions::seeded(0),
+        )
+        .await
+        .unwrap();
+    sandbox.reset(None).await.unwrap();
+    // Drop the call's future while the guest spins: the store goes with it.
+    let timed_out = tokio::time::timeout(Duration::from_millis(200), sandbox.step("x")).await;
+    assert!(timed_out.is_err(), "the infinite loop returned");
+    assert_eq!(sandbox.dead(), Some(ErrorKind::Cancelled));
+    let err = sandbox.step("x").await.unwrap_err();
+    assert_eq!(err, CallError::Dead(ErrorKind::Cancelled));
+    assert_eq!(
+        err.to_string(),
+        "this sandbox is dead after an earlier call was cancelled (its future was dropped \
+         before it finished); create a new sandbox"
+    );
+}
+
+#[tokio::test]
+async fn a_refused_call_reports_no_fuel_and_no_output() {
+    let source = "class NoisyEnv:\n    def reset(self, seed=None):\n        print('hello')\n        return 'x', {}\n    def step(self, a):\n        while True:\n            pass\n";
+    let limits = Limits {
+        fuel_per_call: 30_000_000,
+        ..crate::common::test_limits()
+    };
+    let mut sandbox = runtime()
+        .with_limits(limits)
+        .sandbox(source, SandboxOptions::seeded(0))
+        .await
+        .unwrap();
+    sandbox.reset(None).await.unwrap();
+    assert_eq!(sandbox.last_output().stdout, "hello\n");
+    assert!(sandbox.last_fuel() > 0);
+    let err = sandbox.step("a").await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::OutOfFuel);
+    assert_eq!(sandbox.last_fuel(), 30_000_000);
+    // The refused call ran nothing: it reports neither the last call's fuel nor its output.
+    assert_eq!(
+        sandbox.reset(None).await.unwrap_err(),
+        CallError::Dead(ErrorKind::OutOfFuel)
+    );
+    assert_eq!(sandbox.last_fuel(), 0);
+    assert_eq!(sandbox.last_output(), &spade_runtime::CallOutput::default());
+}
+
+#[tokio::test]
+async fn a_memory_error_the_environment_raises_is_an_exception_and_the_sandbox_lives() {
+    let source = "class BigEnv:\n    def reset(self, seed=None):\n        return 'x', {}\n    def step(self, a):\n        if a == 'raise':\n            raise MemoryError('x')\n        return 'fine', 0.0, False, False, {}\n";
+    let mut sandbox = runtime()
+        .sandbox(source, SandboxOptions::seeded(0))
+        .await
+        .unwrap();
+    sandbox.reset(None).await.unwrap();
+    let err = sandbox.step("raise").await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Exception, "{err}");
+    assert!(err.to_string().ends_with("MemoryError: x"), "{err}");
+    assert_eq!(sandbox.dead(), None);
+    assert_eq!(sandbox.step("again").await.unwrap().observation, "fine");
+}
+
+#[tokio::test]
+async fn reaching_the_memory_cap_is_memory_limit_even_if_python_catches_it() {
+    // The limiter denies the growth; the environment swallows the MemoryError and returns
+    // normally. The cap was reached all the same.
+    let source = "class GreedyEnv:\n    def reset(self, seed=None):\n        return 'x', {}\n    def step(self, a):\n        try:\n            b = bytearray(1 << 30)\n        except MemoryError:\n            pass\n        return 'survived', 0.0, False, False, {}\n";
+    let mut sandbox = runtime()
+        .sandbox(source, SandboxOptions::seeded(0))
+        .await
+        .unwrap();
+    sandbox.reset(None).await.unwrap();
+    let err = sandbox.step("a").await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::MemoryLimit, "{err}");
+    let message = err.to_string();
+    assert!(
+        message.starts_with("memory limit: the environment tried to grow the sandbox memory")
+            && message.ends_with(&format!("(limit {} bytes)", 128 << 20)),
+        "{message}"
+    );
+    assert_eq!(sandbox.dead(), Some(ErrorKind::MemoryLimit));
+}
+
+#[tokio::test]
+async fn only_the_wasi_interfaces_the_guest_imports_are_linked_and_no_sockets() {
+    let runtime = runtime();
+    let linked = runtime.linked_interfaces();
+    for name in linked {
+        assert!(
+            !name.starts_with("wasi:sockets/") && !name.starts_with("wasi:http/"),
+            "{name} is linked"
+        );
+    }
+    // What a RustPython guest needs: streams and polling, clocks, random, the CLI world's
+    // stdio/exit/environment, and the filesystem types (with no preopened directory).
+    for needed in [
+        "wasi:io/poll",
+        "wasi:io/streams",
+        "wasi:clocks/monotonic-clock",
+        "wasi:clocks/wall-clock",
+        "wasi:random/random",
+        "wasi:cli/stdout",
+        "wasi:filesystem/types",
+    ] {
+        assert!(
+            linked.iter().any(|n| n == needed),
+            "{needed} missing: {linked:?}"
+        );
+    }
+    for name in runtime.trapped_interfaces() {
+        assert!(!linked.contains(name));
+    }
+    println!(
+        "linked: {linked:?}\ntrapping stubs: {:?}",
+        runtime.trapped_interfaces()
+    );
+}
+
+#[cfg(unix)]
+#[test]
+fn a_cached_artifact_that_others_can_write_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+
+    let key = runtime().artifact_key();
+    let name = format!("guest-{}.cwasm", &key[..32]);
+    let cached = spade_runtime::default_cache_dir().unwrap().join(&name);
+    assert!(cached.exists(), "the test runtime caches {}", cached.display());
+    let dir = std::env::temp_dir().join(format!("spade-cache-perm-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let copy = dir.join(&name);
+    std::fs::copy(&cached, &copy).unwrap();
+    let config = |dir: &std::path::Path| spade_runtime::Config {
+        cache_dir: Some(dir.to_owned()),
+        ..spade_runtime::Config::default()
+    };
+
+    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o600)).unwrap();
+    spade_runtime::Runtime::new(config(&dir)).expect("a private artifact loads");
+
+    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let err = spade_runtime::Runtime::new(config(&dir))
+        .err()
+        .expect("an artifact every user can write is refused");
+    let message = err.to_string();
+    assert!(
+        message.contains(&format!(
+            "refusing the cached artifact: the artifact {} is writable by every user (mode 0666)",
+            copy.display()
+        )),
+        "{message}"
+    );
+    assert!(message.contains("native code"), "{message}");
+
+    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o775)).unwrap();
+    let message = spade_runtime::Runtime::new(config(&dir))
+        .err()
+        .expect("an artifact in a group-writable directory is refused")
+        .to_string();
+    assert!(
+        message.contains("its directory") && message.contains("writable by its group (mode 0775)"),
+        "{message}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -30,6 +30,7 @@ pub fn fuzz_limits() -> Limits {
         memory_limit: 128 << 20,
         call_deadline: Duration::from_secs(10),
         output_limit: 64 << 10,
+        ..Limits::default()
     }
 }
 

@@ -139,6 +139,7 @@ impl From<RecordedLimits> for Limits {
             memory_limit: l.memory_limit as usize,
             call_deadline: std::time::Duration::from_millis(l.call_deadline_ms),
             output_limit: l.output_limit as usize,
+            ..Limits::default()
         }
     }
 }

@@ -1,0 +1,16 @@
+import time
+
+
+class EscapeEnv:
+    def __init__(self, max_turns=3):
+        self.max_turns = max_turns
+
+    def reset(self, seed=None):
+        return 'ready', {}
+
+    def step(self, action):
+        time.sleep(10 ** 7)
+        return 'woke up', 0.0, False, False, {}
+
+    def solution(self):
+        return 'none'

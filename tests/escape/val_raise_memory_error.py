@@ -1,0 +1,12 @@
+class EscapeEnv:
+    def __init__(self, max_turns=3):
+        self.max_turns = max_turns
+
+    def reset(self, seed=None):
+        return 'ready', {}
+
+    def step(self, action):
+        raise MemoryError('x')
+
+    def solution(self):
+        return 'none'
