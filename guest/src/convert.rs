@@ -95,7 +95,7 @@ fn info_json(
     let limit = limits::info();
     let mut out = Capped::new(limit);
     let mut path = Vec::new();
-    write_json(vm, prelude, value, &mut out, &mut path, "info")
+    write_json(vm, prelude, value, &mut out, &mut path, &At::Root("info"))
         .map_err(|message| contract(format!("{call}: info is not JSON-serialisable: {message}")))?;
     out.finish().map_err(|(size, _)| {
         contract(format!(
@@ -230,7 +230,7 @@ pub fn loaded(
                 &schemas,
                 &mut out,
                 &mut Vec::new(),
-                "get_tools()",
+                &At::Root("get_tools()"),
             )
             .map_err(|message| {
                 contract(format!("get_tools() is not JSON-serialisable: {message}"))
@@ -259,11 +259,29 @@ fn write_str(out: &mut Capped, s: &str) {
     serde_json::to_writer(out, s).expect("a str always serialises");
 }
 
-fn float_text(value: f64, at: &str) -> Result<String, String> {
+fn float_text(value: f64, at: impl std::fmt::Display) -> Result<String, String> {
     if !value.is_finite() {
         return Err(format!("{at} is {value}, which JSON cannot represent"));
     }
     Ok(serde_json::to_string(&value).expect("finite floats serialise"))
+}
+
+/// Where a value sits inside the info dict or tool schemas, rendered only for an error message
+/// (building the path text for every value used to cost more than the JSON itself).
+enum At<'a> {
+    Root(&'a str),
+    Key(&'a At<'a>, &'a str),
+    Index(&'a At<'a>, usize),
+}
+
+impl std::fmt::Display for At<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            At::Root(name) => f.write_str(name),
+            At::Key(parent, key) => write!(f, "{parent}[{}]", path_key(key)),
+            At::Index(parent, n) => write!(f, "{parent}[{n}]"),
+        }
+    }
 }
 
 /// A dict key as it appears in an error path, cut short.
@@ -282,7 +300,7 @@ fn json_key(
     vm: &VirtualMachine,
     prelude: &PyObjectRef,
     key: &PyObject,
-    at: &str,
+    at: &At<'_>,
 ) -> Result<String, String> {
     if let Some(s) = key.downcast_ref::<PyStr>() {
         return s
@@ -305,7 +323,7 @@ fn json_key(
         return Ok(i.as_bigint().to_string());
     }
     if let Some(f) = key.downcast_ref::<PyFloat>() {
-        return float_text(f.to_f64(), &format!("a key of {at}"));
+        return float_text(f.to_f64(), format_args!("a key of {at}"));
     }
     Err(format!(
         "{at} has a key of type {} ({})",
@@ -320,7 +338,7 @@ fn write_json(
     value: &PyObject,
     out: &mut Capped,
     path: &mut Vec<usize>,
-    at: &str,
+    at: &At<'_>,
 ) -> Result<(), String> {
     if vm.is_none(value) {
         out.push(b"null");
@@ -370,7 +388,7 @@ fn write_container(
     value: &PyObject,
     out: &mut Capped,
     path: &mut Vec<usize>,
-    at: &str,
+    at: &At<'_>,
 ) -> Result<(), String> {
     if let Some(dict) = value.downcast_ref::<PyDict>() {
         out.push(b"{");
@@ -381,8 +399,7 @@ fn write_container(
             let key = json_key(vm, prelude, &key, at)?;
             write_str(out, &key);
             out.push(b":");
-            let child = format!("{at}[{}]", path_key(&key));
-            write_json(vm, prelude, &item, out, path, &child)?;
+            write_json(vm, prelude, &item, out, path, &At::Key(at, &key))?;
         }
         out.push(b"}");
         return Ok(());
@@ -403,7 +420,7 @@ fn write_container(
         if n > 0 {
             out.push(b",");
         }
-        write_json(vm, prelude, item, out, path, &format!("{at}[{n}]"))?;
+        write_json(vm, prelude, item, out, path, &At::Index(at, n))?;
     }
     out.push(b"]");
     Ok(())

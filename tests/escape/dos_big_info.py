@@ -6,7 +6,7 @@ class EscapeEnv:
         return 'ready', {}
 
     def step(self, action):
-        return 'ok', 0.0, False, False, {'blob': 'y' * (64 * 1024 * 1024)}
+        return 'ok', 0.0, False, False, {'blob': 'y' * (2 * 1024 * 1024)}
 
     def solution(self):
         return 'none'

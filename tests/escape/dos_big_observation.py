@@ -6,7 +6,7 @@ class EscapeEnv:
         return 'ready', {}
 
     def step(self, action):
-        return 'y' * (64 * 1024 * 1024), 0.0, False, False, {}
+        return 'y' * (2 * 1024 * 1024), 0.0, False, False, {}
 
     def solution(self):
         return 'none'

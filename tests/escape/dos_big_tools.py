@@ -6,7 +6,7 @@ class EscapeEnv(ToolUseBaseEnv):
     def reset(self, seed=None):
         self._tools = {
             'lookup': {
-                'description': 'y' * (64 * 1024 * 1024),
+                'description': 'y' * (8 * 1024 * 1024),
                 'parameters': {'type': 'object', 'properties': {}},
             }
         }

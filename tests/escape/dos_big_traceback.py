@@ -6,7 +6,7 @@ class EscapeEnv:
         return 'ready', {}
 
     def step(self, action):
-        raise ValueError('y' * (64 * 1024 * 1024))
+        raise ValueError('y' * (2 * 1024 * 1024))
 
     def solution(self):
         return 'none'
