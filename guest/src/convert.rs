@@ -254,9 +254,27 @@ pub fn loaded(
 }
 
 fn write_str(out: &mut Capped, s: &str) {
-    // serde_json's escaping: quotes, backslashes and control characters; UTF-8 kept as is.
-    // Streamed, so an oversized string is measured, not copied.
-    serde_json::to_writer(out, s).expect("a str always serialises");
+    if out.fits(s.len() + 2) {
+        // serde_json's escaping: quotes, backslashes and control characters; UTF-8 kept as
+        // is. Streamed, so a string that crosses the limit is measured, not copied.
+        serde_json::to_writer(out, s).expect("a str always serialises");
+    } else {
+        // Over the limit whatever the escapes: only the size matters now.
+        out.count(escaped_len(s));
+    }
+}
+
+/// The length of `s` as a JSON string with serde_json's escaping, quotes included.
+fn escaped_len(s: &str) -> usize {
+    let extra: usize = s
+        .bytes()
+        .map(|b| match b {
+            b'"' | b'\\' | 0x08 | 0x09 | 0x0a | 0x0c | 0x0d => 1,
+            0x00..=0x1f => 5,
+            _ => 0,
+        })
+        .sum();
+    s.len() + 2 + extra
 }
 
 fn float_text(value: f64, at: impl std::fmt::Display) -> Result<String, String> {

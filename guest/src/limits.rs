@@ -112,6 +112,20 @@ impl Capped {
         }
     }
 
+    /// Whether `more` bytes would still fit within the limit.
+    pub fn fits(&self, more: usize) -> bool {
+        self.limit.allows(self.size.saturating_add(more))
+    }
+
+    /// Counts `n` bytes that are not kept (only valid once over the limit).
+    pub fn count(&mut self, n: usize) {
+        self.size = self.size.saturating_add(n);
+        if self.bytes.len() > HEAD {
+            self.bytes.truncate(HEAD);
+            self.bytes.shrink_to_fit();
+        }
+    }
+
     /// Bytes written so far, kept or not.
     pub fn size(&self) -> usize {
         self.size

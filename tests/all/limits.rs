@@ -65,7 +65,9 @@ fn reset_peak() {
 
 const SPIN_ENV: &str = "class SpinEnv:\n    def reset(self, seed=None):\n        return 'ready', {}\n    def step(self, action):\n        while True:\n            pass\n";
 
-const HOG_ENV: &str = "class HogEnv:\n    def reset(self, seed=None):\n        return 'ready', {}\n    def step(self, action):\n        chunks = []\n        while True:\n            chunks.append(b'x' * (1 << 20))\n";
+/// Fills its memory 1 MiB at a time, writing one byte per 4 KiB page (so every page is really
+/// touched, cheaply), until it has `action` MiB (or forever, which the cap ends).
+const HOG_ENV: &str = "class HogEnv:\n    def reset(self, seed=None):\n        return 'ready', {}\n    def step(self, action):\n        self.chunks = []\n        while len(self.chunks) < int(action):\n            b = bytearray(1 << 20)\n            b[::4096] = b'x' * 256\n            self.chunks.append(b)\n        return 'full', 0.0, False, False, {}\n";
 
 #[tokio::test]
 async fn a_thousand_killed_sandboxes_kept_by_their_callers_hold_no_memory() {
@@ -86,6 +88,14 @@ async fn a_thousand_killed_sandboxes_kept_by_their_callers_hold_no_memory() {
     });
     let spin = fuel.prepare(SPIN_ENV).await.unwrap();
     let hog = memory.prepare(HOG_ENV).await.unwrap();
+    // The measurement sees guest memory: one live sandbox holding 48 MiB shows in RSS.
+    let before = rss();
+    let mut live = memory.sandbox_from(&hog, SandboxOptions::seeded(0)).await.unwrap();
+    live.reset(None).await.unwrap();
+    live.step("48").await.unwrap();
+    let one = rss().saturating_sub(before);
+    assert!(one > 40 * MIB, "a live 48 MiB sandbox shows as {} MiB", one / MIB);
+    drop(live);
     let started = Instant::now();
     let mut kept = Vec::new();
     let mut after_warmup = 0;
@@ -99,7 +109,7 @@ async fn a_thousand_killed_sandboxes_kept_by_their_callers_hold_no_memory() {
         };
         let mut sandbox = rt.sandbox_from(source, SandboxOptions::seeded(i)).await.unwrap();
         sandbox.reset(None).await.unwrap();
-        let err = sandbox.step("go").await.unwrap_err();
+        let err = sandbox.step("1000000").await.unwrap_err();
         assert_eq!(err.kind(), kind, "sandbox {i}: {err}");
         assert_eq!(sandbox.dead(), Some(kind));
         by_memory += usize::from(kind == ErrorKind::MemoryLimit);
@@ -111,7 +121,8 @@ async fn a_thousand_killed_sandboxes_kept_by_their_callers_hold_no_memory() {
     let end = rss();
     let growth = end.saturating_sub(after_warmup);
     println!(
-        "1000 killed sandboxes ({by_memory} by memory at {} MiB, the rest by fuel) kept: RSS {} MiB after 20, {} MiB after 1000, growth {} MiB, in {:.1} s",
+        "one live sandbox holding 48 MiB: RSS +{} MiB; 1000 killed sandboxes ({by_memory} by memory at {} MiB, the rest by fuel) kept: RSS {} MiB after 20, {} MiB after 1000, growth {} MiB, in {:.1} s",
+        one / MIB,
         memory_limit >> 20,
         after_warmup / MIB,
         end / MIB,
@@ -137,25 +148,28 @@ async fn a_thousand_killed_sandboxes_kept_by_their_callers_hold_no_memory() {
 /// `max_turns` (tool schemas are read at load) and by `reset`'s seed.
 const BIG_ENV: &str = r#"
 N = 300 * 1024 * 1024
+BLOCK = 'y' * 4096
 
 
 class BigEnv(ToolUseBaseEnv):
     def __init__(self, max_turns=1):
         super().__init__(max_turns=max_turns)
         self.big = None
-        blob = 'y' * N
-        description = blob if max_turns == 2 else blob[:5]
+        description = 'short'
+        if max_turns in (2, 3):
+            blob = BLOCK * (N // 4096)
+            description = blob if max_turns == 2 else blob[:5]
         self._tools = {'lookup': {'description': description, 'parameters': {'type': 'object', 'properties': {}}}}
 
     def reset(self, seed=None):
         self.big = seed
-        blob = 'y' * N
+        blob = BLOCK * (N // 4096)
         obs = blob if seed == 1 else blob[:5]
         info = {'blob': blob} if seed == 2 else {'n': len(blob)}
         return obs, info
 
     def solution(self):
-        blob = 'y' * N
+        blob = BLOCK * (N // 4096)
         return blob if self.big == 3 else blob[:5]
 
     def tool_lookup(self):

@@ -6,8 +6,9 @@ class EscapeEnv:
         return 'ready', {}
 
     def step(self, action):
-        # 20,000 small entries of about 110 bytes each: the JSON is about 2.2 MB.
-        return 'ok', 0.0, False, False, {i: 'v' * 100 for i in range(20000)}
+        # 20,000 small entries of about 110 bytes each, with characters JSON escapes (a newline
+        # and a quote): the JSON is about 2.2 MB.
+        return 'ok', 0.0, False, False, {i: 'v' * 98 + '\n"' for i in range(20000)}
 
     def solution(self):
         return 'none'
