@@ -231,12 +231,20 @@ mod private {
                 .map_err(|e| format!("reading the permissions of {}: {e}", target.display()))?;
             let mode = meta.mode() & 0o7777;
             let why = if meta.uid() != me {
-                format!("{what} {} is owned by uid {}, not by this user (uid {me})", target.display(), meta.uid())
+                format!(
+                    "{what} {} is owned by uid {}, not by this user (uid {me})",
+                    target.display(),
+                    meta.uid()
+                )
             } else if mode & 0o022 != 0 {
                 format!(
                     "{what} {} is writable by {} (mode {mode:04o})",
                     target.display(),
-                    if mode & 0o002 != 0 { "every user" } else { "its group" }
+                    if mode & 0o002 != 0 {
+                        "every user"
+                    } else {
+                        "its group"
+                    }
                 )
             } else {
                 continue;
@@ -285,11 +293,18 @@ mod private {
             std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666)).unwrap();
             let err = check(&file).unwrap_err();
             assert!(err.contains("the artifact"), "{err}");
-            assert!(err.contains("is writable by every user (mode 0666)"), "{err}");
+            assert!(
+                err.contains("is writable by every user (mode 0666)"),
+                "{err}"
+            );
             assert!(err.contains("native code"), "{err}");
 
             std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o620)).unwrap();
-            assert!(check(&file).unwrap_err().contains("writable by its group (mode 0620)"));
+            assert!(
+                check(&file)
+                    .unwrap_err()
+                    .contains("writable by its group (mode 0620)")
+            );
 
             std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
             std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();

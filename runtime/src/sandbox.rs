@@ -353,16 +353,20 @@ impl Sandbox {
         };
         begin(&mut live.store, budget);
         let yields = live.store.data().yields.clone();
-        let ran = deadline::bounded(limits.call_deadline, &yields, dispatch(&mut live, call, &limits)).await;
+        let ran = deadline::bounded(
+            limits.call_deadline,
+            &yields,
+            dispatch(&mut live, call, &limits),
+        )
+        .await;
         self.last_fuel = budget.saturating_sub(live.store.get_fuel().unwrap_or(0));
         let denied = live.store.data_mut().limiter.denied.take();
         let result = match ran {
             Err(deadline::Elapsed) => Err(CallError::Deadline(limits.call_deadline)),
             Ok(Err(trap)) => Err(outcome::classify_trap(&live.store, &limits, budget, trap)),
-            Ok(Ok(Err(env_error))) => Err(outcome::check_error(
-                outcome::env_error(env_error),
-                &limits,
-            )),
+            Ok(Ok(Err(env_error))) => {
+                Err(outcome::check_error(outcome::env_error(env_error), &limits))
+            }
             Ok(Ok(Ok(reply))) => outcome::check_sizes(reply, &limits),
         };
         // A denied growth means the cap was reached, whatever the guest made of it (a trap, a

@@ -263,14 +263,13 @@ pub(crate) fn add_to_linker(
             "wasi:clocks/wall-clock" => {
                 clocks::wall_clock::add_to_linker::<T, WasiClocks>(l, T::clocks)?
             }
-            "wasi:clocks/monotonic-clock" => {
-                clocks::monotonic_clock::add_to_linker::<T, VirtualClocks>(l, |t| {
-                    VirtualClockView {
-                        clock: &t.clock,
-                        table: &mut t.table,
-                    }
-                })?
-            }
+            "wasi:clocks/monotonic-clock" => clocks::monotonic_clock::add_to_linker::<
+                T,
+                VirtualClocks,
+            >(l, |t| VirtualClockView {
+                clock: &t.clock,
+                table: &mut t.table,
+            })?,
             "wasi:random/random" => random::random::add_to_linker::<T, WasiRandom>(l, T::random)?,
             "wasi:random/insecure" => {
                 random::insecure::add_to_linker::<T, WasiRandom>(l, T::random)?

@@ -244,7 +244,11 @@ fn a_cached_artifact_that_others_can_write_is_refused() {
     let key = runtime().artifact_key();
     let name = format!("guest-{}.cwasm", &key[..32]);
     let cached = spade_runtime::default_cache_dir().unwrap().join(&name);
-    assert!(cached.exists(), "the test runtime caches {}", cached.display());
+    assert!(
+        cached.exists(),
+        "the test runtime caches {}",
+        cached.display()
+    );
     let dir = std::env::temp_dir().join(format!("spade-cache-perm-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
