@@ -22,6 +22,14 @@ pub struct Config {
 }
 
 /// Limits of one sandbox and of each call into it.
+///
+/// The size limits (`observation_limit`, `info_limit`, `solution_limit`, `tools_limit`,
+/// `error_limit`) bound everything a call hands back. The guest measures each value before it
+/// is copied out of Python; a value over its limit is a [`CallError::Contract`] naming the
+/// value, its size and the limit (the sandbox stays usable), so the host never holds more than
+/// the limit of it.
+///
+/// [`CallError::Contract`]: crate::CallError::Contract
 #[derive(Debug, Clone, PartialEq)]
 pub struct Limits {
     /// Fuel for each `reset`, `step`, `solution` and `close` call. Fuel counts WebAssembly
@@ -64,7 +72,8 @@ pub struct Limits {
     /// Default 1 MiB.
     pub tools_limit: usize,
     /// Largest error text the environment can cause: a traceback, a load error, a contract
-    /// message. Default 1 MiB (a traceback of a thousand frames is about 100 KiB).
+    /// message. Default 1 MiB (a traceback of a thousand frames is about 100 KiB); at least
+    /// 1 KiB is used, so that the message about an oversized error always fits.
     pub error_limit: usize,
 }
 
