@@ -211,22 +211,31 @@ async fn only_the_wasi_interfaces_the_guest_imports_are_linked_and_no_sockets() 
             "{name} is linked"
         );
     }
-    // What a RustPython guest needs: streams and polling, clocks, random, the CLI world's
-    // stdio/exit/environment, and the filesystem types (with no preopened directory).
-    for needed in [
-        "wasi:io/poll",
-        "wasi:io/streams",
+    // Exactly what the RustPython guest imports: streams and polling, clocks, random, the CLI
+    // world's stdio/exit/environment/terminals, and the filesystem types (with no preopened
+    // directory). A guest that starts importing more must be reviewed here.
+    let expected = [
+        "wasi:cli/environment",
+        "wasi:cli/exit",
+        "wasi:cli/stderr",
+        "wasi:cli/stdin",
+        "wasi:cli/stdout",
+        "wasi:cli/terminal-input",
+        "wasi:cli/terminal-output",
+        "wasi:cli/terminal-stderr",
+        "wasi:cli/terminal-stdin",
+        "wasi:cli/terminal-stdout",
         "wasi:clocks/monotonic-clock",
         "wasi:clocks/wall-clock",
-        "wasi:random/random",
-        "wasi:cli/stdout",
+        "wasi:filesystem/preopens",
         "wasi:filesystem/types",
-    ] {
-        assert!(
-            linked.iter().any(|n| n == needed),
-            "{needed} missing: {linked:?}"
-        );
-    }
+        "wasi:io/error",
+        "wasi:io/poll",
+        "wasi:io/streams",
+        "wasi:random/insecure-seed",
+        "wasi:random/random",
+    ];
+    assert_eq!(linked, expected);
     for name in runtime.trapped_interfaces() {
         assert!(!linked.contains(name));
     }
