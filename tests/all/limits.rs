@@ -3,7 +3,7 @@
 //!
 //! The memory tests read the process's RSS, so each runs alone in a child process of this test
 //! binary (`in_own_process`), where no other test allocates at the same time. They print what
-//! they measured (`cargo test --test all limits:: -- --nocapture`).
+//! they measured (`cargo test --test all limits:: -- --nocapture`). Linux only (`/proc`).
 
 use std::time::{Duration, Instant};
 

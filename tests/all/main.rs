@@ -10,6 +10,8 @@ mod escape;
 mod faults;
 mod fidelity;
 mod fuzz;
+// Reads RSS from /proc.
+#[cfg(target_os = "linux")]
 mod limits;
 mod model;
 mod model_cli;
