@@ -4,12 +4,14 @@
 mod check;
 mod cli;
 mod common;
+mod credit;
 mod determinism;
 mod envs;
 mod escape;
 mod faults;
 mod fidelity;
 mod fuzz;
+mod learning;
 mod model;
 mod model_cli;
 mod real_model;
