@@ -15,7 +15,10 @@ fn close(a: f64, b: f64) -> bool {
 
 fn sampled(prompt: Vec<u32>, tokens: Vec<u32>) -> Sampled {
     Sampled {
-        logprobs: tokens.iter().map(|&t| -(f64::from(t) / 100.0) as f32).collect(),
+        logprobs: tokens
+            .iter()
+            .map(|&t| -(f64::from(t) / 100.0) as f32)
+            .collect(),
         text: String::new(),
         prompt,
         tokens,
@@ -75,10 +78,16 @@ fn designer_advantages_are_skill_centred_regrets_times_the_scale_each_its_own_gr
         design("B", 0.6),
     ];
     // 8 no-hint episodes (the hint ones do not count) / 4 designs * regen 4 = 8.
-    let mut episodes: Vec<Episode> = (0..8).map(|i| episode("g", false, f64::from(i % 2), 1)).collect();
+    let mut episodes: Vec<Episode> = (0..8)
+        .map(|i| episode("g", false, f64::from(i % 2), 1))
+        .collect();
     episodes.extend((0..8).map(|_| episode("g", true, 1.0, 1)));
     let batch = credit::assign(&designs, &episodes, &cfg(), &mut Baselines::default(), 7);
-    assert!(close(batch.env_reward_scale, 8.0), "{}", batch.env_reward_scale);
+    assert!(
+        close(batch.env_reward_scale, 8.0),
+        "{}",
+        batch.env_reward_scale
+    );
     let want = [0.2 * 8.0, -0.2 * 8.0, -0.3 * 8.0, 0.3 * 8.0];
     let got = advantages_of(&batch.samples, Role::Designer);
     assert_eq!(got.len(), 4);
@@ -95,11 +104,19 @@ fn designer_advantages_are_skill_centred_regrets_times_the_scale_each_its_own_gr
         .collect();
     assert_eq!(
         groups,
-        vec![&Group::Design(0), &Group::Design(1), &Group::Design(2), &Group::Design(3)]
+        vec![
+            &Group::Design(0),
+            &Group::Design(1),
+            &Group::Design(2),
+            &Group::Design(3)
+        ]
     );
     assert_eq!(batch.count(Role::Repair), 0);
     let first = &batch.samples[0].sample;
-    assert_eq!((first.prompt.clone(), first.completion.clone()), (vec![1, 2], vec![3, 4, 5]));
+    assert_eq!(
+        (first.prompt.clone(), first.completion.clone()),
+        (vec![1, 2], vec![3, 4, 5])
+    );
 }
 
 #[test]
@@ -142,7 +159,10 @@ fn the_designer_trains_only_from_its_start_rollout_and_repairs_only_when_asked()
         .filter(|t| t.role == Role::Repair)
         .map(|t| (t.sample.advantage, &t.group))
         .collect();
-    assert_eq!(repairs, vec![(1.0, &Group::Design(0)), (-1.0, &Group::Design(1))]);
+    assert_eq!(
+        repairs,
+        vec![(1.0, &Group::Design(0)), (-1.0, &Group::Design(1))]
+    );
 }
 
 #[test]
@@ -190,8 +210,16 @@ fn a_one_turn_win_and_a_25_turn_loss_get_advantages_of_equal_magnitude_per_episo
         // Each episode trains as one sequence: its turns chain exactly.
         assert_eq!(batch.samples.len(), 2, "{baseline:?}");
         let (win, loss) = (&batch.samples[0].sample, &batch.samples[1].sample);
-        assert!((win.advantage - magnitude).abs() < 1e-5, "{baseline:?} {}", win.advantage);
-        assert!((loss.advantage + magnitude).abs() < 1e-5, "{baseline:?} {}", loss.advantage);
+        assert!(
+            (win.advantage - magnitude).abs() < 1e-5,
+            "{baseline:?} {}",
+            win.advantage
+        );
+        assert!(
+            (loss.advantage + magnitude).abs() < 1e-5,
+            "{baseline:?} {}",
+            loss.advantage
+        );
         assert_eq!(win.spans.len(), 1);
         assert_eq!(loss.spans.len(), 25);
         assert_eq!(loss.trained_tokens(), 50);
@@ -282,7 +310,9 @@ fn subsampling_keeps_whole_groups_and_gives_the_designer_its_own_budget() {
         assert_eq!(groups.len(), 2, "seed {seed}: {groups:?}");
     }
     // One group larger than the budget: a subset of it, so the role still trains.
-    let big: Vec<Trained> = (0..5).map(|_| trained(Role::Agent, game("a"), 1.0)).collect();
+    let big: Vec<Trained> = (0..5)
+        .map(|_| trained(Role::Agent, game("a"), 1.0))
+        .collect();
     assert_eq!(credit::subsample(big, 3, 1).len(), 3);
     // In a full assignment, 30 agent sequences never crowd out the designer.
     let designs = vec![design("A", 1.0), design("A", 0.0)];

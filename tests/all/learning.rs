@@ -158,8 +158,24 @@ impl Policy for Chooser {
 /// How often the model's first token picks choice 0 of `k` after `messages` (256 samples).
 fn choice_rate(model: &mut CandlePolicy, role: Role, messages: &[Message], k: usize) -> f64 {
     let out = model.sample(role, messages, 256, 1, 12345).unwrap();
-    let hits = out.iter().filter(|s| s.tokens[0] as usize % k == 0).count();
+    let hits = out
+        .iter()
+        .filter(|s| (s.tokens[0] as usize).is_multiple_of(k))
+        .count();
     hits as f64 / out.len() as f64
+}
+
+/// A tiny byte-level chat model with a 256-position context: prompts are cut to fit, which keeps
+/// each update to a few hundred tokens per sequence.
+fn small_model(seed: u64) -> spade_trainer::load::LoadedModel {
+    crate::common::tiny_chat_model(seed, Some(256))
+}
+
+/// Prints each rollout's phase times (the test's cost, for whoever tunes it).
+fn print_times(metrics: &[spade_trainer::selfplay::Metrics]) {
+    for m in metrics {
+        eprintln!("rollout {}: {:?}", m.rollout, m.time);
+    }
 }
 
 fn corpus() -> Corpus {
@@ -204,7 +220,7 @@ fn learning_cfg() -> TrainConfig {
 async fn the_designer_learns_to_write_the_environment_with_positive_regret() {
     let cfg = learning_cfg();
     let dir = tmp("designer");
-    let model = CandlePolicy::new(crate::selfplay::tiny_loaded(21), &cfg).unwrap();
+    let model = CandlePolicy::new(small_model(21), &cfg).unwrap();
     let mut policy = Chooser {
         model,
         designer: Some(templates()),
@@ -213,8 +229,9 @@ async fn the_designer_learns_to_write_the_environment_with_positive_regret() {
     let msgs = designer_messages();
     let before = choice_rate(&mut policy.model, Role::Designer, &msgs, 3);
     let mut run = Run::create(&dir, cfg, corpus(), runtime(), &mut policy, vec![]).unwrap();
-    let metrics = run.run(24).await.unwrap();
+    let metrics = run.run(12).await.unwrap();
     drop(run);
+    print_times(&metrics);
     let after = choice_rate(&mut policy.model, Role::Designer, &msgs, 3);
     eprintln!("P(regret-positive template): {before:.3} -> {after:.3}");
     // Every rollout trained its designer samples with non-zero advantages.
@@ -242,7 +259,7 @@ async fn the_agent_learns_the_winning_action_of_a_one_step_env() {
         ..learning_cfg()
     };
     let dir = tmp("agent");
-    let model = CandlePolicy::new(crate::selfplay::tiny_loaded(22), &cfg).unwrap();
+    let model = CandlePolicy::new(small_model(22), &cfg).unwrap();
     let mut policy = Chooser {
         model,
         designer: None,
@@ -259,8 +276,9 @@ async fn the_agent_learns_the_winning_action_of_a_one_step_env() {
     let before = choice_rate(&mut policy.model, Role::Agent, &msgs, 3);
     let seeds = vec![("hidden".to_string(), source)];
     let mut run = Run::create(&dir, cfg, corpus(), runtime(), &mut policy, seeds).unwrap();
-    let metrics = run.run(20).await.unwrap();
+    let metrics = run.run(10).await.unwrap();
     drop(run);
+    print_times(&metrics);
     let after = choice_rate(&mut policy.model, Role::Agent, &msgs, 3);
     eprintln!(
         "P(winning action): {before:.3} -> {after:.3}; win rate {:.3} -> {:.3}",
@@ -293,7 +311,7 @@ fn ckpt(dir: &Path, file: &str) -> Vec<u8> {
 /// Both roles choose with the model, so both have non-zero advantages in every rollout.
 fn both_choose(seed: u64, cfg: &TrainConfig) -> Chooser {
     Chooser {
-        model: CandlePolicy::new(crate::selfplay::tiny_loaded(seed), cfg).unwrap(),
+        model: CandlePolicy::new(small_model(seed), cfg).unwrap(),
         designer: Some(templates()),
         agent: Some(ACTIONS.iter().map(|a| a.to_string()).collect()),
     }
@@ -313,14 +331,24 @@ async fn a_resumed_run_with_nonzero_advantages_matches_an_uninterrupted_one() {
     let mut metrics = Vec::new();
     {
         let mut policy = both_choose(1, &cfg);
-        let mut run =
-            Run::create(&straight, cfg.clone(), corpus(), runtime(), &mut policy, vec![]).unwrap();
+        let mut run = Run::create(
+            &straight,
+            cfg.clone(),
+            corpus(),
+            runtime(),
+            &mut policy,
+            vec![],
+        )
+        .unwrap();
         metrics.extend(run.run(2).await.unwrap());
     }
     // The update had something to learn from: advantages and moments are not all zero.
     for m in &metrics {
         assert!(m.zero_advantage_fraction < 1.0, "{m:?}");
-        assert!(m.designer_samples_trained > 0 && m.agent_samples_trained > 0, "{m:?}");
+        assert!(
+            m.designer_samples_trained > 0 && m.agent_samples_trained > 0,
+            "{m:?}"
+        );
         assert!(m.grad_norm.unwrap() > 0.0, "{m:?}");
     }
     let moments = candle_core::safetensors::load(
@@ -341,8 +369,15 @@ async fn a_resumed_run_with_nonzero_advantages_matches_an_uninterrupted_one() {
     let resumed = tmp("resumed");
     {
         let mut policy = both_choose(1, &cfg);
-        let mut run =
-            Run::create(&resumed, cfg.clone(), corpus(), runtime(), &mut policy, vec![]).unwrap();
+        let mut run = Run::create(
+            &resumed,
+            cfg.clone(),
+            corpus(),
+            runtime(),
+            &mut policy,
+            vec![],
+        )
+        .unwrap();
         run.rollout().await.unwrap();
     }
     {
@@ -363,7 +398,10 @@ async fn a_resumed_run_with_nonzero_advantages_matches_an_uninterrupted_one() {
         "optimizer.safetensors",
         "optimizer.json",
     ] {
-        assert!(ckpt(&straight, f) == ckpt(&resumed, f), "{f} differs after resume");
+        assert!(
+            ckpt(&straight, f) == ckpt(&resumed, f),
+            "{f} differs after resume"
+        );
     }
     let _ = std::fs::remove_dir_all(straight);
     let _ = std::fs::remove_dir_all(resumed);

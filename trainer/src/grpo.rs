@@ -31,11 +31,16 @@ pub struct GrpoSample {
 
 impl GrpoSample {
     /// A sample whose whole completion is trained.
-    pub fn new(prompt: Vec<u32>, completion: Vec<u32>, old_logprobs: Vec<f32>, advantage: f64) -> Self {
+    pub fn new(
+        prompt: Vec<u32>,
+        completion: Vec<u32>,
+        old_logprobs: Vec<f32>,
+        advantage: f64,
+    ) -> Self {
         let spans = if completion.is_empty() {
             Vec::new()
         } else {
-            vec![0..completion.len()]
+            std::iter::once(0..completion.len()).collect()
         };
         Self {
             prompt,

@@ -22,14 +22,14 @@ pub struct Pair<'a> {
 /// predict completion tokens go through the LM head, so prompt tokens cost no vocabulary-sized
 /// work.
 pub fn completion_logprobs(model: &Decoder, batch: &[Pair]) -> Result<Tensor> {
-    let whole: Vec<[Range<usize>; 1]> = batch.iter().map(|p| [0..p.completion.len()]).collect();
+    let whole: Vec<Range<usize>> = batch.iter().map(|p| 0..p.completion.len()).collect();
     let rows: Vec<Spans> = batch
         .iter()
         .zip(&whole)
         .map(|(p, w)| Spans {
             prompt: p.prompt,
             completion: p.completion,
-            spans: w,
+            spans: std::slice::from_ref(w),
         })
         .collect();
     span_logprobs(model, &rows)

@@ -5,8 +5,8 @@ use spade_trainer::grpo::{GrpoConfig, GrpoSample, GrpoTrainer, micro_batches};
 use spade_trainer::logprob::{Pair, Spans, completion_logprobs, span_logprobs};
 use spade_trainer::model::{Decoder, LoraConfig, lora};
 use spade_trainer::optim::{AdamW, AdamWConfig};
-use spade_trainer::selfplay::credit::zscore;
 use spade_trainer::sample::{Sampler, SamplingParams};
+use spade_trainer::selfplay::credit::zscore;
 
 use super::common::{tiny_llama_with_vocab, tiny_tokenizer};
 
@@ -162,7 +162,10 @@ fn sample(advantage: f64) -> GrpoSample {
 fn zscore_normalises_a_group_and_leaves_a_constant_one_at_zero() {
     // Rewards 10 and 30: mean 20, std 10 -> -1, +1; a constant group -> 0, 0.
     let z = zscore(&[10.0, 30.0]);
-    assert!((z[0] + 1.0).abs() < 1e-6 && (z[1] - 1.0).abs() < 1e-6, "{z:?}");
+    assert!(
+        (z[0] + 1.0).abs() < 1e-6 && (z[1] - 1.0).abs() < 1e-6,
+        "{z:?}"
+    );
     assert_eq!(zscore(&[5.0, 5.0]), vec![0.0, 0.0]);
 }
 
@@ -220,7 +223,7 @@ fn span_logprobs_of_an_episode_equal_each_turns_own_logprobs() {
         &[Spans {
             prompt: &p,
             completion: &c1,
-            spans: &[0..9],
+            spans: std::slice::from_ref(&(0..9)),
         }],
     )
     .unwrap_err();
@@ -372,12 +375,14 @@ fn kl_penalty_and_full_finetuning_update_all_weights() {
 #[test]
 fn micro_batches_accumulate_to_the_full_batch_update() {
     let cfg = tiny_llama_with_vocab();
+    // Two groups' rewards, z-scored: [1, 0] and [2, 0.5, 0.7].
+    let (a, b) = (zscore(&[1.0, 0.0]), zscore(&[2.0, 0.5, 0.7]));
     let batch = vec![
-        GrpoSample::new(vec![1], vec![7, 8, 9], vec![-5.0, -5.5, -6.0], 1.0),
-        sample(-1.0),
-        GrpoSample::new(vec![4, 5, 6, 7], vec![10, 11], vec![-5.0, -5.0], 1.2),
-        sample(-0.3),
-        sample(-0.1),
+        GrpoSample::new(vec![1], vec![7, 8, 9], vec![-5.0, -5.5, -6.0], a[0]),
+        sample(a[1]),
+        GrpoSample::new(vec![4, 5, 6, 7], vec![10, 11], vec![-5.0, -5.0], b[0]),
+        sample(b[1]),
+        sample(b[2]),
     ];
     let run = |micro: usize| {
         let (model, vm) = Decoder::random(&cfg, 1, 0.3, &Device::Cpu).unwrap();
@@ -503,16 +508,28 @@ fn the_kl_term_pulls_the_policy_toward_the_reference() {
         let mut t = GrpoTrainer::new(&model, Some(&reference), opt, grpo).unwrap();
         for _ in 0..10 {
             let old = own_logprobs(&model, &prompt, &completion);
-            let batch = [GrpoSample::new(prompt.clone(), completion.clone(), old, 1.0)];
+            let batch = [GrpoSample::new(
+                prompt.clone(),
+                completion.clone(),
+                old,
+                1.0,
+            )];
             t.update(&batch).unwrap();
         }
         let p = own_logprobs(&model, &prompt, &completion);
         let r = own_logprobs(&reference, &prompt, &completion);
-        p.iter().zip(&r).map(|(a, b)| f64::from((a - b).abs())).sum::<f64>() / p.len() as f64
+        p.iter()
+            .zip(&r)
+            .map(|(a, b)| f64::from((a - b).abs()))
+            .sum::<f64>()
+            / p.len() as f64
     };
     let free = divergence(0.0);
     let held = divergence(2.0);
     eprintln!("divergence without KL {free:.4}, with {held:.4}");
     assert!(free > 0.1, "the update moved the policy: {free}");
-    assert!(held < 0.8 * free, "KL held the policy closer: {held} vs {free}");
+    assert!(
+        held < 0.8 * free,
+        "KL held the policy closer: {held} vs {free}"
+    );
 }

@@ -184,7 +184,12 @@ impl Batch {
 
 /// The reference's designer reward scale: `min(cap, agent_episodes / designs * regen_interval)`
 /// (0 when nothing was designed).
-pub fn env_reward_scale(agent_episodes: usize, designs: usize, regen_interval: u64, cap: f64) -> f64 {
+pub fn env_reward_scale(
+    agent_episodes: usize,
+    designs: usize,
+    regen_interval: u64,
+    cap: f64,
+) -> f64 {
     if designs == 0 {
         return 0.0;
     }
@@ -203,7 +208,9 @@ pub fn designer_advantages(designs: &[(String, f64)], scale: f64) -> Vec<f64> {
 pub fn zscore(xs: &[f64]) -> Vec<f64> {
     let mean = rewards::mean(xs);
     let var = rewards::mean(&xs.iter().map(|x| (x - mean).powi(2)).collect::<Vec<_>>());
-    xs.iter().map(|x| (x - mean) / (var.sqrt() + 1e-6)).collect()
+    xs.iter()
+        .map(|x| (x - mean) / (var.sqrt() + 1e-6))
+        .collect()
 }
 
 /// Advantages of one game's episode returns under `baseline`; with [`AgentBaseline::Ema`] the
@@ -323,14 +330,26 @@ pub fn assign(
 ) -> Batch {
     let no_hint = episodes.iter().filter(|e| !e.hint).count();
     let scale = cfg.env_reward_scale.unwrap_or_else(|| {
-        env_reward_scale(no_hint, designs.len(), cfg.regen_interval, cfg.env_reward_scale_cap)
+        env_reward_scale(
+            no_hint,
+            designs.len(),
+            cfg.regen_interval,
+            cfg.env_reward_scale_cap,
+        )
     });
-    let raw: Vec<(String, f64)> = designs.iter().map(|d| (d.skill.clone(), d.reward)).collect();
+    let raw: Vec<(String, f64)> = designs
+        .iter()
+        .map(|d| (d.skill.clone(), d.reward))
+        .collect();
     let designer_adv = designer_advantages(&raw, scale);
     let mut designer = Vec::new();
     if cfg.train_designer {
         for (i, (d, &adv)) in designs.iter().zip(&designer_adv).enumerate() {
-            let repairs = if cfg.train_repairs { &d.repairs[..] } else { &[] };
+            let repairs = if cfg.train_repairs {
+                &d.repairs[..]
+            } else {
+                &[]
+            };
             let parts = std::iter::once((Role::Designer, &d.first))
                 .chain(repairs.iter().map(|r| (Role::Repair, r)));
             for (role, s) in parts {
@@ -363,7 +382,11 @@ pub fn assign(
 
 /// The agent's trained sequences: per game (and hint flag, when hint plays are trained), one
 /// advantage per episode under the configured baseline, fanned out to the episode's sequences.
-fn agent_sequences(episodes: &[Episode], cfg: &CreditConfig, baselines: &mut Baselines) -> Vec<Trained> {
+fn agent_sequences(
+    episodes: &[Episode],
+    cfg: &CreditConfig,
+    baselines: &mut Baselines,
+) -> Vec<Trained> {
     let mut groups: BTreeMap<Group, Vec<&Episode>> = BTreeMap::new();
     for e in episodes {
         if e.hint && !cfg.train_hint_plays {

@@ -27,7 +27,10 @@ pub enum StepFailure {
 /// What the loop needs of an episode's environment.
 pub trait EpisodeEnv: Send + 'static {
     /// Plays `action`.
-    fn step_action(&mut self, action: &str) -> impl Future<Output = std::result::Result<Step, StepFailure>> + Send;
+    fn step_action(
+        &mut self,
+        action: &str,
+    ) -> impl Future<Output = std::result::Result<Step, StepFailure>> + Send;
 }
 
 fn env_failure(e: &CallError) -> StepFailure {
@@ -73,7 +76,10 @@ impl<E> LiveEpisode<E> {
     pub fn new(env: E, system: &str, observation: String, tool_use: bool) -> Self {
         Self {
             env: Some(env),
-            messages: vec![Message::new("system", system), Message::new("user", observation)],
+            messages: vec![
+                Message::new("system", system),
+                Message::new("user", observation),
+            ],
             tool_use,
             turns: Vec::new(),
             last: None,

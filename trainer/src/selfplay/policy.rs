@@ -363,7 +363,8 @@ impl Policy for CandlePolicy {
             None => self.new_optimizer()?,
         };
         // With LoRA the base is the decoder without adapters: a free frozen reference.
-        let reference = (self.grpo.kl_coef > 0.0 && self.lora.is_some()).then_some(&self.base.model);
+        let reference =
+            (self.grpo.kl_coef > 0.0 && self.lora.is_some()).then_some(&self.base.model);
         let mut trainer = GrpoTrainer::new(&self.model.model, reference, opt, self.grpo.clone())?;
         let stats = trainer.update(batch);
         self.optimizer = Some(trainer.into_optimizer());

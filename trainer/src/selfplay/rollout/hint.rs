@@ -12,12 +12,18 @@ use crate::selfplay::prompts;
 
 impl Run<'_> {
     /// Writes the hints of this rollout's new environments.
-    pub(super) fn hint_phase(&mut self, r: u64, designs: &[DesignResult], m: &mut Metrics) -> Result<()> {
+    pub(super) fn hint_phase(
+        &mut self,
+        r: u64,
+        designs: &[DesignResult],
+        m: &mut Metrics,
+    ) -> Result<()> {
         let th = Instant::now();
         let mut to_hint: Vec<usize> = Vec::new();
         if r == 0 {
             to_hint.extend(
-                (0..self.state.pool.len()).filter(|&i| self.state.pool[i].origin.starts_with("seed:")),
+                (0..self.state.pool.len())
+                    .filter(|&i| self.state.pool[i].origin.starts_with("seed:")),
             );
         }
         to_hint.extend(designs.iter().filter_map(|d| d.env));

@@ -116,4 +116,3 @@ pub struct PhaseTimes {
     /// The whole rollout.
     pub total: f64,
 }
-

@@ -35,7 +35,10 @@ impl Played {
     /// Whether a call ran out of fuel or past its deadline (the designer pays the timeout
     /// reward and the env is banned).
     pub fn timed_out(&self) -> bool {
-        matches!(self.failure, Some(ErrorKind::OutOfFuel | ErrorKind::Deadline))
+        matches!(
+            self.failure,
+            Some(ErrorKind::OutOfFuel | ErrorKind::Deadline)
+        )
     }
 }
 
@@ -59,7 +62,12 @@ impl Run<'_> {
     }
 
     /// Plays every game with and without its hint.
-    pub(super) async fn play(&mut self, r: u64, games: &[usize], m: &mut Metrics) -> Result<Vec<Played>> {
+    pub(super) async fn play(
+        &mut self,
+        r: u64,
+        games: &[usize],
+        m: &mut Metrics,
+    ) -> Result<Vec<Played>> {
         m.games = games.len();
         let traj_dir = self.dir.join("trajectories").join(format!("r{r:05}"));
         std::fs::create_dir_all(&traj_dir).map_err(io_err("creating", &traj_dir))?;
@@ -69,7 +77,10 @@ impl Run<'_> {
         let mut played: Vec<Played> = Vec::new();
         let mut origin: Vec<(usize, bool)> = Vec::new();
         for &pi in games {
-            for (hint, plays) in [(false, self.cfg.plays_per_game), (true, self.cfg.hint_plays)] {
+            for (hint, plays) in [
+                (false, self.cfg.plays_per_game),
+                (true, self.cfg.hint_plays),
+            ] {
                 for i in 0..plays {
                     match self.start_episode(r, pi, hint, i, &traj_dir).await? {
                         Ok(episode) => {
@@ -93,13 +104,20 @@ impl Run<'_> {
         m.time.play_sandbox += ts.elapsed().as_secs_f64();
         self.progress.start(
             r,
-            &format!("play {} games, {} episodes", games.len(), live.len() + played.len()),
+            &format!(
+                "play {} games, {} episodes",
+                games.len(),
+                live.len() + played.len()
+            ),
             u64::from(self.cfg.max_turns),
             "turns",
         );
         let progress = std::sync::Arc::clone(&self.progress);
-        let (seed, max_turns, max_new) =
-            (self.cfg.seed, self.cfg.max_turns, self.cfg.agent_max_new_tokens);
+        let (seed, max_turns, max_new) = (
+            self.cfg.seed,
+            self.cfg.max_turns,
+            self.cfg.agent_max_new_tokens,
+        );
         let times = lockstep::play(
             &mut *self.policy,
             &mut live,

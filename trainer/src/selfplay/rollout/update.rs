@@ -50,8 +50,12 @@ impl Run<'_> {
         m.hint_samples_trained = batch.hint_count();
         m.zero_advantage_fraction = batch.zero_advantage_fraction();
         let samples: Vec<_> = batch.samples.into_iter().map(|t| t.sample).collect();
-        self.progress
-            .start(r, &format!("update on {} samples", samples.len()), 1, "steps");
+        self.progress.start(
+            r,
+            &format!("update on {} samples", samples.len()),
+            1,
+            "steps",
+        );
         let tu = Instant::now();
         let stats = if samples.is_empty() {
             Ok(None)

@@ -69,7 +69,9 @@ impl Run<'_> {
         let mut out = Vec::new();
         for (d, prompt) in designed.into_iter().enumerate() {
             for (g, first) in prompt.completions.iter().enumerate() {
-                let result = self.validate_one(r, d, g, &prompt, first.clone(), m).await?;
+                let result = self
+                    .validate_one(r, d, g, &prompt, first.clone(), m)
+                    .await?;
                 out.push(result);
             }
         }
