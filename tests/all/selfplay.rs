@@ -615,3 +615,59 @@ async fn eval_reports_win_rate_per_skill_with_multi_turn_history() {
     assert_eq!(per_skill["Mathematical Reasoning"], 0.0);
     assert_eq!(per_skill["Optimization"], 0.0);
 }
+
+#[tokio::test]
+async fn every_bundled_seed_env_passes_check_and_the_edge_envs_score_by_hand() {
+    for (name, source) in spade_trainer::selfplay::examples::example_envs() {
+        let report = spade_runtime::check::check(
+            &runtime(),
+            &source,
+            &spade_runtime::check::CheckOptions::default(),
+        )
+        .await;
+        assert!(report.accepted, "{name}: {:?}", report.codes());
+    }
+    // Lenient parsing, by hand: the bigger of the two numbers in the observation wins, with or
+    // without \boxed{}; the smaller loses.
+    let envs = spade_trainer::selfplay::examples::example_envs();
+    let bigger = &envs.iter().find(|(n, _)| n == "bigger_number").unwrap().1;
+    for (reply, wins) in [("big", true), ("boxed", true), ("small", false)] {
+        let mut sb = runtime()
+            .sandbox(bigger, spade_runtime::SandboxOptions::seeded(3))
+            .await
+            .unwrap();
+        let obs = sb.reset(Some(3)).await.unwrap().observation;
+        let nums: Vec<i64> = obs
+            .split(|c: char| !c.is_ascii_digit())
+            .filter(|s| !s.is_empty())
+            .map(|s| s.parse().unwrap())
+            .collect();
+        let (hi, lo) = (nums[0].max(nums[1]), nums[0].min(nums[1]));
+        let action = match reply {
+            "big" => format!("It is {hi}."),
+            "boxed" => format!("I pick {lo}... no: \\boxed{{{hi}}}"),
+            _ => format!("{lo}"),
+        };
+        let step = sb.step(&action).await.unwrap();
+        assert!(step.terminated, "{obs} / {action}");
+        assert_eq!(step.reward, if wins { 1.0 } else { 0.0 }, "{obs} / {action}");
+    }
+    // guess_three: guessing 1, 2, 3 in turn always wins within the three guesses.
+    let guess = &envs.iter().find(|(n, _)| n == "guess_three").unwrap().1;
+    for seed in 0..6 {
+        let mut sb = runtime()
+            .sandbox(guess, spade_runtime::SandboxOptions::seeded(seed))
+            .await
+            .unwrap();
+        sb.reset(Some(seed)).await.unwrap();
+        let mut won = false;
+        for g in 1..=3 {
+            let step = sb.step(&format!("\\boxed{{{g}}}")).await.unwrap();
+            if step.terminated {
+                won = step.reward == 1.0;
+                break;
+            }
+        }
+        assert!(won, "seed {seed}");
+    }
+}

@@ -3,11 +3,11 @@ import re
 
 
 def first_number(text):
-    """The number inside the last \\boxed{}, else the first whole number in the text."""
-    boxed = re.findall(r"\\boxed\{\s*(-?\d+)\s*\}", text)
+    """The number inside the last \\boxed{}, else the first whole number (at most 9 digits)."""
+    boxed = re.findall(r"\\boxed\{\s*(-?\d{1,9})\s*\}", text)
     if boxed:
         return int(boxed[-1])
-    found = re.search(r"-?\d+", text)
+    found = re.search(r"-?\d{1,9}", text)
     return int(found.group(0)) if found else None
 
 

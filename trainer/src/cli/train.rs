@@ -134,8 +134,11 @@ impl TrainArgs {
                 } else {
                     format!("ETA {:.0}s", per * (rollouts - done) as f64)
                 };
+                let opt = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.4}"));
                 say!(
-                    "rollout {}: valid {}/{} designs, pool {}, win {:.2} / hint {:.2}, regret {:.3}, loss {}, {:.1}s ({eta})",
+                    "rollout {}: valid {}/{} designs, pool {}, win {:.2} / hint {:.2}, regret {:.3}, \
+                     trained {} designer + {} agent (zero advantage {:.0}%), loss {}, grad norm {}, \
+                     clipped {}, {:.1}s ({eta})",
                     m.rollout,
                     m.valid,
                     m.designs,
@@ -143,7 +146,12 @@ impl TrainArgs {
                     m.win_rate,
                     m.win_rate_hint,
                     m.regret,
-                    m.loss.map_or("-".to_string(), |l| format!("{l:.4}")),
+                    m.designer_samples_trained,
+                    m.agent_samples_trained,
+                    100.0 * m.zero_advantage_fraction,
+                    opt(m.loss),
+                    opt(m.grad_norm),
+                    opt(m.clip_fraction),
                     m.time.total
                 );
             }
