@@ -268,6 +268,16 @@ fn an_episode_trains_on_exact_contexts_only() {
     assert_eq!(seqs[1].prompt, vec![100, 999, 5]);
     assert_eq!(seqs[1].spans, vec![0..2]);
     assert!(seqs.iter().all(|s| s.advantage == 0.25));
+    let other = episode("g", false, 0.0, 1);
+    let batch = credit::assign(
+        &[],
+        &[e.clone(), other],
+        &cfg(),
+        &mut Baselines::default(),
+        1,
+    );
+    assert_eq!(batch.split_episodes, 1);
+    assert_eq!(batch.count(Role::Agent), 3);
     // A cap of 8 tokens: turn 0 (2 + 2 = 4) fits, turn 1 (prompt 5 + 2 = 7) fits, a third
     // chained turn (prompt 8 + 2 = 10) would not: the sequence ends after turn 1, and its
     // head is intact.

@@ -650,7 +650,11 @@ async fn every_bundled_seed_env_passes_check_and_the_edge_envs_score_by_hand() {
         };
         let step = sb.step(&action).await.unwrap();
         assert!(step.terminated, "{obs} / {action}");
-        assert_eq!(step.reward, if wins { 1.0 } else { 0.0 }, "{obs} / {action}");
+        assert_eq!(
+            step.reward,
+            if wins { 1.0 } else { 0.0 },
+            "{obs} / {action}"
+        );
     }
     // guess_three: guessing 1, 2, 3 in turn always wins within the three guesses.
     let guess = &envs.iter().find(|(n, _)| n == "guess_three").unwrap().1;

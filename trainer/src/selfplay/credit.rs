@@ -155,6 +155,9 @@ pub struct Batch {
     pub env_reward_scale: f64,
     /// Centred, scaled designer advantages, one per design in input order (before subsampling).
     pub designer_advantages: Vec<f64>,
+    /// Trained episodes whose turns did not chain into one sequence (a prompt that does not
+    /// start with the previous turn's context: a re-tokenisation or a context cut).
+    pub split_episodes: usize,
 }
 
 impl Batch {
@@ -370,23 +373,25 @@ pub fn assign(
             }
         }
     }
-    let agent = agent_sequences(episodes, cfg, baselines);
+    let (agent, split_episodes) = agent_sequences(episodes, cfg, baselines);
     let mut samples = subsample(designer, cfg.max_designer_samples, seeds::mix(seed, 1));
     samples.extend(subsample(agent, cfg.max_agent_samples, seeds::mix(seed, 2)));
     Batch {
         samples,
         env_reward_scale: scale,
         designer_advantages: designer_adv,
+        split_episodes,
     }
 }
 
 /// The agent's trained sequences: per game (and hint flag, when hint plays are trained), one
-/// advantage per episode under the configured baseline, fanned out to the episode's sequences.
+/// advantage per episode under the configured baseline, fanned out to the episode's sequences;
+/// also the number of episodes that needed more than one sequence.
 fn agent_sequences(
     episodes: &[Episode],
     cfg: &CreditConfig,
     baselines: &mut Baselines,
-) -> Vec<Trained> {
+) -> (Vec<Trained>, usize) {
     let mut groups: BTreeMap<Group, Vec<&Episode>> = BTreeMap::new();
     for e in episodes {
         if e.hint && !cfg.train_hint_plays {
@@ -399,6 +404,7 @@ fn agent_sequences(
         groups.entry(key).or_default().push(e);
     }
     let mut out = Vec::new();
+    let mut split = 0;
     for (group, eps) in groups {
         let returns: Vec<f64> = eps.iter().map(|e| e.ret).collect();
         let hint = matches!(group, Group::Game { hint: true, .. });
@@ -414,7 +420,9 @@ fn agent_sequences(
             _ => game_advantages(&returns, cfg.agent_baseline, cfg.ema_decay, None),
         };
         for (e, adv) in eps.iter().zip(advs) {
-            for sample in episode_sequences(&e.turns, adv, cfg.max_agent_sequence_tokens) {
+            let seqs = episode_sequences(&e.turns, adv, cfg.max_agent_sequence_tokens);
+            split += usize::from(seqs.len() > 1);
+            for sample in seqs {
                 out.push(Trained {
                     role: Role::Agent,
                     group: group.clone(),
@@ -424,5 +432,5 @@ fn agent_sequences(
             }
         }
     }
-    out
+    (out, split)
 }

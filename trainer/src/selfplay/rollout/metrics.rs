@@ -57,6 +57,9 @@ pub struct Metrics {
     pub agent_samples_trained: usize,
     /// Agent sequences from hint plays in the update (0 unless `train_hint_plays`).
     pub hint_samples_trained: usize,
+    /// Agent episodes whose turns did not chain into one exact sequence (each part trains on
+    /// its own exact context).
+    pub agent_split_episodes: usize,
     /// Fraction of trained sequences whose advantage is exactly 0.
     pub zero_advantage_fraction: f64,
     /// Tokens sampled by the policy.

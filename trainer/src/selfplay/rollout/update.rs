@@ -49,6 +49,7 @@ impl Run<'_> {
         m.agent_samples_trained = batch.count(Role::Agent);
         m.hint_samples_trained = batch.hint_count();
         m.zero_advantage_fraction = batch.zero_advantage_fraction();
+        m.agent_split_episodes = batch.split_episodes;
         let samples: Vec<_> = batch.samples.into_iter().map(|t| t.sample).collect();
         self.progress.start(
             r,
