@@ -10,7 +10,7 @@
 
 use serde_json::{Value, json};
 use spade_runtime::check::{CheckOptions, check};
-use spade_runtime::fuzz::{FuzzOptions, fuzz};
+use spade_runtime::fuzz::{ActionGen, FuzzOptions, Style, fuzz, parse_tools};
 use spade_runtime::trajectory::{
     RecordError, RecordMeta, Recorder, ReplayOptions, Trajectory, replay,
 };
@@ -137,13 +137,15 @@ struct Text {
 }
 
 impl Text {
-    /// One to four pieces; lone surrogates only when `surrogates` (one case in four).
-    fn generate(rng: &mut Rng, surrogates: bool) -> Text {
+    /// One to four pieces, none a lone surrogate unless `surrogate`, which puts exactly one in.
+    fn generate(rng: &mut Rng, surrogate: bool) -> Text {
+        let count = 1 + rng.below(4);
+        let at = rng.below(count);
         let mut python = String::new();
         let mut text = Some(String::new());
-        for _ in 0..1 + rng.below(4) {
+        for i in 0..count {
             let mut piece = &PIECES[rng.below(PIECES.len())];
-            while piece.text.is_none() && !(surrogates && rng.below(4) == 0) {
+            while piece.text.is_none() != (surrogate && i == at) {
                 piece = &PIECES[rng.below(PIECES.len())];
             }
             python.push_str(piece.python);
@@ -167,19 +169,25 @@ struct Case {
 }
 
 impl Case {
+    /// One case in two has a lone surrogate, in one of its texts (those the environment
+    /// returns from `reset` twice as often as each of those that loading reads).
     fn generate(rng: &mut Rng) -> Case {
-        let surrogates = rng.below(3) == 0;
-        let mut text = |one_in: usize| {
-            let allow = surrogates && rng.below(one_in) == 0;
-            Text::generate(rng, allow)
+        let site = if rng.below(2) == 0 {
+            Some(rng.below(8))
+        } else {
+            None
+        };
+        let mut text = |sites: &[usize]| {
+            let surrogate = site.is_some_and(|s| sites.contains(&s));
+            Text::generate(rng, surrogate)
         };
         Case {
-            class: text(3),
-            tool: text(3),
-            description: text(4),
-            observation: text(1),
-            key: text(3),
-            value: text(1),
+            class: text(&[0]),
+            tool: text(&[1]),
+            description: text(&[2]),
+            key: text(&[3]),
+            observation: text(&[4, 5]),
+            value: text(&[6, 7]),
         }
     }
 
@@ -225,6 +233,11 @@ globals()[_NAME] = type(_NAME, (_Base,), {{}})
         )
     }
 
+    /// Whether the class name holds a NUL, which Python's `type()` refuses.
+    fn class_has_nul(&self) -> bool {
+        self.class.python.contains("\\x00")
+    }
+
     /// The class name, tool name, description and info key, if none holds a lone surrogate.
     fn loadable(&self) -> Option<(String, String, String, String)> {
         Some((
@@ -258,6 +271,13 @@ async fn record_and_check(case: &Case, source: &str, label: &str) {
     .unwrap();
     let loaded = recorder.info().cloned();
     match (case.loadable(), &loaded) {
+        // Python's type() refuses a NUL in a class name (CPython and the sandbox alike).
+        (_, Err(CallError::Load(message))) if case.class_has_nul() => {
+            assert!(
+                message.contains("ValueError: type name must not contain null characters"),
+                "{label}: {message}"
+            );
+        }
         (Some((class, tool, description, key)), Ok(info)) => {
             assert_eq!(info.class_name, class, "{label}");
             let tools: Value = serde_json::from_str(info.tools.as_deref().unwrap()).unwrap();
@@ -267,10 +287,6 @@ async fn record_and_check(case: &Case, source: &str, label: &str) {
                 "parameters": {"type": "object", "properties": {key: {"type": "string"}}},
             }}]);
             assert_eq!(tools, expected, "{label}");
-        }
-        // CPython's type() refuses a NUL in a class name; an interpreter may do the same.
-        (Some((class, ..)), Err(CallError::Load(message))) if class.contains('\0') => {
-            assert!(message.contains("null"), "{label}: {message}");
         }
         (None, Err(CallError::Contract(message) | CallError::Load(message))) => {
             assert!(message.contains("surrogate"), "{label}: {message}");
@@ -349,13 +365,15 @@ async fn record_and_check(case: &Case, source: &str, label: &str) {
 #[tokio::test]
 async fn arbitrary_unicode_from_the_guest_gives_typed_results_everywhere() {
     let mut rng = Rng(0x5EED_0010);
-    let mut surrogate_cases = 0;
-    for i in 0..12 {
+    let (mut at_load, mut at_reset, mut clean_cases) = (0, 0, 0);
+    for i in 0..24 {
         let case = Case::generate(&mut rng);
         let source = case.source();
         let label = format!("case {i}:\n{source}");
-        if case.loadable().is_none() || case.observation.text.is_none() {
-            surrogate_cases += 1;
+        match (case.loadable(), &case.observation.text, &case.value.text) {
+            (None, _, _) => at_load += 1,
+            (Some(_), Some(_), Some(_)) => clean_cases += 1,
+            _ => at_reset += 1,
         }
         record_and_check(&case, &source, &label).await;
 
@@ -367,13 +385,30 @@ async fn arbitrary_unicode_from_the_guest_gives_typed_results_everywhere() {
         for finding in &report.findings {
             assert!(!host_side_failure(finding.kind), "{label}: {finding:?}");
         }
-        if case.loadable().is_some() && !source.contains("\\x00") {
-            assert_eq!(report.class_name, case.loadable().map(|l| l.0), "{label}");
+        if case.class_has_nul() {
+            assert_eq!(report.class_name, None, "{label}");
+            assert_eq!(report.codes(), ["load_failed"], "{label}");
+        } else if let Some((class, ..)) = case.loadable() {
+            assert_eq!(report.class_name, Some(class), "{label}");
+        }
+
+        // The action generator itself, on this case's tools and observation text, many times
+        // more often than the campaign below reaches it.
+        if let (Some(_), Some(observation)) = (case.loadable(), &case.observation.text) {
+            let runtime = runtime();
+            if let Ok(sandbox) = runtime.sandbox(&source, SandboxOptions::seeded(0)).await {
+                let tools = parse_tools(sandbox.info().tools.as_deref());
+                assert_eq!(tools.len(), 1, "{label}");
+                let mut generator = ActionGen::new(i, tools);
+                for _ in 0..2000 {
+                    generator.next(observation, Style::Any);
+                }
+            }
         }
 
         let options = FuzzOptions {
             seed: i,
-            episodes: Some(3),
+            episodes: Some(4),
             ..FuzzOptions::default()
         };
         let report = fuzz(&runtime(), &source, &options, &mut |_| {}).await;
@@ -382,7 +417,7 @@ async fn arbitrary_unicode_from_the_guest_gives_typed_results_everywhere() {
                 !host_side_failure(finding.kind)
                     && !matches!(
                         finding.code.as_str(),
-                        "nondeterministic" | "trajectory_unreadable"
+                        "host_panic" | "nondeterministic" | "trajectory_unreadable"
                     ),
                 "{label}: {finding:?}"
             );
@@ -390,12 +425,16 @@ async fn arbitrary_unicode_from_the_guest_gives_typed_results_everywhere() {
         let clean = case.loadable().is_some()
             && case.observation.text.is_some()
             && case.value.text.is_some();
-        if clean && !source.contains("\\x00") {
+        if clean && !case.class_has_nul() {
             let codes: Vec<&str> = report.findings.iter().map(|f| f.code.as_str()).collect();
             assert!(!codes.contains(&"contract"), "{label}: {codes:?}");
         }
     }
-    assert!(surrogate_cases >= 2, "the generator covers lone surrogates");
+    assert!(
+        at_load >= 2 && at_reset >= 2 && clean_cases >= 4,
+        "the generator covers lone surrogates at load ({at_load}) and in reset ({at_reset}), and \
+         clean text ({clean_cases})"
+    );
 }
 
 #[tokio::test]
@@ -434,15 +473,15 @@ fn cli_check_and_fuzz_complete_on_the_non_ascii_tool_env() {
         "fuzz",
         env.to_str().unwrap(),
         "--episodes",
-        "10",
+        "20",
         "--seed",
-        "4",
+        "2",
         "--out",
         dir.path().to_str().unwrap(),
         "--json",
     ]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     let json: Value = serde_json::from_str(stdout(&output).trim()).unwrap();
-    assert_eq!(json["episodes"], 10);
+    assert_eq!(json["episodes"], 20);
     assert_eq!(json["findings"], json!([]));
 }
