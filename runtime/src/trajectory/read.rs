@@ -402,7 +402,7 @@ fn parse_header(text: &str, complete: bool) -> Result<Header, TrajectoryError> {
     let found = probe.format.map(RawValue::get);
     match found.and_then(|f| f.parse::<u32>().ok()) {
         Some(FORMAT_VERSION) => {}
-        Some(old) if old >= 1 && old < FORMAT_VERSION => {
+        Some(old) if (1..FORMAT_VERSION).contains(&old) => {
             return Err(TrajectoryError::OutdatedVersion {
                 found: old,
                 supported: FORMAT_VERSION,
