@@ -559,7 +559,7 @@ fn replay_clamps_limits_above_the_local_defaults_unless_trusted() {
         stderr(&clamped)
     );
     assert!(
-        stdout(&clamped).starts_with("identical: "),
+        stdout(&clamped).starts_with("identical under the local limits: 3 calls (1 steps)"),
         "{}",
         stdout(&clamped)
     );
@@ -567,7 +567,7 @@ fn replay_clamps_limits_above_the_local_defaults_unless_trusted() {
     assert_eq!(trusted.status.code(), Some(0), "{}", stderr(&trusted));
     assert_eq!(stderr(&trusted), "");
     assert!(
-        stdout(&trusted).starts_with("identical: "),
+        stdout(&trusted).starts_with("identical: 3 calls (1 steps)"),
         "{}",
         stdout(&trusted)
     );

@@ -110,8 +110,14 @@ impl ReplayArgs {
             );
             return Ok(ExitCode::from(EXIT_TRUNCATED));
         }
+        // Under clamped limits the header (and so the trace hash) is this replay's own.
+        let under = if report.clamped_limits.is_some() {
+            " under the local limits"
+        } else {
+            ""
+        };
         say!(
-            "identical: {} calls ({} steps), outcome {}, trace sha256 {}",
+            "identical{under}: {} calls ({} steps), outcome {}, trace sha256 {}",
             report.calls,
             report.steps,
             report.outcome.as_deref().unwrap_or("unknown"),
