@@ -799,3 +799,81 @@ fn verify_hash_reports_an_edited_footer_outcome_and_return() {
     let intact = spade(&["replay", recorded.to_str().unwrap(), "--verify-hash"]);
     assert_eq!(intact.status.code(), Some(0), "{}", stderr(&intact));
 }
+
+#[tokio::test]
+async fn corrupt_lines_are_named_with_their_number_and_reason() {
+    let text = record("arithmetic_puzzle", 7).await;
+    let lines = text_lines(&text);
+    let n = lines.len();
+    let with_line = |at: usize, line: &str| {
+        let mut edited = lines.clone();
+        edited[at] = line.to_owned();
+        join_text(&edited)
+    };
+    let corrupt = |text: &str| match Trajectory::parse(text) {
+        Err(TrajectoryError::Corrupt { line, message }) => (line, message),
+        other => panic!("not reported as corrupt: {other:?}"),
+    };
+    assert_eq!(
+        corrupt(&with_line(2, "{\"type\":\"event\"}")),
+        (
+            3,
+            "unknown line type \"event\" (expected call or footer)".to_owned()
+        )
+    );
+    assert_eq!(
+        corrupt(&with_line(2, "{\"index\":1}")),
+        (3, "the line has no \"type\"".to_owned())
+    );
+    assert_eq!(
+        corrupt(&with_line(2, &lines[0])),
+        (3, "a second header".to_owned())
+    );
+    let (line, message) = corrupt(&with_line(
+        3,
+        &lines[3].replace("\"reward\":", "\"reward\":\"x\",\"_\":"),
+    ));
+    assert_eq!(line, 4);
+    assert!(
+        message.starts_with("the step result: invalid type: string \"x\", expected f64"),
+        "{message}"
+    );
+    let (line, message) = corrupt(&with_line(
+        n - 1,
+        &lines[n - 1].replace("\"total_reward\":0.9", "\"total_reward\":\"lots\""),
+    ));
+    assert_eq!(line, n);
+    assert!(
+        message.starts_with(
+            "invalid value: string \"lots\", expected a number, \"Infinity\", \"-Infinity\" or \"NaN\""
+        ),
+        "{message}"
+    );
+    let mut text = text.clone();
+    text.push_str("{\"type\":\"footer\"}\n");
+    assert_eq!(
+        corrupt(&text),
+        (n + 1, "a line follows the footer".to_owned())
+    );
+    let mut bytes = join_text(&lines[..3]).into_bytes();
+    bytes.extend_from_slice(b"{\"type\":\"call\",\xff}\n");
+    match Trajectory::read(&bytes[..], u64::MAX) {
+        Err(err) => assert_eq!(
+            err.to_string(),
+            "line 4 is corrupt: not valid UTF-8 (invalid byte at offset 15 of the line)"
+        ),
+        Ok(_) => panic!("invalid UTF-8 accepted"),
+    }
+    for blank in ["", "\n\n", "  \n \t\n"] {
+        assert_eq!(
+            Trajectory::parse(blank).unwrap_err(),
+            TrajectoryError::NotATrajectory("the file is empty".to_owned())
+        );
+    }
+    crate::common::fails_with(
+        &["replay", "/proc/self/mem"],
+        None,
+        1,
+        "error: /proc/self/mem: cannot read the trajectory: Input/output error",
+    );
+}
