@@ -603,12 +603,18 @@ fn a_two_gib_trajectory_file_is_refused_before_it_is_read() {
         "the file is 100 bytes (0.0 MiB), more than the 99 bytes (0.0 MiB)",
     );
     let endless = std::io::BufReader::new(std::io::repeat(b'\n'));
+    let err = Trajectory::read(endless, 1 << 20).unwrap_err();
     assert_eq!(
-        Trajectory::read(endless, 1 << 20).unwrap_err(),
+        err,
         TrajectoryError::TooLarge {
             size: None,
             limit: 1 << 20
         }
+    );
+    assert_eq!(
+        err.to_string(),
+        "the input is longer than the 1048576 bytes (1.0 MiB) a trajectory may have here; \
+         reading stopped there (raise the cap with --max-file-size if you trust the file)"
     );
 }
 

@@ -17,9 +17,10 @@
 //! every other field of the footer itself: it is the sha256 of the lines before the footer
 //! (newlines included) followed by the footer line with `trace_sha256` set to `""`.
 //!
-//! Version 2 (this one) differs from version 1 in that footer coverage and in writing a
-//! non-finite `total_reward` (the sum of finite rewards can overflow) as the string
-//! `"Infinity"`, `"-Infinity"` or `"NaN"`, where version 1 wrote `null` and could not read it back.
+//! Version 2 (this one) differs from version 1 in two ways: the trace hash covers the footer,
+//! and a non-finite `total_reward` (a sum of finite rewards can overflow) is written as the
+//! string `"Infinity"`, `"-Infinity"` or `"NaN"`, where version 1 wrote `null` and could not
+//! read it back. Version 1 files are refused with a message saying so.
 
 use std::collections::BTreeMap;
 

@@ -26,13 +26,19 @@ pub const DEFAULT_MAX_FILE_BYTES: u64 = 1 << 30;
 
 fn too_large(size: Option<u64>, limit: u64) -> String {
     let bytes = |n: u64| format!("{n} bytes ({:.1} MiB)", n as f64 / f64::from(1 << 20));
-    let size = match size {
-        Some(size) => format!("the file is {}, more than", bytes(size)),
-        None => "the input is longer than".to_owned(),
+    let (what, how) = match size {
+        Some(size) => (
+            format!("the file is {}, more than", bytes(size)),
+            "it was refused without reading it into memory",
+        ),
+        None => (
+            "the input is longer than".to_owned(),
+            "reading stopped there",
+        ),
     };
     format!(
-        "{size} the {} a trajectory may have here; it was refused without reading it into memory \
-         (raise the cap with --max-file-size if you trust the file)",
+        "{what} the {} a trajectory may have here; {how} (raise the cap with --max-file-size if \
+         you trust the file)",
         bytes(limit)
     )
 }
