@@ -19,3 +19,4 @@ mod replay;
 mod report;
 mod sandbox;
 mod selfplay;
+mod unicode;
