@@ -181,7 +181,7 @@ pub fn start_runtime(config: Config) -> anyhow::Result<Runtime> {
     if first {
         eprintln!(
             "spade: first run with this build: pre-initialising the Python interpreter (wizer) \
-             and compiling it (Cranelift), about a minute on 2 cores; later runs start in \
+             and compiling it (Cranelift), one to three minutes on 2 cores; later runs start in \
              milliseconds"
         );
     }
