@@ -129,9 +129,18 @@ impl Default for InteractiveActions {
 }
 
 impl InteractiveActions {
+    /// Reads from standard input; on a terminal, first says how to type actions.
     pub fn new() -> Self {
+        let prompt = std::io::stdin().is_terminal();
+        if prompt {
+            eprintln!(
+                "Type one action per line; for an action of several lines, type {BLOCK_START} \
+                 alone on a line, then its lines, then {BLOCK_END} alone on a line. End with \
+                 Ctrl-D."
+            );
+        }
         InteractiveActions {
-            prompt: std::io::stdin().is_terminal(),
+            prompt,
             stdin: std::io::stdin().lock(),
             line: 0,
         }

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use spade_runtime::trajectory::{RecordError, RecordMeta, Recorder};
 use spade_runtime::{CallError, CallOutput, Config, Runtime, SandboxOptions};
 
-use super::actions::{BLOCK_END, BLOCK_START, Format, InteractiveActions, read_actions};
+use super::actions::{Format, InteractiveActions, read_actions};
 use super::{EXIT_ENV_FAILED, read_text, tokio_runtime};
 
 /// Run an environment in the sandbox: reset, then one step per action.
@@ -132,16 +132,7 @@ impl RunArgs {
 
         let mut lines: Box<dyn Iterator<Item = anyhow::Result<String>>> = match actions {
             Actions::List(list) => Box::new(list.into_iter().map(Ok)),
-            Actions::Interactive => {
-                if std::io::IsTerminal::is_terminal(&std::io::stdin()) {
-                    eprintln!(
-                        "Type one action per line; for an action of several lines, type \
-                         {BLOCK_START} alone on a line, then its lines, then {BLOCK_END} alone on a \
-                         line. End with Ctrl-D."
-                    );
-                }
-                Box::new(InteractiveActions::new())
-            }
+            Actions::Interactive => Box::new(InteractiveActions::new()),
         };
         let mut total = 0.0;
         let mut steps = 0usize;
