@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use anyhow::{Context as _, bail};
 use clap::Args;
-use spade_runtime::{Config, Runtime};
+use spade_runtime::Config;
 use spade_trainer::selfplay::corpus::DEFAULT_CORPUS;
 use spade_trainer::selfplay::examples::example_envs;
 use spade_trainer::selfplay::progress::{Lines, Progress};
@@ -106,7 +106,7 @@ impl TrainArgs {
         }
         let loaded = super::load_model(self.model.as_deref())?;
         let mut policy = CandlePolicy::new(loaded, &cfg)?;
-        let runtime = Runtime::new(Config::default()).context("starting the sandbox runtime")?;
+        let runtime = super::run::start_runtime(Config::default())?;
         let rollouts = self.rollouts.unwrap_or(cfg.rollouts);
         let rt = super::tokio_runtime()?;
         rt.block_on(async {
