@@ -1,6 +1,7 @@
 //! Builds the RustPython guest for wasm32-wasip2 with a nested cargo invocation (the guest is its
 //! own workspace with its own lockfile and pins) and hands its path and sha256 to the crate.
 
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -33,6 +34,29 @@ fn main() {
     let digest = hex::encode(Sha256::digest(&bytes));
     println!("cargo:rustc-env=SPADE_GUEST_WASM={}", wasm.display());
     println!("cargo:rustc-env=SPADE_GUEST_SHA256={digest}");
+}
+
+/// Cargo captures a build script's output and shows only `Building ... spade-runtime(build)`
+/// while the nested guest build runs (about 10 minutes the first time). When the build runs on
+/// a terminal, say what is happening there and let the nested cargo print its progress to it;
+/// without one (CI, an IDE) the output stays captured and is shown if the build fails.
+fn show_progress_on_terminal(cmd: &mut Command, target_dir: &Path) {
+    let Ok(mut tty) = std::fs::OpenOptions::new().write(true).open("/dev/tty") else {
+        return;
+    };
+    let Ok(for_cargo) = tty.try_clone() else {
+        return;
+    };
+    let _ = writeln!(
+        tty,
+        "\nspade-runtime build script: building the RustPython guest for {TARGET} with a nested \
+         cargo (the first time about 10 minutes on 2 cores; cached in {}, shared by every \
+         profile)",
+        target_dir.display()
+    );
+    cmd.stderr(for_cargo)
+        .env("CARGO_TERM_PROGRESS_WHEN", "never")
+        .env("CARGO_TERM_COLOR", "never");
 }
 
 /// `<target-dir>/guest`, shared by every profile of the host build.
@@ -69,6 +93,7 @@ fn build_guest(guest: &Path) -> PathBuf {
         .arg("--target-dir")
         .arg(&target_dir);
     // The outer build's flags and target settings are for the host, not for the guest.
+    show_progress_on_terminal(&mut cmd, &target_dir);
     for var in [
         "CARGO_ENCODED_RUSTFLAGS",
         "RUSTFLAGS",

@@ -52,13 +52,18 @@ pub fn artifact_key(engine: &Engine) -> String {
     hex::encode(hasher.0.finalize())
 }
 
+/// Where the artifact for `engine` is cached under `dir`.
+pub fn artifact_path(engine: &Engine, dir: &Path) -> PathBuf {
+    let key = artifact_key(engine);
+    dir.join(format!("guest-{}.cwasm", &key[..32]))
+}
+
 /// The compiled, pre-initialised guest for `engine`, from the cache when possible.
 pub fn load_component(
     engine: &Engine,
     cache_dir: Option<&Path>,
 ) -> Result<Component, RuntimeError> {
-    let key = artifact_key(engine);
-    let path = cache_dir.map(|dir| dir.join(format!("guest-{}.cwasm", &key[..32])));
+    let path = cache_dir.map(|dir| artifact_path(engine, dir));
     if let Some(component) = cached_at(engine, path.as_deref())? {
         return Ok(component);
     }

@@ -114,3 +114,18 @@ pub fn default_cache_dir() -> Option<PathBuf> {
     }
     std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache").join("spade"))
 }
+
+impl Limits {
+    /// These limits with none above `local`'s: each limit is the smaller of the two. A replay of
+    /// a trajectory from elsewhere runs under the file's limits clamped this way, so a file cannot
+    /// ask for more fuel, memory, time or output than the local configuration allows.
+    pub fn clamp_to(&self, local: &Limits) -> Limits {
+        let mut clamped = self.clone();
+        clamped.fuel_per_call = self.fuel_per_call.min(local.fuel_per_call);
+        clamped.load_fuel = self.load_fuel.min(local.load_fuel);
+        clamped.memory_limit = self.memory_limit.min(local.memory_limit);
+        clamped.call_deadline = self.call_deadline.min(local.call_deadline);
+        clamped.output_limit = self.output_limit.min(local.output_limit);
+        clamped
+    }
+}

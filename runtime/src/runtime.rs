@@ -63,6 +63,17 @@ pub(crate) fn engine_config(config: &Config) -> wasmtime::Config {
 }
 
 impl Runtime {
+    /// Whether the compiled guest for `config` is already in its cache, so that
+    /// [`Runtime::new`] maps it in milliseconds instead of pre-initialising and compiling it
+    /// (about a minute). `false` without a cache directory.
+    pub fn is_prepared(config: &Config) -> bool {
+        let Some(dir) = config.cache_dir.as_deref() else {
+            return false;
+        };
+        Engine::new(&engine_config(config))
+            .is_ok_and(|engine| artifact::artifact_path(&engine, dir).exists())
+    }
+
     /// Builds the engine and prepares the guest (from the artifact cache when possible).
     pub fn new(config: Config) -> Result<Runtime, RuntimeError> {
         let engine = Engine::new(&engine_config(&config))

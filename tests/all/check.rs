@@ -264,3 +264,398 @@ async fn a_total_fuel_budget_rejects_deterministically() {
         stdout(&output)
     );
 }
+
+/// A fixture's verdict, written by hand from what the fixture plants (see its docstring).
+struct Verdict {
+    name: &'static str,
+    accepted: bool,
+    errors: &'static [&'static str],
+    warnings: &'static [&'static str],
+    /// `(code, text)`: the finding's message contains the text.
+    says: &'static [(&'static str, &'static str)],
+}
+
+const VERDICTS: &[Verdict] = &[
+    Verdict {
+        name: "plan_in_words",
+        accepted: true,
+        errors: &[],
+        warnings: &["solution_plan_does_not_win"],
+        says: &[
+            (
+                "solution_plan_does_not_win",
+                "solution() returned \"Toggle each lamp that is off, one per turn, from left to \
+                 right.\", which could not be played as given: played as 1 action in the env's \
+                 action format it did not end the episode (seed 1). The env is multi-turn by its \
+                 behaviour",
+            ),
+            ("solution_plan_does_not_win", "so this is a warning"),
+        ],
+    },
+    Verdict {
+        name: "wrong_single_answer",
+        accepted: false,
+        errors: &["solution_does_not_win"],
+        warnings: &[],
+        says: &[(
+            "solution_does_not_win",
+            "it ended without a win (seed 1). The env is single-answer by its behaviour (the \
+             probe step \\boxed{1} after reset(seed=42) ended the episode), so its solution \
+             must win",
+        )],
+    },
+    Verdict {
+        name: "reset_keeps_history",
+        accepted: false,
+        errors: &["reset_not_reproducible"],
+        warnings: &[],
+        says: &[(
+            "reset_not_reproducible",
+            "reset(seed=300) after other episodes in the same instance gave a different \
+             observation than the first reset(seed=300): first \"Type the word apple reversed, \
+             as \\\\boxed{...}.\", then \"Type the word cherry reversed, as \\\\boxed{...}.\". \
+             State survives reset",
+        )],
+    },
+    Verdict {
+        name: "reset_init_random",
+        accepted: false,
+        errors: &["reset_not_reproducible"],
+        warnings: &[],
+        says: &[(
+            "reset_not_reproducible",
+            "reset(seed=300) in a new instance (sandbox seed 301) gave a different observation \
+             than in the first instance (sandbox seed 300): first \"What is ",
+        )],
+    },
+    Verdict {
+        name: "step_keeps_history",
+        accepted: false,
+        errors: &["step_not_reproducible"],
+        warnings: &[],
+        says: &[
+            (
+                "step_not_reproducible",
+                "after reset(seed=300) again, step 1 (",
+            ),
+            (
+                "step_not_reproducible",
+                "gave a different observation than the same step",
+            ),
+            ("step_not_reproducible", "(move 1).\", then \""),
+        ],
+    },
+    Verdict {
+        name: "empty_observation",
+        accepted: false,
+        errors: &["empty_observation"],
+        warnings: &[],
+        says: &[(
+            "empty_observation",
+            "reset(seed=42) returned an empty observation",
+        )],
+    },
+    Verdict {
+        name: "reward_too_large",
+        accepted: false,
+        errors: &["reward_out_of_range"],
+        warnings: &[],
+        says: &[(
+            "reward_out_of_range",
+            "step returned reward 100 outside [-10, 10]",
+        )],
+    },
+    Verdict {
+        name: "reset_once",
+        accepted: false,
+        errors: &["reset_again_failed"],
+        warnings: &[],
+        says: &[
+            (
+                "reset_again_failed",
+                "reset(seed=123) failed with exception",
+            ),
+            ("reset_again_failed", "IndexError: pop from empty list"),
+        ],
+    },
+    Verdict {
+        name: "same_task_every_seed",
+        accepted: true,
+        errors: &[],
+        warnings: &["seed_ignored"],
+        says: &[(
+            "seed_ignored",
+            "reset(seed) gave the same initial observation for 5 different seeds",
+        )],
+    },
+    Verdict {
+        name: "echo_word",
+        accepted: true,
+        errors: &[],
+        warnings: &["random_wins"],
+        says: &[("random_wins", "random play won ")],
+    },
+    Verdict {
+        name: "slow_solution",
+        accepted: true,
+        errors: &[],
+        warnings: &["fuel_high"],
+        says: &[(
+            "fuel_high",
+            "more than a quarter of the per-call budget 300000000",
+        )],
+    },
+    Verdict {
+        name: "chatty_solution",
+        accepted: true,
+        errors: &[],
+        warnings: &["output_truncated"],
+        says: &[("output_truncated", "bytes beyond the output cap")],
+    },
+    Verdict {
+        name: "code_answer",
+        accepted: true,
+        errors: &[],
+        warnings: &[],
+        says: &[],
+    },
+];
+
+fn codes_of(report: &CheckReport, severity: Severity) -> Vec<&str> {
+    let mut codes: Vec<&str> = report
+        .findings
+        .iter()
+        .filter(|f| f.severity == severity)
+        .map(|f| f.code.as_str())
+        .collect();
+    codes.sort_unstable();
+    codes
+}
+
+#[tokio::test]
+async fn fixtures_written_for_each_finding_get_their_verdict() {
+    let mut failures = Vec::new();
+    for v in VERDICTS {
+        let report = check_fixture(v.name).await;
+        let got = (
+            report.accepted,
+            codes_of(&report, Severity::Error),
+            codes_of(&report, Severity::Warning),
+        );
+        if got != (v.accepted, v.errors.to_vec(), v.warnings.to_vec()) {
+            failures.push(format!("{}: got {got:?}: {:#?}", v.name, report.findings));
+            continue;
+        }
+        for (code, text) in v.says {
+            let message = &report
+                .findings
+                .iter()
+                .find(|f| f.code == *code)
+                .unwrap()
+                .message;
+            if !message.contains(text) {
+                failures.push(format!("{}: {code} lacks {text:?}:\n{message}", v.name));
+            }
+        }
+        for finding in &report.findings {
+            let Some(text) = &finding.trajectory else {
+                continue;
+            };
+            let trajectory = Trajectory::parse(text).unwrap();
+            let replayed = replay(&check_runtime(), &trajectory, &ReplayOptions::default())
+                .await
+                .unwrap();
+            if replayed.divergence.is_some() {
+                failures.push(format!("{}: {} does not replay", v.name, finding.code));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+#[tokio::test]
+async fn the_new_probes_run_and_pass_on_the_good_fixtures() {
+    let report = check_fixture("grid_walk").await;
+    for probe in ["reset_reproducibility", "step_reproducibility"] {
+        assert!(
+            report.probes.iter().any(|p| p == probe),
+            "{probe}: {:?}",
+            report.probes
+        );
+    }
+    assert!(report.findings.is_empty(), "{:#?}", report.findings);
+}
+
+/// `nondeterministic` (a fresh sandbox replaying the same seed and actions gets another
+/// trace) cannot come from an environment: the sandbox makes every call a function of the seed
+/// and the calls before it (see `determinism`). Its oracle is checked on an episode whose
+/// recorded result was changed, which is what a nondeterministic run would have recorded.
+#[tokio::test]
+async fn the_nondeterminism_oracle_reports_a_diverging_replay() {
+    use spade_runtime::fuzz::{Session, check_replay};
+    let runtime = check_runtime();
+    let mut session = Session::start(&runtime, &env_source("arithmetic_puzzle"), 5, "test").await;
+    session.reset(Some(5)).await.unwrap();
+    session.step("\\boxed{0}").await.unwrap();
+    let (text, hash) = session.finish();
+    assert_eq!(check_replay(&runtime, &text, &hash).await, None);
+    let changed = text.replacen("\"reward\":0.0", "\"reward\":0.5", 1);
+    assert_ne!(changed, text);
+    let v = check_replay(&runtime, &changed, &hash).await.unwrap();
+    assert_eq!(v.code, "nondeterministic");
+    assert!(
+        v.message.starts_with("replaying the episode diverged at "),
+        "{}",
+        v.message
+    );
+}
+
+/// Codes of the README's `spade check` table.
+fn readme_check_codes() -> Vec<String> {
+    let readme = std::fs::read_to_string(crate::common::repo_root().join("README.md")).unwrap();
+    let table = readme
+        .split("## `spade check`")
+        .nth(1)
+        .unwrap()
+        .split("\n\n")
+        .find(|block| block.starts_with("| probe |"))
+        .expect("the check table");
+    let mut codes = Vec::new();
+    for row in table.lines().skip(2) {
+        let column = row.split(" | ").nth(1).unwrap_or("");
+        for (i, piece) in column.split('`').enumerate() {
+            if i % 2 == 1 && piece.chars().all(|c| c.is_ascii_lowercase() || c == '_') {
+                codes.push(piece.to_owned());
+            }
+        }
+    }
+    codes
+}
+
+#[test]
+fn every_finding_code_in_the_readme_has_a_fixture_with_a_verdict() {
+    // Fixtures of the older tests above, each with the code it is rejected with.
+    let older = [
+        "load_failed",
+        "reset_failed",
+        "probe_step_failed",
+        "solution_failed",
+        "no_end",
+        "step_failed",
+        "garbage_wins",
+        // grid_walk under --total-fuel (a_total_fuel_budget_rejects_deterministically).
+        "validation_fuel",
+        // An oracle test: no environment can be nondeterministic in the sandbox.
+        "nondeterministic",
+        // The kind of a `*_failed` finding (fault_infinite_loop's probe_step_failed).
+        "out_of_fuel",
+    ];
+    let covered: Vec<&str> = VERDICTS
+        .iter()
+        .flat_map(|v| v.errors.iter().chain(v.warnings))
+        .copied()
+        .chain(older)
+        .collect();
+    let codes = readme_check_codes();
+    assert!(codes.len() >= 20, "{codes:?}");
+    let missing: Vec<&String> = codes
+        .iter()
+        .filter(|c| !covered.contains(&c.as_str()))
+        .collect();
+    assert!(missing.is_empty(), "codes without a fixture: {missing:?}");
+}
+
+/// `spade check` from `dir` as the current directory.
+fn check_in(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_spade"))
+        .arg("check")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn without_out_trajectories_go_to_a_git_ignored_folder_and_it_says_where() {
+    let dir = tempfile::tempdir().unwrap();
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .args(args)
+            .current_dir(dir.path())
+            .output()
+            .expect("git is needed for this test");
+        assert!(out.status.success(), "git {args:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    git(&["init", "-q"]);
+    let good = env_dir("arithmetic_puzzle").join("env.py");
+    let output = check_in(dir.path(), &[good.to_str().unwrap(), "--seeds", "2"]);
+    assert_eq!(output.status.code(), Some(0));
+    assert!(
+        !dir.path().join(".spade").exists(),
+        "no findings, no folder"
+    );
+
+    let bad = env_dir("fault_nan_reward").join("env.py");
+    let findings = dir.path().join(".spade/check/fault_nan_reward");
+    std::fs::create_dir_all(&findings).unwrap();
+    std::fs::write(findings.join("stale_code.jsonl"), "old").unwrap();
+    std::fs::write(findings.join("notes.txt"), "mine").unwrap();
+    let output = check_in(dir.path(), &[bad.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        err.contains(
+            "trajectories of the findings are in .spade/check/fault_nan_reward/ (replay one with \
+             `spade replay FILE`)"
+        ),
+        "{err}"
+    );
+    assert!(
+        stdout(&output)
+            .contains("replay: spade replay .spade/check/fault_nan_reward/probe_step_failed.jsonl"),
+        "{}",
+        stdout(&output)
+    );
+    let mut files: Vec<String> = std::fs::read_dir(&findings)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    files.sort();
+    assert_eq!(files, ["notes.txt", "probe_step_failed.jsonl"]);
+    assert_eq!(git(&["status", "--porcelain", "--untracked-files=all"]), "");
+    let entries: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(entries.len(), 2, "only .git and .spade: {entries:?}");
+
+    // --json keeps stdout one object and names the file there.
+    let output = check_in(dir.path(), &[bad.to_str().unwrap(), "--json"]);
+    let json: Value = serde_json::from_str(stdout(&output).trim()).unwrap();
+    assert_eq!(
+        json["findings"][0]["trajectory_file"],
+        ".spade/check/fault_nan_reward/probe_step_failed.jsonl"
+    );
+}
+
+#[test]
+fn an_unusable_out_directory_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, "").unwrap();
+    let bad = env_dir("fault_nan_reward").join("env.py");
+    let output = check_in(
+        dir.path(),
+        &[bad.to_str().unwrap(), "--out", file.to_str().unwrap()],
+    );
+    assert_eq!(output.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        err.contains(&format!(
+            "error: creating the output directory '{}'",
+            file.display()
+        )),
+        "{err}"
+    );
+}

@@ -160,3 +160,72 @@ fn fuzz_target_bodies_accept_fixed_inputs() {
         trajectory_parser(text);
     }
 }
+
+/// Two exception classes whose names (Cyrillic, the same length) spell alike in ASCII.
+const TWO_ERRORS_ENV: &str = "class Ошибка(Exception):
+    pass
+
+
+class Помеха(Exception):
+    pass
+
+
+class TwoErrorsEnv:
+    def reset(self, seed=None):
+        return 'go', {}
+
+    def step(self, action):
+        if len(action) % 2:
+            raise Ошибка('odd')
+        raise Помеха('even')
+";
+
+#[test]
+fn findings_whose_signatures_spell_alike_get_separate_files() {
+    use spade_runtime::trajectory::sha256_hex;
+    let dir = tempfile::tempdir().unwrap();
+    let env = dir.path().join("env.py");
+    std::fs::write(&env, TWO_ERRORS_ENV).unwrap();
+    let out = dir.path().join("out");
+    let output = spade(&[
+        "fuzz",
+        env.to_str().unwrap(),
+        "--episodes",
+        "20",
+        "--seed",
+        "1",
+        "--out",
+        out.to_str().unwrap(),
+        "--json",
+    ]);
+    assert_eq!(
+        output.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let json: Value = serde_json::from_str(stdout(&output).trim()).unwrap();
+    let mut signatures: Vec<&str> = json["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["signature"].as_str().unwrap())
+        .collect();
+    signatures.sort_unstable();
+    assert_eq!(signatures, ["Ошибка", "Помеха"]);
+    let mut files: Vec<String> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    files.sort();
+    let mut expected: Vec<String> = ["Ошибка", "Помеха"]
+        .iter()
+        .map(|s| format!("exception-______-{}.jsonl", &sha256_hex(s.as_bytes())[..8]))
+        .collect();
+    expected.sort();
+    assert_eq!(files, expected);
+    for file in files {
+        let replayed = spade(&["replay", out.join(file).to_str().unwrap()]);
+        assert_eq!(replayed.status.code(), Some(0));
+    }
+}

@@ -4,12 +4,14 @@
 mod check;
 mod cli;
 mod common;
+mod credit;
 mod determinism;
 mod envs;
 mod escape;
 mod faults;
 mod fidelity;
 mod fuzz;
+mod learning;
 // Reads RSS from /proc.
 #[cfg(target_os = "linux")]
 mod limits;
@@ -20,3 +22,4 @@ mod replay;
 mod report;
 mod sandbox;
 mod selfplay;
+mod unicode;

@@ -189,14 +189,7 @@ fn sampled_logprobs_match_the_training_path_and_a_lora_grpo_step_runs() {
     let batch: Vec<GrpoSample> = group
         .into_iter()
         .enumerate()
-        .map(|(i, c)| GrpoSample {
-            prompt: prompt.clone(),
-            reward: i as f64,
-            completion: c.tokens,
-            old_logprobs: c.logprobs,
-            group: 0,
-            role: "agent".into(),
-        })
+        .map(|(i, c)| GrpoSample::new(prompt.clone(), c.tokens, c.logprobs, i as f64 - 1.5))
         .collect();
     let opt = AdamW::new(adapters.all_vars(), AdamWConfig::default()).unwrap();
     let cfg = GrpoConfig {

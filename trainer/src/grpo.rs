@@ -1,40 +1,60 @@
-//! GRPO: group-normalised advantages and a clipped policy-gradient update with optional KL to a
-//! frozen reference, gradient clipping and accumulation over micro-batches.
-use std::collections::HashMap;
+//! GRPO: a clipped policy-gradient update on samples whose advantages were assigned by the
+//! caller (see `selfplay::credit`), with optional KL to a frozen reference, gradient clipping,
+//! accumulation over micro-batches, several optimiser steps per batch and a learning-rate
+//! schedule.
+use std::ops::Range;
 
 use candle_core::Tensor;
 
 use crate::error::{Result, TrainerError};
-use crate::logprob::{Pair, completion_logprobs};
+use crate::logprob::{Spans, span_logprobs};
 use crate::model::Decoder;
 use crate::optim::AdamW;
+use crate::schedule::LrSchedule;
 
-/// One sampled completion with its reward.
+/// One trained sequence with its advantage.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GrpoSample {
     /// Prompt ids.
     pub prompt: Vec<u32>,
-    /// Completion ids.
+    /// Everything after the prompt: one completion, or a multi-turn episode's completions with
+    /// the observations between them.
     pub completion: Vec<u32>,
-    /// Log-probabilities recorded when sampling (one per completion token).
+    /// The ranges of `completion` that the policy sampled and that are trained; the rest is
+    /// context only.
+    pub spans: Vec<Range<usize>>,
+    /// Log-probabilities recorded when sampling, one per trained token, in order.
     pub old_logprobs: Vec<f32>,
-    /// Scalar reward.
-    pub reward: f64,
-    /// Completions of the same prompt share a group id.
-    pub group: usize,
-    /// Who produced it (e.g. `designer`, `agent`), for per-role normalisation.
-    pub role: String,
+    /// The advantage every trained token of this sequence gets.
+    pub advantage: f64,
 }
 
-/// How rewards become advantages.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AdvantageNorm {
-    /// `(r - mean_group) / (std_group + eps)`: the GRPO default.
-    Group,
-    /// `(r - mean_group) / (std_role + eps)`, with the std of the group-centred rewards over all
-    /// samples of the same role in the batch, so roles with different reward scales contribute
-    /// comparably and a constant-reward group does not blow up.
-    Role,
+impl GrpoSample {
+    /// A sample whose whole completion is trained.
+    pub fn new(
+        prompt: Vec<u32>,
+        completion: Vec<u32>,
+        old_logprobs: Vec<f32>,
+        advantage: f64,
+    ) -> Self {
+        let spans = if completion.is_empty() {
+            Vec::new()
+        } else {
+            std::iter::once(0..completion.len()).collect()
+        };
+        Self {
+            prompt,
+            completion,
+            spans,
+            old_logprobs,
+            advantage,
+        }
+    }
+
+    /// Tokens trained (the spans' total length).
+    pub fn trained_tokens(&self) -> usize {
+        self.spans.iter().map(|r| r.len()).sum()
+    }
 }
 
 /// GRPO hyper-parameters.
@@ -52,8 +72,11 @@ pub struct GrpoConfig {
     /// micro-batch closes early when the next sample would pass it, so long sequences train
     /// in smaller groups (a sample longer than the limit trains alone).
     pub micro_batch_tokens: usize,
-    /// Advantage normalisation.
-    pub norm: AdvantageNorm,
+    /// Optimiser steps per batch ([`GrpoTrainer::update`]): from the second on, the policy
+    /// differs from the one that sampled, so the importance ratio moves and clipping acts.
+    pub epochs: usize,
+    /// The learning rate per optimiser step (`None` leaves the optimiser's rate alone).
+    pub schedule: Option<LrSchedule>,
 }
 
 impl Default for GrpoConfig {
@@ -64,76 +87,78 @@ impl Default for GrpoConfig {
             max_grad_norm: 1.0,
             micro_batch: 4,
             micro_batch_tokens: 0,
-            norm: AdvantageNorm::Group,
+            epochs: 1,
+            schedule: None,
         }
     }
 }
 
-/// What one update did.
+/// What one optimiser step did.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct StepStats {
     /// Loss (token mean).
     pub loss: f64,
-    /// Mean reward of the batch.
-    pub mean_reward: f64,
+    /// Mean advantage per trained token.
+    pub mean_advantage: f64,
     /// Mean importance ratio.
     pub mean_ratio: f64,
-    /// Fraction of tokens whose ratio was clipped.
+    /// Fraction of tokens whose ratio was outside the clip range.
     pub clip_fraction: f64,
     /// Mean KL estimate to the reference (0 without one).
     pub kl: f64,
     /// Gradient norm before clipping.
     pub grad_norm: f64,
+    /// The learning rate of the step.
+    pub lr: f64,
     /// Completion tokens trained on.
     pub tokens: usize,
 }
 
-const EPS: f64 = 1e-6;
-
-fn mean_std(xs: &[f64]) -> (f64, f64) {
-    let n = xs.len().max(1) as f64;
-    let mean = xs.iter().sum::<f64>() / n;
-    let var = xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n;
-    (mean, var.sqrt())
+/// What [`GrpoTrainer::update`] did: one [`StepStats`] per optimiser step.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UpdateStats {
+    /// Each step, in order.
+    pub steps: Vec<StepStats>,
 }
 
-/// Advantages of `samples` (one per sample) under `norm`.
-pub fn advantages(samples: &[GrpoSample], norm: AdvantageNorm) -> Vec<f64> {
-    let mut groups: HashMap<usize, Vec<f64>> = HashMap::new();
-    for s in samples {
-        groups.entry(s.group).or_default().push(s.reward);
+impl UpdateStats {
+    fn mean(&self, f: impl Fn(&StepStats) -> f64) -> f64 {
+        self.steps.iter().map(f).sum::<f64>() / self.steps.len().max(1) as f64
     }
-    let stats: HashMap<usize, (f64, f64)> = groups.iter().map(|(g, r)| (*g, mean_std(r))).collect();
-    let centred: Vec<f64> = samples
-        .iter()
-        .map(|s| s.reward - stats[&s.group].0)
-        .collect();
-    match norm {
-        AdvantageNorm::Group => samples
-            .iter()
-            .zip(&centred)
-            .map(|(s, c)| c / (stats[&s.group].1 + EPS))
-            .collect(),
-        AdvantageNorm::Role => {
-            let mut roles: HashMap<&str, Vec<f64>> = HashMap::new();
-            for (s, c) in samples.iter().zip(&centred) {
-                roles.entry(s.role.as_str()).or_default().push(*c);
-            }
-            let role_std: HashMap<&str, f64> = roles
-                .iter()
-                .map(|(r, cs)| {
-                    (
-                        *r,
-                        (cs.iter().map(|c| c * c).sum::<f64>() / cs.len() as f64).sqrt(),
-                    )
-                })
-                .collect();
-            samples
-                .iter()
-                .zip(&centred)
-                .map(|(s, c)| c / (role_std[s.role.as_str()] + EPS))
-                .collect()
-        }
+
+    /// The first step's loss (the surrogate at the sampling policy).
+    pub fn loss(&self) -> f64 {
+        self.steps.first().map_or(0.0, |s| s.loss)
+    }
+
+    /// Mean gradient norm over the steps.
+    pub fn grad_norm(&self) -> f64 {
+        self.mean(|s| s.grad_norm)
+    }
+
+    /// Mean KL to the reference over the steps.
+    pub fn kl(&self) -> f64 {
+        self.mean(|s| s.kl)
+    }
+
+    /// Mean clipped fraction over the steps.
+    pub fn clip_fraction(&self) -> f64 {
+        self.mean(|s| s.clip_fraction)
+    }
+
+    /// Mean importance ratio over the steps.
+    pub fn ratio_mean(&self) -> f64 {
+        self.mean(|s| s.mean_ratio)
+    }
+
+    /// The last step's learning rate.
+    pub fn lr(&self) -> f64 {
+        self.steps.last().map_or(0.0, |s| s.lr)
+    }
+
+    /// Tokens trained per step.
+    pub fn tokens(&self) -> usize {
+        self.steps.first().map_or(0, |s| s.tokens)
     }
 }
 
@@ -185,64 +210,78 @@ impl<'a> GrpoTrainer<'a> {
         &mut self.optimizer
     }
 
-    /// One update on `samples`; the loss is the token mean over the whole batch.
+    /// [`GrpoConfig::epochs`] optimiser steps on `samples`, each at the schedule's rate.
+    pub fn update(&mut self, samples: &[GrpoSample]) -> Result<UpdateStats> {
+        let mut steps = Vec::with_capacity(self.cfg.epochs.max(1));
+        for _ in 0..self.cfg.epochs.max(1) {
+            if let Some(schedule) = self.cfg.schedule {
+                let lr = schedule.at(self.optimizer.steps());
+                self.optimizer.set_lr(lr);
+            }
+            steps.push(self.step(samples)?);
+        }
+        Ok(UpdateStats { steps })
+    }
+
+    /// One optimiser step on `samples`; the loss is the token mean over the whole batch.
     pub fn step(&mut self, samples: &[GrpoSample]) -> Result<StepStats> {
-        let total: usize = samples.iter().map(|s| s.completion.len()).sum();
+        let total: usize = samples.iter().map(GrpoSample::trained_tokens).sum();
         if total == 0 {
             return Err(TrainerError::InvalidParameter(
                 "no completion tokens to train on".into(),
             ));
         }
         for s in samples {
-            if s.old_logprobs.len() != s.completion.len() {
+            if s.old_logprobs.len() != s.trained_tokens() {
                 return Err(TrainerError::InvalidParameter(format!(
-                    "{} old log-probs for {} completion tokens",
+                    "{} old log-probs for {} trained tokens",
                     s.old_logprobs.len(),
-                    s.completion.len()
+                    s.trained_tokens()
+                )));
+            }
+            if !s.advantage.is_finite() {
+                return Err(TrainerError::InvalidParameter(format!(
+                    "an advantage is not finite: {}",
+                    s.advantage
                 )));
             }
         }
-        let adv = advantages(samples, self.cfg.norm);
         let device = self.policy.device().clone();
         let (lo, hi) = (1.0 - self.cfg.clip_eps, 1.0 + self.cfg.clip_eps);
         let mut acc: Option<Vec<Option<Tensor>>> = None;
         let (mut loss_sum, mut ratio_sum, mut clipped, mut kl_sum) = (0.0, 0.0, 0.0, 0.0);
         let chunks = micro_batches(samples, self.cfg.micro_batch, self.cfg.micro_batch_tokens);
-        for (start, chunk) in chunks {
-            let chunk: Vec<(usize, &GrpoSample)> = chunk
-                .iter()
-                .enumerate()
-                .map(|(k, s)| (start + k, s))
-                .filter(|(_, s)| !s.completion.is_empty())
-                .collect();
+        for (_, chunk) in chunks {
+            let chunk: Vec<&GrpoSample> = chunk.iter().filter(|s| s.trained_tokens() > 0).collect();
             if chunk.is_empty() {
                 continue;
             }
-            let pairs: Vec<Pair> = chunk
+            let rows: Vec<Spans> = chunk
                 .iter()
-                .map(|(_, s)| Pair {
+                .map(|s| Spans {
                     prompt: &s.prompt,
                     completion: &s.completion,
+                    spans: &s.spans,
                 })
                 .collect();
-            let n: usize = pairs.iter().map(|p| p.completion.len()).sum();
+            let n: usize = chunk.iter().map(|s| s.trained_tokens()).sum();
             let old: Vec<f32> = chunk
                 .iter()
-                .flat_map(|(_, s)| s.old_logprobs.iter().copied())
+                .flat_map(|s| s.old_logprobs.iter().copied())
                 .collect();
             let a: Vec<f32> = chunk
                 .iter()
-                .flat_map(|(i, s)| std::iter::repeat_n(adv[*i] as f32, s.completion.len()))
+                .flat_map(|s| std::iter::repeat_n(s.advantage as f32, s.trained_tokens()))
                 .collect();
             let old = Tensor::from_vec(old, n, &device)?;
             let a = Tensor::from_vec(a, n, &device)?;
-            let lp = completion_logprobs(self.policy, &pairs)?;
+            let lp = span_logprobs(self.policy, &rows)?;
             let ratio = (&lp - &old)?.exp()?;
             let surr1 = ratio.mul(&a)?;
             let surr2 = ratio.clamp(lo, hi)?.mul(&a)?;
             let mut per_tok = surr1.minimum(&surr2)?.neg()?;
             if let (Some(reference), true) = (self.reference, self.cfg.kl_coef > 0.0) {
-                let ref_lp = completion_logprobs(&reference.without_grad(), &pairs)?;
+                let ref_lp = span_logprobs(&reference.without_grad(), &rows)?;
                 // k3 estimator: exp(ref - lp) - (ref - lp) - 1 >= 0.
                 let d = (ref_lp - &lp)?;
                 let kl = ((d.exp()? - &d)? - 1.0)?;
@@ -277,15 +316,21 @@ impl<'a> GrpoTrainer<'a> {
         } else {
             1.0
         };
+        let lr = self.optimizer.lr();
         self.optimizer.step_collected(&grads, scale)?;
         let t = total as f64;
+        let adv_tokens: f64 = samples
+            .iter()
+            .map(|s| s.advantage * s.trained_tokens() as f64)
+            .sum();
         Ok(StepStats {
             loss: loss_sum,
-            mean_reward: samples.iter().map(|s| s.reward).sum::<f64>() / samples.len() as f64,
+            mean_advantage: adv_tokens / t,
             mean_ratio: ratio_sum / t,
             clip_fraction: clipped / t,
             kl: kl_sum / t,
             grad_norm,
+            lr,
             tokens: total,
         })
     }

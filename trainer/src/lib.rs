@@ -13,6 +13,7 @@ pub mod optim;
 pub mod prefix_cache;
 pub mod report;
 pub mod sample;
+pub mod schedule;
 pub mod selfplay;
 
 pub use error::{Result, TrainerError};

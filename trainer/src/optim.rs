@@ -177,6 +177,11 @@ impl AdamW {
         Ok(())
     }
 
+    /// Optimizer steps taken so far (restored with the state; drives learning-rate schedules).
+    pub fn steps(&self) -> u64 {
+        self.step
+    }
+
     /// The learning rate.
     pub fn lr(&self) -> f64 {
         self.cfg.lr

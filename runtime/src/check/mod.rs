@@ -3,10 +3,14 @@
 //! Runs every probe of the SPADE reference's validation (class discovery; `reset(seed=42)`
 //! returns a non-empty string and a dict; the probe steps `\boxed{1}`, `\boxed{test}`,
 //! `\boxed{42}` return typed 5-tuples with rewards in [-10, 10]; `reset(seed=123)` works again),
-//! then episodes that check determinism, seed use, the solution, reward hacking by random and
-//! garbage play, episode ends, fuel and output. Every finding that comes from an episode carries
-//! that episode's trajectory, which `spade replay` reproduces. All choices are seeded: the same
-//! environment gives the same report.
+//! then episodes that check seed use, reward hacking by random and garbage play, episode ends,
+//! determinism, reset and step reproducibility ([`reproducible`]), the solution ([`solution`]),
+//! fuel and output. Every finding that comes from an episode carries that episode's trajectory,
+//! which `spade replay` reproduces. All choices are seeded: the same environment gives the same
+//! report.
+
+mod reproducible;
+mod solution;
 
 use std::collections::BTreeSet;
 
@@ -78,6 +82,9 @@ pub struct CheckStats {
     pub garbage_win_rate: Option<f64>,
     pub random_win_rate: Option<f64>,
     pub distinct_initial_observations: Option<u64>,
+    /// Whether the env is single-answer by its behaviour (one action ended an episode on its
+    /// first step), decided when a solution did not win; `None` when every solution won.
+    pub single_answer: Option<bool>,
 }
 
 /// The verdict.
@@ -118,6 +125,9 @@ struct Checker<'a> {
     options: &'a CheckOptions,
     report: CheckReport,
     seen: BTreeSet<String>,
+    /// Why the env is single-answer by its behaviour: the first action seen to end an episode
+    /// on its first step. `None`: no such action yet.
+    single_answer: Option<String>,
 }
 
 /// How an episode played.
@@ -147,6 +157,11 @@ impl Checker<'_> {
             trajectory: trajectory.map(str::to_owned),
             trajectory_file: None,
         });
+    }
+
+    /// Records why the env is single-answer by its behaviour (the first reason counts).
+    fn note_single_answer(&mut self, evidence: String) {
+        self.single_answer.get_or_insert(evidence);
     }
 
     fn failure(&mut self, code: &str, call: &str, err: &CallError) -> Violation {
@@ -238,7 +253,16 @@ impl Checker<'_> {
             Ok(_) => {
                 for action in [r"\boxed{1}", r"\boxed{test}", r"\boxed{42}"] {
                     steps += 1;
-                    match session.step(action).await {
+                    let result = session.step(action).await;
+                    if steps == 1
+                        && let Ok(step) = &result
+                        && (step.terminated || step.truncated)
+                    {
+                        self.note_single_answer(format!(
+                            "the probe step {action} after reset(seed=42) ended the episode"
+                        ));
+                    }
+                    match result {
                         Err(err) => {
                             problem = Some(self.failure(
                                 "probe_step_failed",
@@ -270,86 +294,6 @@ impl Checker<'_> {
             }
             None => Some(info),
         }
-    }
-
-    /// Plays the solution from `reset(seed)`.
-    async fn solution_episode(&mut self, info: &EnvInfo, seed: u64) -> Played {
-        let mut played = Played {
-            won: false,
-            failed: false,
-        };
-        let mut session = Session::start(self.runtime, self.source, seed, "check:solution").await;
-        let mut steps = 0;
-        let mut problem: Option<(Severity, Violation)> = None;
-        match session.reset(Some(seed)).await {
-            Err(err) => {
-                problem = Some((Severity::Error, self.failure("reset_failed", "reset", &err)))
-            }
-            Ok(_) => match session.solution().await {
-                Err(err) => {
-                    problem = Some((
-                        Severity::Error,
-                        self.failure("solution_failed", "solution()", &err),
-                    ));
-                }
-                Ok(solution) => {
-                    let plan = solution_actions(&solution, info.tools.is_some());
-                    let single = plan.single;
-                    let mut ended = false;
-                    for action in plan.actions {
-                        steps += 1;
-                        match session.step(&action).await {
-                            Err(err) => {
-                                problem = Some((
-                                    Severity::Error,
-                                    self.failure("step_failed", "step", &err),
-                                ));
-                                break;
-                            }
-                            Ok(step) => {
-                                if step.terminated || step.truncated {
-                                    played.won = step.terminated && step.reward > 0.0;
-                                    ended = true;
-                                    break;
-                                }
-                            }
-                        }
-                    }
-                    if problem.is_none() && !played.won && plan.machine_readable {
-                        let how = if ended {
-                            "ended without a win"
-                        } else {
-                            "did not end"
-                        };
-                        let v = Violation::new(
-                            if single {
-                                "solution_does_not_win"
-                            } else {
-                                "solution_plan_does_not_win"
-                            },
-                            format!(
-                                "playing solution() {} as the env's action format {how} (seed {seed})",
-                                format_args!("{:?}", clip(&solution, 200))
-                            ),
-                        );
-                        problem = Some((
-                            if single {
-                                Severity::Error
-                            } else {
-                                Severity::Warning
-                            },
-                            v,
-                        ));
-                    }
-                }
-            },
-        }
-        let (text, _) = self.finish_session(session, steps);
-        if let Some((severity, v)) = problem {
-            played.failed = severity == Severity::Error;
-            self.add(severity, v, Some(seed), Some(&text));
-        }
-        played
     }
 
     /// Plays generated actions from `reset(seed)` until the episode ends or reaches
@@ -398,6 +342,14 @@ impl Checker<'_> {
                             if step.terminated || step.truncated {
                                 played.won = step.terminated && step.reward > 0.0;
                                 ended = true;
+                                if steps == 1 {
+                                    self.note_single_answer(format!(
+                                        "the {} action {:?} ended the episode of seed {seed} on \
+                                         its first step",
+                                        purpose.trim_start_matches("check:"),
+                                        clip(&action, 80)
+                                    ));
+                                }
                                 break;
                             }
                             observation = step.observation;
@@ -462,19 +414,6 @@ impl Checker<'_> {
         }
         let n = u64::from(self.options.seeds.max(1));
 
-        self.report.probes.push("solution".to_owned());
-        let mut wins = 0;
-        for i in 0..n.max(2) {
-            let played = self.solution_episode(&info, 1 + i).await;
-            if self.over_budget() {
-                return;
-            }
-            wins += u64::from(played.won);
-            if played.failed {
-                break;
-            }
-        }
-        self.report.stats.solution_wins = Some(format!("{wins}/{}", n.max(2)));
         self.report.probes.push("seeds".to_owned());
         self.seeds_probe(n.max(2)).await;
         if self.over_budget() {
@@ -537,6 +476,27 @@ impl Checker<'_> {
             }
         }
 
+        self.reproducibility_probes(&info).await;
+        if self.over_budget() {
+            return;
+        }
+
+        // Last: whether a solution that does not win is an error depends on whether any action
+        // above ended an episode on its first step.
+        self.report.probes.push("solution".to_owned());
+        let mut wins = 0;
+        for i in 0..n.max(2) {
+            let played = self.solution_episode(&info, 1 + i).await;
+            if self.over_budget() {
+                return;
+            }
+            wins += u64::from(played.won);
+            if played.failed {
+                break;
+            }
+        }
+        self.report.stats.solution_wins = Some(format!("{wins}/{}", n.max(2)));
+
         self.report.probes.push("fuel".to_owned());
         let budget = self.runtime.limits().fuel_per_call;
         self.report.stats.fuel_budget = budget;
@@ -555,87 +515,6 @@ impl Checker<'_> {
             );
         }
     }
-}
-
-/// The actions that play a solution.
-struct SolutionPlan {
-    actions: Vec<String>,
-    /// One answer (not a plan of several moves).
-    single: bool,
-    /// Short and regular enough to play; a prose description is not.
-    machine_readable: bool,
-}
-
-fn solution_actions(solution: &str, tool_use: bool) -> SolutionPlan {
-    let text = solution.trim();
-    let boxed = boxed_contents(text);
-    if !boxed.is_empty() {
-        let single = boxed.len() == 1;
-        return SolutionPlan {
-            actions: boxed
-                .into_iter()
-                .map(|b| format!("\\boxed{{{b}}}"))
-                .collect(),
-            single,
-            machine_readable: true,
-        };
-    }
-    if text.contains("<tool_call>") || text.contains("<answer>") {
-        let actions: Vec<String> = text
-            .lines()
-            .map(str::trim)
-            .filter(|l| !l.is_empty())
-            .map(str::to_owned)
-            .collect();
-        return SolutionPlan {
-            single: actions.len() == 1,
-            actions,
-            machine_readable: true,
-        };
-    }
-    let machine_readable = !text.is_empty() && !text.contains('\n') && text.chars().count() <= 100;
-    let action = if tool_use {
-        format!("<answer>{text}</answer>")
-    } else {
-        format!("\\boxed{{{text}}}")
-    };
-    SolutionPlan {
-        actions: vec![action],
-        single: true,
-        machine_readable,
-    }
-}
-
-/// The contents of every `\boxed{...}` in `text`, braces balanced.
-fn boxed_contents(text: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut rest = text;
-    while let Some(at) = rest.find("\\boxed{") {
-        let body = &rest[at + 7..];
-        let mut depth = 1;
-        let mut end = None;
-        for (i, c) in body.char_indices() {
-            match c {
-                '{' => depth += 1,
-                '}' => {
-                    depth -= 1;
-                    if depth == 0 {
-                        end = Some(i);
-                        break;
-                    }
-                }
-                _ => {}
-            }
-        }
-        match end {
-            Some(i) => {
-                out.push(body[..i].to_owned());
-                rest = &body[i + 1..];
-            }
-            None => break,
-        }
-    }
-    out
 }
 
 /// Checks `source` under `runtime`'s limits.
@@ -657,38 +536,10 @@ pub async fn check(runtime: &Runtime, source: &str, options: &CheckOptions) -> C
             },
         },
         seen: BTreeSet::new(),
+        single_answer: None,
     };
     checker.run().await;
     let mut report = checker.report;
     report.accepted = report.errors() == 0;
     report
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn solutions_become_actions() {
-        let p = solution_actions("42", false);
-        assert_eq!(
-            (p.actions, p.single, p.machine_readable),
-            (vec!["\\boxed{42}".to_owned()], true, true)
-        );
-        let p = solution_actions("\\boxed{up} \\boxed{left}", false);
-        assert_eq!(
-            (p.actions, p.single),
-            (
-                vec!["\\boxed{up}".to_owned(), "\\boxed{left}".to_owned()],
-                false
-            )
-        );
-        let p = solution_actions("12.5", true);
-        assert_eq!(p.actions, vec!["<answer>12.5</answer>".to_owned()]);
-        assert!(!solution_actions("First call the tool,\nthen add", true).machine_readable);
-        assert_eq!(
-            boxed_contents("\\boxed{\\frac{1}{2}} x \\boxed{3"),
-            vec!["\\frac{1}{2}".to_owned()]
-        );
-    }
 }

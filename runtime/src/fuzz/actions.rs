@@ -252,7 +252,12 @@ impl ActionGen {
         }
         let payload = json!({"name": name, "arguments": arguments}).to_string();
         match self.rng.below(10) {
-            0 => format!("<tool_call>{}</tool_call>", &payload[..payload.len() / 2]),
+            0 => {
+                // Cut in the middle, counted in characters: names and words taken from the
+                // environment may be multi-byte.
+                let half = payload.chars().count() / 2;
+                format!("<tool_call>{}</tool_call>", truncate_chars(payload, half))
+            }
             1 => format!(
                 "<tool_call>{{\"name\": \"{}\", \"arguments\": \"not json\"}}</tool_call>",
                 tool.name
@@ -424,6 +429,24 @@ mod tests {
         assert!(has(&|a| a.contains("\"name\":\"no_such_tool\"")));
         assert!(has(&|a| a.contains("<answer>")));
         assert!(has(&|a| !a.is_ascii()));
+    }
+
+    #[test]
+    fn multi_byte_tool_names_and_observation_words_are_cut_between_characters() {
+        let tools = parse_tools(Some(
+            r#"[{"type":"function","function":{"name":"価格を調べる","parameters":{"type":"object","properties":{"品目":{"type":"string"}}}}}]"#,
+        ));
+        let mut generator = ActionGen::new(4, tools);
+        let actions: Vec<String> = (0..3000)
+            .map(|_| generator.next("「りんご」 🍑 e\u{301}clair の在庫", Style::Any))
+            .collect();
+        let cut = actions.iter().find(|a| {
+            a.strip_prefix("<tool_call>{\"name\":\"価格を調べる\"")
+                .and_then(|rest| rest.strip_suffix("</tool_call>"))
+                .is_some_and(|rest| !rest.contains("arguments\":{") || !rest.ends_with('}'))
+        });
+        assert!(cut.is_some(), "no tool call cut in half");
+        assert!(actions.iter().any(|a| a.contains("りんご")));
     }
 
     #[test]

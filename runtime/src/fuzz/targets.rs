@@ -171,13 +171,10 @@ impl Default for Harness {
     }
 }
 
-/// Target `trajectory_parser`: arbitrary text as a trajectory file. Parsing and the tamper
-/// check must return a result or a typed error, never panic.
+/// Target `trajectory_parser`: arbitrary bytes as a trajectory file (read under a 1 MiB cap).
+/// Reading and the tamper check must return a result or a typed error, never panic.
 pub fn trajectory_parser(data: &[u8]) {
-    let Ok(text) = std::str::from_utf8(data) else {
-        return;
-    };
-    if let Ok(trajectory) = Trajectory::parse(text) {
+    if let Ok(trajectory) = Trajectory::read(data, 1 << 20) {
         let _ = trajectory.verify();
     }
 }

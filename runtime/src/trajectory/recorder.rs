@@ -4,12 +4,13 @@ use std::collections::BTreeMap;
 use std::io::{self, Write};
 
 use super::format::{
-    CallKind, CallRecord, CallResult, FORMAT_VERSION, Footer, Header, RecordedError, raw_json,
-    sha256_hex,
+    CallKind, CallRecord, CallResult, FORMAT_VERSION, Footer, Header, RecordedError, StepSummary,
+    raw_json, sha256_hex,
 };
+use super::tally::Tally;
 use super::writer::TrajectoryWriter;
 use crate::GUEST_SHA256;
-use crate::error::{CallError, ErrorKind};
+use crate::error::CallError;
 use crate::runtime::Runtime;
 use crate::sandbox::{CallOutput, EnvInfo, Reset, Sandbox, SandboxOptions, Step};
 
@@ -49,10 +50,7 @@ pub struct Recorder<W: Write> {
     sandbox: Result<Sandbox, CallError>,
     writer: TrajectoryWriter<W>,
     next_index: u64,
-    steps: u64,
-    total_reward: f64,
-    last_step: Option<(f64, bool, bool)>,
-    failed: Option<ErrorKind>,
+    tally: Tally,
 }
 
 fn output_of(sandbox: &Result<Sandbox, CallError>) -> (u64, CallOutput) {
@@ -93,10 +91,7 @@ impl<W: Write> Recorder<W> {
             sandbox,
             writer,
             next_index: 0,
-            steps: 0,
-            total_reward: 0.0,
-            last_step: None,
-            failed: None,
+            tally: Tally::default(),
         };
         let mut record = recorder.record(CallKind::Load, fuel, &output);
         match &recorder.sandbox {
@@ -109,7 +104,7 @@ impl<W: Write> Recorder<W> {
                 });
             }
             Err(err) => {
-                recorder.failed = Some(err.kind());
+                recorder.tally.call(CallKind::Load, None, Some(err.kind()));
                 record.error = Some(RecordedError::from(err));
             }
         }
@@ -161,11 +156,23 @@ impl<W: Write> Recorder<W> {
     ) -> Result<T, RecordError> {
         match &result {
             Ok(value) => record.ok = Some(ok(value)),
-            Err(err) => {
-                self.failed.get_or_insert(err.kind());
-                record.error = Some(RecordedError::from(err));
-            }
+            Err(err) => record.error = Some(RecordedError::from(err)),
         }
+        let step = match &record.ok {
+            Some(CallResult::Step {
+                reward,
+                terminated,
+                truncated,
+                ..
+            }) => Some(StepSummary {
+                reward: *reward,
+                terminated: *terminated,
+                truncated: *truncated,
+            }),
+            _ => None,
+        };
+        let error = record.error.as_ref().map(|e| e.kind);
+        self.tally.call(record.call, step, error);
         self.writer.call(record)?;
         Ok(result?)
     }
@@ -176,7 +183,6 @@ impl<W: Write> Recorder<W> {
         let (fuel, output) = output_of(&self.sandbox);
         let mut record = self.record(CallKind::Reset, fuel, &output);
         record.seed = seed;
-        self.last_step = None;
         self.finish_call(record, result, |r: &Reset| CallResult::Reset {
             observation: r.observation.clone(),
             info: raw_json(&r.info),
@@ -189,11 +195,6 @@ impl<W: Write> Recorder<W> {
         let (fuel, output) = output_of(&self.sandbox);
         let mut record = self.record(CallKind::Step, fuel, &output);
         record.action = Some(action.to_owned());
-        self.steps += 1;
-        if let Ok(step) = &result {
-            self.total_reward += step.reward;
-            self.last_step = Some((step.reward, step.terminated, step.truncated));
-        }
         self.finish_call(record, result, |s: &Step| CallResult::Step {
             observation: s.observation.clone(),
             reward: s.reward,
@@ -223,20 +224,6 @@ impl<W: Write> Recorder<W> {
 
     /// Writes the footer and returns it with the writer.
     pub fn finish(self) -> io::Result<(RecordSummary, W)> {
-        let (outcome, spade_return) = match (self.failed, self.last_step) {
-            (Some(kind), _) => (format!("error:{kind}"), 0.0),
-            (None, Some((reward, true, _))) => ("terminated".to_owned(), reward.clamp(-1.0, 1.0)),
-            (None, Some((_, false, true))) => ("truncated".to_owned(), 0.0),
-            _ => ("open".to_owned(), 0.0),
-        };
-        let footer = Footer {
-            steps: self.steps,
-            total_reward: self.total_reward,
-            spade_return,
-            outcome,
-            lines: 0,
-            trace_sha256: String::new(),
-        };
-        self.writer.finish(footer)
+        self.writer.finish(self.tally.footer())
     }
 }

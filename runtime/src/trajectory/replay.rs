@@ -1,8 +1,10 @@
-//! Re-executing a recorded episode and comparing every field.
+//! Re-executing a recorded episode and comparing every line byte for byte.
+//!
+//! A trajectory may come from anyone, so the limits it asks for are not taken on trust: each
+//! is clamped to the local runtime's (unless the caller trusts the file).
 
-use serde_json::Value;
-
-use super::format::{CallKind, sha256_hex};
+use super::format::{CallKind, Line, RecordedLimits, canonical, sha256_hex};
+use super::raw;
 use super::read::{Trajectory, TrajectoryError, Truncation};
 use super::recorder::{RecordMeta, Recorder};
 use crate::GUEST_SHA256;
@@ -16,6 +18,10 @@ pub struct ReplayOptions {
     pub env_source: Option<String>,
     /// Replay even though the trajectory was recorded with a different guest build.
     pub allow_guest_mismatch: bool,
+    /// Run under the limits the file records even where they exceed the runtime's own. By
+    /// default each recorded limit (fuel, load fuel, memory, deadline, output) is clamped to
+    /// the runtime's: a hostile file could otherwise ask for unbounded fuel and time.
+    pub trust_limits: bool,
 }
 
 /// The first place where the replay differs from the recording.
@@ -54,14 +60,19 @@ pub struct ReplayReport {
     pub truncated: Option<Truncation>,
     /// `(recorded, this build)` guest hashes when they differ and the replay went ahead.
     pub guest_mismatch: Option<(String, String)>,
+    /// `(recorded, used)` limits when the replay ran under lower limits than the file asks for
+    /// (clamped to the runtime's). The header's `limits` and the hashes that cover it are then
+    /// not compared; every call still is.
+    pub clamped_limits: Option<(RecordedLimits, RecordedLimits)>,
     /// The recorded outcome (`terminated`, `truncated`, `error:<kind>`, `open`), if the file has a footer.
     pub outcome: Option<String>,
     /// The trace hash of the recorded lines.
     pub trace_sha256: String,
 }
 
-/// Re-executes `trajectory` in a fresh sandbox of `runtime` (under the recorded limits) and
-/// compares every line.
+/// Re-executes `trajectory` in a fresh sandbox of `runtime` and compares every line byte for
+/// byte. The sandbox runs under the recorded limits, each clamped to `runtime`'s own unless
+/// `options.trust_limits`.
 pub async fn replay(
     runtime: &Runtime,
     trajectory: &Trajectory,
@@ -100,32 +111,56 @@ pub async fn replay(
             header.env_source.clone()
         }
     };
-    let runtime = runtime.with_limits(header.limits.into());
+    let local = runtime.limits();
+    let mut limits = header.limits.to_limits(local);
+    if !options.trust_limits {
+        limits = limits.clamp_to(local);
+    }
+    let used = RecordedLimits::from(&limits);
+    let clamped_limits = (used != header.limits).then_some((header.limits, used));
+    let runtime = runtime.with_limits(limits);
     let meta = RecordMeta {
         hint: header.hint.clone(),
         metadata: header.metadata.clone(),
     };
     let io = |e: std::io::Error| TrajectoryError::Corrupt {
         line: 0,
-        message: format!("in-memory write failed: {e}"),
+        message: format!("writing the replayed lines failed: {e}"),
     };
-    let mut recorder = Recorder::start(&runtime, &source, header.options.into(), meta, Vec::new())
-        .await
-        .map_err(io)?;
+    // The replayed lines are compared as they are written and then dropped: only the last one
+    // is kept, never a second copy of the file.
+    let mut recorder = Recorder::start(
+        &runtime,
+        &source,
+        header.options.into(),
+        meta,
+        std::io::sink(),
+    )
+    .await
+    .map_err(io)?;
     let mut report = ReplayReport {
         calls: 0,
         steps: 0,
         divergence: None,
         truncated: trajectory.truncated.clone(),
         guest_mismatch: guest_mismatch.clone(),
+        clamped_limits,
         outcome: trajectory.footer.as_ref().map(|(_, f)| f.outcome.clone()),
         trace_sha256: String::new(),
     };
-    let ignore: &[&str] = if guest_mismatch.is_some() {
-        &["guest_sha256", "prev_sha256"]
-    } else {
-        &[]
-    };
+    // A header that differs on purpose (another guest, clamped limits) changes the hash chain
+    // and the trace hash; those are then left out, and every other byte is still compared.
+    let mut ignore: Vec<&str> = Vec::new();
+    if guest_mismatch.is_some() {
+        ignore.push("guest_sha256");
+    }
+    if report.clamped_limits.is_some() {
+        ignore.push("limits");
+    }
+    if !ignore.is_empty() {
+        ignore.push("prev_sha256");
+    }
+    let ignore = ignore.as_slice();
     report.divergence = compare(
         1,
         "header",
@@ -160,18 +195,16 @@ pub async fn replay(
         };
         report.calls += 1;
         report.steps = step;
-        let replayed = recorder.last_line().to_owned();
-        report.divergence = compare(i + 2, &what, text, &replayed, ignore);
+        report.divergence = compare(i + 2, &what, text, recorder.last_line(), ignore);
     }
     let (footer, _) = recorder.finish().map_err(io)?;
     report.trace_sha256 = footer.trace_sha256.clone();
     if report.divergence.is_none()
         && let Some((text, _)) = &trajectory.footer
     {
-        let replayed =
-            serde_json::to_string(&super::format::Line::Footer(footer)).expect("footer serialises");
+        let replayed = canonical(&Line::Footer(footer));
         let mut ignore_footer = ignore.to_vec();
-        if guest_mismatch.is_some() {
+        if !ignore.is_empty() {
             ignore_footer.push("trace_sha256");
         }
         report.divergence = compare(
@@ -185,7 +218,7 @@ pub async fn replay(
     Ok(report)
 }
 
-/// Compares two lines as JSON, ignoring the named top-level fields.
+/// Compares two lines byte for byte, except for the values of the named top-level fields.
 fn compare(
     line: usize,
     what: &str,
@@ -196,17 +229,19 @@ fn compare(
     if recorded == replayed {
         return None;
     }
-    let parse = |text: &str| {
-        let mut value: Value = serde_json::from_str(text).unwrap_or(Value::String(text.to_owned()));
-        if let Some(object) = value.as_object_mut() {
-            for field in ignore {
-                object.remove(*field);
-            }
-        }
-        value
+    // The recorded values of ignored fields in place of the replayed ones.
+    let spliced = if ignore.is_empty() {
+        None
+    } else {
+        raw::replace_members(replayed, ignore, |field| {
+            raw::member(recorded, field).map(str::to_owned)
+        })
     };
-    let (a, b) = (parse(recorded), parse(replayed));
-    let (field, x, y) = first_difference(&a, &b, String::new())?;
+    let replayed = spliced.as_deref().unwrap_or(replayed);
+    if recorded == replayed {
+        return None;
+    }
+    let (field, recorded, replayed) = first_difference("", recorded, replayed);
     Some(Divergence {
         line,
         what: what.to_owned(),
@@ -215,64 +250,70 @@ fn compare(
         } else {
             field
         },
-        recorded: show(x),
-        replayed: show(y),
+        recorded: clip(&recorded),
+        replayed: clip(&replayed),
     })
 }
 
-fn show(value: Option<&Value>) -> String {
-    let text = match value {
-        None => "(absent)".to_owned(),
-        Some(v) => v.to_string(),
-    };
-    if text.chars().count() > 300 {
-        format!("{}...", text.chars().take(300).collect::<String>())
-    } else {
-        text
+/// At most 300 characters of `text`.
+fn clip(text: &str) -> String {
+    match text.char_indices().nth(300) {
+        Some((at, _)) => format!("{}...", &text[..at]),
+        None => text.to_owned(),
     }
 }
 
-fn first_difference<'a>(
-    a: &'a Value,
-    b: &'a Value,
-    path: String,
-) -> Option<(String, Option<&'a Value>, Option<&'a Value>)> {
-    if a == b {
-        return None;
+fn join(path: &str, key: &str) -> String {
+    if path.is_empty() {
+        key.to_owned()
+    } else {
+        format!("{path}.{key}")
     }
-    let join = |key: &str| {
-        if path.is_empty() {
-            key.to_owned()
-        } else {
-            format!("{path}.{key}")
-        }
-    };
-    match (a, b) {
-        (Value::Object(x), Value::Object(y)) => {
-            // Field order of the canonical line: walk the recorded object's keys, then extras.
-            for (key, va) in x {
-                match y.get(key) {
-                    Some(vb) => {
-                        if let Some(found) = first_difference(va, vb, join(key)) {
-                            return Some(found);
-                        }
+}
+
+/// The dotted path of the first difference between two different JSON texts `a` and `b`, and
+/// the raw text of each side there. Members are compared in written order (a member in another
+/// place is a difference), values by their exact text (`1.0` and `1` differ). Where the
+/// difference is outside any member (spacing, a key's escapes), the path of the enclosing value.
+fn first_difference(path: &str, a: &str, b: &str) -> (String, String, String) {
+    let whole = || (path.to_owned(), a.to_owned(), b.to_owned());
+    if let (Some(x), Some(y)) = (raw::members(a), raw::members(b)) {
+        for i in 0..x.len().max(y.len()) {
+            match (x.get(i), y.get(i)) {
+                (Some((ka, va)), Some((kb, vb))) if ka == kb => {
+                    if va.get() != vb.get() {
+                        return first_difference(&join(path, ka), va.get(), vb.get());
                     }
-                    None => return Some((join(key), Some(va), None)),
                 }
-            }
-            y.iter()
-                .find(|(k, _)| !x.contains_key(*k))
-                .map(|(k, vb)| (join(k), None, Some(vb)))
-        }
-        (Value::Array(x), Value::Array(y)) => {
-            for (i, (va, vb)) in x.iter().zip(y).enumerate() {
-                if let Some(found) = first_difference(va, vb, join(&i.to_string())) {
-                    return Some(found);
+                (Some((ka, va)), Some((kb, vb))) => {
+                    let entry = |k: &str, v: &str| format!("{}:{v}", serde_json::Value::from(k));
+                    return (join(path, ka), entry(ka, va.get()), entry(kb, vb.get()));
                 }
+                (Some((ka, va)), None) => {
+                    return (join(path, ka), va.get().to_owned(), "(absent)".to_owned());
+                }
+                (None, Some((kb, vb))) => {
+                    return (join(path, kb), "(absent)".to_owned(), vb.get().to_owned());
+                }
+                (None, None) => break,
             }
-            let i = x.len().min(y.len());
-            Some((join(&i.to_string()), x.get(i), y.get(i)))
         }
-        _ => Some((path, Some(a), Some(b))),
+        return whole();
     }
+    if let (Some(x), Some(y)) = (raw::elements(a), raw::elements(b)) {
+        for i in 0..x.len().max(y.len()) {
+            let at = join(path, &i.to_string());
+            match (x.get(i), y.get(i)) {
+                (Some(va), Some(vb)) if va.get() != vb.get() => {
+                    return first_difference(&at, va.get(), vb.get());
+                }
+                (Some(_), Some(_)) => {}
+                (Some(va), None) => return (at, va.get().to_owned(), "(absent)".to_owned()),
+                (None, Some(vb)) => return (at, "(absent)".to_owned(), vb.get().to_owned()),
+                (None, None) => break,
+            }
+        }
+        return whole();
+    }
+    whole()
 }

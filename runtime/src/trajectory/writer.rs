@@ -4,7 +4,7 @@ use std::io::{self, Write};
 
 use sha2::{Digest, Sha256};
 
-use super::format::{CallRecord, Footer, Header, Line, canonical, sha256_hex};
+use super::format::{CallRecord, Footer, Header, Line, canonical, sha256_hex, unsigned_footer};
 
 /// Writes lines in canonical form, one `write` and `flush` per line, so a killed process
 /// leaves only complete lines (plus at most one partial last line, which readers report as
@@ -30,23 +30,26 @@ impl<W: Write> TrajectoryWriter<W> {
             header_text: header_text.clone(),
             last_line: String::new(),
         };
-        writer.emit(&header_text)?;
+        writer.emit(header_text)?;
         Ok(writer)
     }
 
     /// Appends a call line, linking it to the previous line.
     pub fn call(&mut self, mut record: CallRecord) -> io::Result<()> {
         record.prev_sha256 = self.prev_sha256.clone();
-        self.emit(&canonical(&Line::Call(record)))
+        self.emit(canonical(&Line::Call(record)))
     }
 
-    /// Writes the footer (filling in the line count and trace hash) and returns it with the
+    /// Writes the footer (filling in the line count and the trace hash, which covers every
+    /// line before the footer and the footer's other fields) and returns it with the
     /// underlying writer.
     pub fn finish(mut self, mut footer: Footer) -> io::Result<(Footer, W)> {
         footer.lines = self.lines;
-        footer.trace_sha256 = hex::encode(self.trace.clone().finalize());
-        let text = canonical(&Line::Footer(footer.clone()));
-        self.out.write_all(format!("{text}\n").as_bytes())?;
+        self.trace.update(unsigned_footer(&footer).as_bytes());
+        footer.trace_sha256 = hex::encode(self.trace.finalize());
+        let mut text = canonical(&Line::Footer(footer.clone()));
+        text.push('\n');
+        self.out.write_all(text.as_bytes())?;
         self.out.flush()?;
         Ok((footer, self.out))
     }
@@ -66,13 +69,16 @@ impl<W: Write> TrajectoryWriter<W> {
         self.lines
     }
 
-    fn emit(&mut self, text: &str) -> io::Result<()> {
-        let line = format!("{text}\n");
+    /// Writes `line` and its newline with one `write`, hashes it, and keeps it as the last line
+    /// (moved, not copied).
+    fn emit(&mut self, mut line: String) -> io::Result<()> {
+        line.push('\n');
         self.out.write_all(line.as_bytes())?;
         self.out.flush()?;
         self.trace.update(line.as_bytes());
-        self.prev_sha256 = sha256_hex(text.as_bytes());
-        self.last_line = text.to_owned();
+        line.pop();
+        self.prev_sha256 = sha256_hex(line.as_bytes());
+        self.last_line = line;
         self.lines += 1;
         Ok(())
     }

@@ -1,12 +1,12 @@
 //! GRPO on a toy task, LoRA freezing, advantages, and the fused AdamW.
 use candle_core::{Device, Tensor};
 use candle_nn::VarMap;
-use spade_trainer::grpo::{
-    AdvantageNorm, GrpoConfig, GrpoSample, GrpoTrainer, advantages, micro_batches,
-};
+use spade_trainer::grpo::{GrpoConfig, GrpoSample, GrpoTrainer, micro_batches};
+use spade_trainer::logprob::{Pair, Spans, completion_logprobs, span_logprobs};
 use spade_trainer::model::{Decoder, LoraConfig, lora};
 use spade_trainer::optim::{AdamW, AdamWConfig};
 use spade_trainer::sample::{Sampler, SamplingParams};
+use spade_trainer::selfplay::credit::zscore;
 
 use super::common::{tiny_llama_with_vocab, tiny_tokenizer};
 
@@ -111,15 +111,10 @@ fn train(steps: usize) -> Run {
                 seed: (step * 10 + g) as u64,
                 ..SamplingParams::default()
             };
-            for c in sampler.sample(prompt, 8, &p, &mut |_, _| {}).unwrap() {
-                batch.push(GrpoSample {
-                    prompt: prompt.clone(),
-                    reward: reward(&c.tokens),
-                    completion: c.tokens,
-                    old_logprobs: c.logprobs,
-                    group: g,
-                    role: "agent".into(),
-                });
+            let group = sampler.sample(prompt, 8, &p, &mut |_, _| {}).unwrap();
+            let rewards: Vec<f64> = group.iter().map(|c| reward(&c.tokens)).collect();
+            for (c, adv) in group.into_iter().zip(zscore(&rewards)) {
+                batch.push(GrpoSample::new(prompt.clone(), c.tokens, c.logprobs, adv));
             }
         }
         let stats = trainer.step(&batch).unwrap();
@@ -159,37 +154,83 @@ fn grpo_raises_reward_reproducibly_and_lora_keeps_base_bit_identical() {
     assert_eq!(a.adapters, b.adapters, "training is not reproducible");
 }
 
-fn sample(reward: f64, group: usize, role: &str) -> GrpoSample {
-    GrpoSample {
-        prompt: vec![1],
-        completion: vec![2],
-        old_logprobs: vec![-1.0],
-        reward,
-        group,
-        role: role.into(),
-    }
+fn sample(advantage: f64) -> GrpoSample {
+    GrpoSample::new(vec![1], vec![2], vec![-1.0], advantage)
 }
 
 #[test]
-fn advantages_are_normalised_per_group_or_per_role() {
-    let batch = vec![
-        sample(1.0, 0, "designer"),
-        sample(3.0, 0, "designer"),
-        sample(10.0, 1, "agent"),
-        sample(30.0, 1, "agent"),
-        sample(5.0, 2, "agent"),
-        sample(5.0, 2, "agent"),
-    ];
-    let g = advantages(&batch, AdvantageNorm::Group);
-    for (x, y) in g.iter().zip([-1.0, 1.0, -1.0, 1.0, 0.0, 0.0]) {
-        assert!((x - y).abs() < 1e-4, "{g:?}");
+fn zscore_normalises_a_group_and_leaves_a_constant_one_at_zero() {
+    // Rewards 10 and 30: mean 20, std 10 -> -1, +1; a constant group -> 0, 0.
+    let z = zscore(&[10.0, 30.0]);
+    assert!(
+        (z[0] + 1.0).abs() < 1e-6 && (z[1] - 1.0).abs() < 1e-6,
+        "{z:?}"
+    );
+    assert_eq!(zscore(&[5.0, 5.0]), vec![0.0, 0.0]);
+}
+
+#[test]
+fn span_logprobs_of_an_episode_equal_each_turns_own_logprobs() {
+    // An episode as one sequence: prompt P, completion C1, observation O, completion C2.
+    // Scoring the spans C1 and C2 must give exactly the log-probs of (P, C1) and of
+    // (P + C1 + O, C2) scored alone: the policy's own contexts.
+    let cfg = tiny_llama_with_vocab();
+    let (model, _vm) = Decoder::random(&cfg, 4, 0.3, &Device::Cpu).unwrap();
+    let p = vec![5u32, 60, 70];
+    let c1 = vec![8u32, 9, 10];
+    let o = vec![40u32, 41];
+    let c2 = vec![12u32, 13];
+    let mut completion = c1.clone();
+    completion.extend(&o);
+    completion.extend(&c2);
+    let spans = [0..3, 5..7];
+    let joined: Vec<f32> = span_logprobs(
+        &model,
+        &[Spans {
+            prompt: &p,
+            completion: &completion,
+            spans: &spans,
+        }],
+    )
+    .unwrap()
+    .to_vec1()
+    .unwrap();
+    let mut ctx2 = p.clone();
+    ctx2.extend(&c1);
+    ctx2.extend(&o);
+    let alone: Vec<f32> = completion_logprobs(
+        &model,
+        &[
+            Pair {
+                prompt: &p,
+                completion: &c1,
+            },
+            Pair {
+                prompt: &ctx2,
+                completion: &c2,
+            },
+        ],
+    )
+    .unwrap()
+    .to_vec1()
+    .unwrap();
+    assert_eq!(joined.len(), 5);
+    for (a, b) in joined.iter().zip(&alone) {
+        assert!((a - b).abs() < 1e-5, "{joined:?} vs {alone:?}");
     }
-    let r = advantages(&batch, AdvantageNorm::Role);
-    // Agent centred rewards: -10, 10, 0, 0 -> std sqrt(50).
-    let s = 50f64.sqrt();
-    for (x, y) in r.iter().zip([-1.0, 1.0, -10.0 / s, 10.0 / s, 0.0, 0.0]) {
-        assert!((x - y).abs() < 1e-4, "{r:?}");
-    }
+    let err = span_logprobs(
+        &model,
+        &[Spans {
+            prompt: &p,
+            completion: &c1,
+            spans: std::slice::from_ref(&(0..9)),
+        }],
+    )
+    .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "invalid parameter: span 0..9 is out of order or outside a completion of 3 tokens"
+    );
 }
 
 #[test]
@@ -269,15 +310,13 @@ fn grpo_rejects_bad_input() {
         "invalid parameter: micro_batch must be at least 1"
     );
     let mut t = GrpoTrainer::new(&model, None, opt(), GrpoConfig::default()).unwrap();
-    let mut s = sample(1.0, 0, "a");
+    let mut s = sample(1.0);
     s.old_logprobs.clear();
     assert_eq!(
         t.step(&[s]).unwrap_err().to_string(),
-        "invalid parameter: 0 old log-probs for 1 completion tokens"
+        "invalid parameter: 0 old log-probs for 1 trained tokens"
     );
-    let mut s = sample(1.0, 0, "a");
-    s.completion.clear();
-    s.old_logprobs.clear();
+    let s = GrpoSample::new(vec![1], vec![], vec![], 1.0);
     assert_eq!(
         t.step(&[s]).unwrap_err().to_string(),
         "invalid parameter: no completion tokens to train on"
@@ -320,13 +359,9 @@ fn kl_penalty_and_full_finetuning_update_all_weights() {
     )
     .unwrap();
     let batch = vec![
-        sample(1.0, 0, "a"),
-        sample(0.0, 0, "a"),
-        GrpoSample {
-            completion: vec![7, 8],
-            old_logprobs: vec![-5.0, -5.0],
-            ..sample(0.5, 1, "b")
-        },
+        sample(0.5),
+        sample(-0.5),
+        GrpoSample::new(vec![1], vec![7, 8], vec![-5.0, -5.0], 0.0),
     ];
     let stats = t.step(&batch).unwrap();
     assert!(stats.kl > 0.0, "{stats:?}");
@@ -340,21 +375,14 @@ fn kl_penalty_and_full_finetuning_update_all_weights() {
 #[test]
 fn micro_batches_accumulate_to_the_full_batch_update() {
     let cfg = tiny_llama_with_vocab();
+    // Two groups' rewards, z-scored: [1, 0] and [2, 0.5, 0.7].
+    let (a, b) = (zscore(&[1.0, 0.0]), zscore(&[2.0, 0.5, 0.7]));
     let batch = vec![
-        GrpoSample {
-            completion: vec![7, 8, 9],
-            old_logprobs: vec![-5.0, -5.5, -6.0],
-            ..sample(1.0, 0, "a")
-        },
-        sample(0.0, 0, "a"),
-        GrpoSample {
-            prompt: vec![4, 5, 6, 7],
-            completion: vec![10, 11],
-            old_logprobs: vec![-5.0, -5.0],
-            ..sample(2.0, 1, "b")
-        },
-        sample(0.5, 1, "b"),
-        sample(0.7, 1, "b"),
+        GrpoSample::new(vec![1], vec![7, 8, 9], vec![-5.0, -5.5, -6.0], a[0]),
+        sample(a[1]),
+        GrpoSample::new(vec![4, 5, 6, 7], vec![10, 11], vec![-5.0, -5.0], b[0]),
+        sample(b[1]),
+        sample(b[2]),
     ];
     let run = |micro: usize| {
         let (model, vm) = Decoder::random(&cfg, 1, 0.3, &Device::Cpu).unwrap();
@@ -397,14 +425,7 @@ fn micro_batches_accumulate_to_the_full_batch_update() {
 
 #[test]
 fn micro_batches_close_at_the_sample_count_or_the_padded_token_budget() {
-    let of_len = |n: usize| GrpoSample {
-        prompt: vec![1; n - 1],
-        completion: vec![2],
-        old_logprobs: vec![-1.0],
-        reward: 0.0,
-        group: 0,
-        role: "agent".into(),
-    };
+    let of_len = |n: usize| GrpoSample::new(vec![1; n - 1], vec![2], vec![-1.0], 0.0);
     let samples: Vec<GrpoSample> = [10, 10, 10, 40, 10, 100, 5].map(of_len).to_vec();
     let sizes = |count, tokens| -> Vec<(usize, usize)> {
         micro_batches(&samples, count, tokens)
@@ -417,4 +438,98 @@ fn micro_batches_close_at_the_sample_count_or_the_padded_token_budget() {
     assert_eq!(sizes(4, 40), vec![(0, 3), (3, 1), (4, 1), (5, 1), (6, 1)]);
     assert_eq!(sizes(2, 1000), vec![(0, 2), (2, 2), (4, 2), (6, 1)]);
     assert!(micro_batches(&[], 4, 40).is_empty());
+}
+
+/// The model's own log-probs of `completion` after `prompt` (on-policy old log-probs).
+fn own_logprobs(model: &Decoder, prompt: &[u32], completion: &[u32]) -> Vec<f32> {
+    completion_logprobs(&model.without_grad(), &[Pair { prompt, completion }])
+        .unwrap()
+        .to_vec1()
+        .unwrap()
+}
+
+#[test]
+fn later_epochs_move_the_ratio_the_clip_acts_and_the_schedule_sets_each_rate() {
+    let cfg = tiny_llama_with_vocab();
+    let (model, vm) = Decoder::random(&cfg, 1, 0.3, &Device::Cpu).unwrap();
+    let (prompt, completion) = (vec![5u32, 60, 70], vec![8u32, 9, 10, 11]);
+    let old = own_logprobs(&model, &prompt, &completion);
+    let batch = vec![GrpoSample::new(prompt, completion, old, 1.0)];
+    let opt = AdamW::new(vm.all_vars(), AdamWConfig::default()).unwrap();
+    let grpo = GrpoConfig {
+        epochs: 4,
+        clip_eps: 0.05,
+        max_grad_norm: 0.0,
+        schedule: Some(spade_trainer::schedule::LrSchedule {
+            warmup_steps: 2,
+            ..spade_trainer::schedule::LrSchedule::constant(4e-2)
+        }),
+        ..GrpoConfig::default()
+    };
+    let mut t = GrpoTrainer::new(&model, None, opt, grpo).unwrap();
+    let stats = t.update(&batch).unwrap();
+    assert_eq!(stats.steps.len(), 4);
+    // Step 1 is on-policy: ratio 1, nothing clipped.
+    assert!((stats.steps[0].mean_ratio - 1.0).abs() < 1e-4, "{stats:?}");
+    assert_eq!(stats.steps[0].clip_fraction, 0.0);
+    // A positive advantage raised the completion's probability: by the last step the ratio
+    // is past 1 + clip_eps on some tokens, which the clip then holds.
+    let last = stats.steps[3];
+    assert!(last.mean_ratio > 1.05, "{stats:?}");
+    assert!(last.clip_fraction > 0.0, "{stats:?}");
+    // Warmup over 2 steps: half the rate, then the full rate.
+    let lrs: Vec<f64> = stats.steps.iter().map(|s| s.lr).collect();
+    assert_eq!(lrs, vec![2e-2, 4e-2, 4e-2, 4e-2]);
+}
+
+#[test]
+fn the_kl_term_pulls_the_policy_toward_the_reference() {
+    let cfg = tiny_llama_with_vocab();
+    let (prompt, completion) = (vec![5u32, 60, 70], vec![8u32, 9, 10, 11]);
+    // Mean |log p_policy - log p_reference| over the completion after 10 on-policy steps with
+    // a positive advantage, with and without the KL term (same seeds, same data).
+    let divergence = |kl_coef: f64| -> f64 {
+        let (model, vm) = Decoder::random(&cfg, 1, 0.3, &Device::Cpu).unwrap();
+        // The same seed: identical weights in separate storage, frozen.
+        let (reference, _) = Decoder::random(&cfg, 1, 0.3, &Device::Cpu).unwrap();
+        let opt = AdamW::new(
+            vm.all_vars(),
+            AdamWConfig {
+                lr: 1e-2,
+                ..AdamWConfig::default()
+            },
+        )
+        .unwrap();
+        let grpo = GrpoConfig {
+            kl_coef,
+            max_grad_norm: 0.0,
+            ..GrpoConfig::default()
+        };
+        let mut t = GrpoTrainer::new(&model, Some(&reference), opt, grpo).unwrap();
+        for _ in 0..10 {
+            let old = own_logprobs(&model, &prompt, &completion);
+            let batch = [GrpoSample::new(
+                prompt.clone(),
+                completion.clone(),
+                old,
+                1.0,
+            )];
+            t.update(&batch).unwrap();
+        }
+        let p = own_logprobs(&model, &prompt, &completion);
+        let r = own_logprobs(&reference, &prompt, &completion);
+        p.iter()
+            .zip(&r)
+            .map(|(a, b)| f64::from((a - b).abs()))
+            .sum::<f64>()
+            / p.len() as f64
+    };
+    let free = divergence(0.0);
+    let held = divergence(2.0);
+    eprintln!("divergence without KL {free:.4}, with {held:.4}");
+    assert!(free > 0.1, "the update moved the policy: {free}");
+    assert!(
+        held < 0.8 * free,
+        "KL held the policy closer: {held} vs {free}"
+    );
 }

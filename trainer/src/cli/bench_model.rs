@@ -115,15 +115,15 @@ impl BenchModel {
         }
         let half = self.seq / 4;
         let samples: Vec<GrpoSample> = (0..self.batch)
-            .map(|i| GrpoSample {
-                prompt: prompt.iter().cycle().take(half).copied().collect(),
-                completion: (0..self.seq - half)
-                    .map(|k| 200 + ((k * 7 + i) as u32 % 1000))
-                    .collect(),
-                old_logprobs: vec![-5.0; self.seq - half],
-                reward: i as f64,
-                group: 0,
-                role: "agent".into(),
+            .map(|i| {
+                GrpoSample::new(
+                    prompt.iter().cycle().take(half).copied().collect(),
+                    (0..self.seq - half)
+                        .map(|k| 200 + ((k * 7 + i) as u32 % 1000))
+                        .collect(),
+                    vec![-5.0; self.seq - half],
+                    i as f64 - (self.batch as f64 - 1.0) / 2.0,
+                )
             })
             .collect();
         let total_tokens = self.batch * self.seq;

@@ -6,9 +6,9 @@ use std::time::Instant;
 
 use anyhow::Context as _;
 use clap::Args;
+use spade_runtime::Config;
 use spade_runtime::check::{CheckOptions, CheckReport, check};
 use spade_runtime::fuzz::Severity;
-use spade_runtime::{Config, Runtime};
 
 use super::{read_text, tokio_runtime};
 
@@ -27,9 +27,10 @@ pub struct CheckArgs {
     /// Episodes per probe (solution, garbage and random play).
     #[arg(long, default_value_t = 5)]
     pub seeds: u32,
-    /// Directory for the trajectories of findings (replay them with `spade replay`).
-    /// Default: `spade-check-<env file stem>` in the current directory, created only when
-    /// there are findings.
+    /// Directory for the trajectories of findings (replay them with `spade replay`), created
+    /// only when a finding has one. Default: `.spade/check/<env>/` in the current directory,
+    /// which ignores itself in git (`.spade/.gitignore`) and is emptied of the last check's
+    /// trajectories of that env first.
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
     /// Fuel budget per call (default: the runtime's, 10^10).
@@ -45,8 +46,7 @@ impl CheckArgs {
     pub fn execute(self) -> anyhow::Result<ExitCode> {
         let source = read_text(&self.env, "environment file")?;
         let started = Instant::now();
-        let mut runtime =
-            Runtime::new(Config::default()).context("starting the sandbox runtime")?;
+        let mut runtime = super::run::start_runtime(Config::default())?;
         if let Some(fuel) = self.fuel {
             let mut limits = runtime.limits().clone();
             limits.fuel_per_call = fuel;
@@ -58,16 +58,22 @@ impl CheckArgs {
             ..CheckOptions::default()
         };
         let mut report = tokio_runtime()?.block_on(check(&runtime, &source, &options));
-        let out = self
-            .out
-            .clone()
-            .unwrap_or_else(|| PathBuf::from(format!("spade-check-{}", stem(&self.env))));
-        save_trajectories(&mut report, &out)?;
+        let saved = match &self.out {
+            Some(out) => save_trajectories(&mut report, out)?,
+            None => save_to_default(&mut report, &stem(&self.env))?,
+        };
         let seconds = started.elapsed().as_secs_f64();
         if self.json {
             say!("{}", serde_json::to_string(&report)?);
         } else {
             print_human(&self.env, &report, seconds);
+        }
+        if let Some(dir) = saved {
+            // On stderr, so that `--json` output stays one object.
+            eprintln!(
+                "trajectories of the findings are in {}/ (replay one with `spade replay FILE`)",
+                dir.display()
+            );
         }
         Ok(if report.accepted {
             ExitCode::SUCCESS
@@ -91,7 +97,60 @@ fn stem(path: &Path) -> String {
     stem
 }
 
-fn save_trajectories(report: &mut CheckReport, out: &Path) -> anyhow::Result<()> {
+/// Where `spade check` saves trajectories without `--out`: one folder per env under a folder
+/// that git ignores wherever it is.
+pub const DEFAULT_OUT: &str = ".spade/check";
+
+/// Saves the trajectories under [`DEFAULT_OUT`]`/<name>/`, after removing the ones an earlier
+/// check of this env left there. Returns the folder when something was written.
+fn save_to_default(report: &mut CheckReport, name: &str) -> anyhow::Result<Option<PathBuf>> {
+    let root = Path::new(DEFAULT_OUT);
+    let dir = root.join(name);
+    remove_old_trajectories(&dir)?;
+    if !report.findings.iter().any(|f| f.trajectory.is_some()) {
+        return Ok(None);
+    }
+    let ignore = root
+        .parent()
+        .expect("DEFAULT_OUT has a parent")
+        .join(".gitignore");
+    std::fs::create_dir_all(&dir)
+        .with_context(|| format!("creating the output directory '{}'", dir.display()))?;
+    if !ignore.exists() {
+        std::fs::write(
+            &ignore,
+            "# Written by `spade check`: trajectories of findings, not source.\n*\n",
+        )
+        .with_context(|| format!("writing '{}'", ignore.display()))?;
+    }
+    save_trajectories(report, &dir)
+}
+
+/// Removes the `.jsonl` files in `dir` (an earlier check's), leaving anything else.
+fn remove_old_trajectories(dir: &Path) -> anyhow::Result<()> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(err) => {
+            return Err(err).with_context(|| format!("reading the directory '{}'", dir.display()));
+        }
+    };
+    for entry in entries {
+        let path = entry
+            .with_context(|| format!("reading the directory '{}'", dir.display()))?
+            .path();
+        if path.extension().is_some_and(|e| e == "jsonl") {
+            std::fs::remove_file(&path)
+                .with_context(|| format!("removing the old trajectory '{}'", path.display()))?;
+        }
+    }
+    Ok(())
+}
+
+/// Writes each finding's trajectory to `out/<code>.jsonl`. Returns `out` when something was
+/// written.
+fn save_trajectories(report: &mut CheckReport, out: &Path) -> anyhow::Result<Option<PathBuf>> {
+    let mut wrote = false;
     for finding in &mut report.findings {
         let Some(text) = &finding.trajectory else {
             continue;
@@ -102,8 +161,9 @@ fn save_trajectories(report: &mut CheckReport, out: &Path) -> anyhow::Result<()>
         std::fs::write(&path, text)
             .with_context(|| format!("writing the trajectory '{}'", path.display()))?;
         finding.trajectory_file = Some(path.display().to_string());
+        wrote = true;
     }
-    Ok(())
+    Ok(wrote.then(|| out.to_path_buf()))
 }
 
 fn print_human(env: &Path, report: &CheckReport, seconds: f64) {

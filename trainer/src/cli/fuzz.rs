@@ -125,17 +125,23 @@ impl FuzzArgs {
     }
 }
 
-/// File name of a finding's trajectory: its code and signature.
+/// File name of a finding's trajectory: its code and signature. A signature that is not a file
+/// name as it stands (characters other than ASCII letters and digits, more than 40 of them: an
+/// exception class named in another script, a long contract message) is spelled with `_` and
+/// also gets 8 hex digits of its sha256, so two findings never share a file.
 fn file_name(code: &str, signature: &str) -> String {
     let sig: String = signature
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
         .take(40)
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
         .collect();
     if sig.is_empty() {
         format!("{code}.jsonl")
-    } else {
+    } else if sig == signature {
         format!("{code}-{sig}.jsonl")
+    } else {
+        let hash = spade_runtime::trajectory::sha256_hex(signature.as_bytes());
+        format!("{code}-{sig}-{}.jsonl", &hash[..8])
     }
 }
 

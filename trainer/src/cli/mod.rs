@@ -7,6 +7,7 @@ macro_rules! say {
     };
 }
 
+pub mod actions;
 pub mod bench;
 pub mod bench_model;
 pub mod check;

@@ -6,7 +6,9 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use clap::Args;
-use spade_runtime::trajectory::{ReplayOptions, Trajectory, TrajectoryError, replay};
+use spade_runtime::trajectory::{
+    DEFAULT_MAX_FILE_BYTES, RecordedLimits, ReplayOptions, Trajectory, TrajectoryError, replay,
+};
 use spade_runtime::{Config, Runtime};
 
 use super::{EXIT_USAGE, read_text, tokio_runtime};
@@ -31,12 +33,20 @@ pub struct ReplayArgs {
     /// Only check the trace hash and line chain (no execution).
     #[arg(long)]
     pub verify_hash: bool,
+    /// Run under the limits the file records even where they exceed the local defaults (by
+    /// default each is clamped to the local limit: a file from elsewhere could ask for unbounded
+    /// fuel and time).
+    #[arg(long)]
+    pub trust_limits: bool,
+    /// Refuse a trajectory file larger than this many bytes (default 1 GiB), before reading it.
+    #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_MAX_FILE_BYTES)]
+    pub max_file_size: u64,
 }
 
 impl ReplayArgs {
     pub fn execute(self) -> anyhow::Result<ExitCode> {
-        let text = read_text(&self.trajectory, "trajectory file")?;
-        let trajectory = match Trajectory::parse(&text) {
+        check_readable(&self.trajectory)?;
+        let trajectory = match Trajectory::open(&self.trajectory, self.max_file_size) {
             Ok(t) => t,
             Err(err) => return Ok(fail(&self.trajectory, &err)),
         };
@@ -69,6 +79,7 @@ impl ReplayArgs {
         let options = ReplayOptions {
             env_source,
             allow_guest_mismatch: self.allow_guest_mismatch,
+            trust_limits: self.trust_limits,
         };
         let runtime = Runtime::new(Config::default()).context("starting the sandbox runtime")?;
         let report = match tokio_runtime()?.block_on(replay(&runtime, &trajectory, &options)) {
@@ -78,6 +89,14 @@ impl ReplayArgs {
         if let Some((recorded, this)) = &report.guest_mismatch {
             eprintln!(
                 "warning: recorded with guest {recorded}, replayed with this build's guest {this}"
+            );
+        }
+        if let Some((recorded, used)) = &report.clamped_limits {
+            eprintln!(
+                "warning: the file asks for limits above the local ones ({}); replayed under {} \
+                 (pass --trust-limits to use the file's)",
+                describe(recorded),
+                describe(used)
             );
         }
         if let Some(divergence) = &report.divergence {
@@ -91,8 +110,14 @@ impl ReplayArgs {
             );
             return Ok(ExitCode::from(EXIT_TRUNCATED));
         }
+        // Under clamped limits the header (and so the trace hash) is this replay's own.
+        let under = if report.clamped_limits.is_some() {
+            " under the local limits"
+        } else {
+            ""
+        };
         say!(
-            "identical: {} calls ({} steps), outcome {}, trace sha256 {}",
+            "identical{under}: {} calls ({} steps), outcome {}, trace sha256 {}",
             report.calls,
             report.steps,
             report.outcome.as_deref().unwrap_or("unknown"),
@@ -100,6 +125,32 @@ impl ReplayArgs {
         );
         Ok(ExitCode::SUCCESS)
     }
+}
+
+/// The same messages as for any other input file when `path` is missing or a directory (the
+/// file itself is read, under its size cap, by `Trajectory::open`).
+fn check_readable(path: &std::path::Path) -> anyhow::Result<()> {
+    match std::fs::metadata(path) {
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+            anyhow::bail!("trajectory file '{}' does not exist", path.display())
+        }
+        Ok(meta) if meta.is_dir() => anyhow::bail!(
+            "trajectory file '{}' is a directory, not a file",
+            path.display()
+        ),
+        _ => Ok(()),
+    }
+}
+
+fn describe(limits: &RecordedLimits) -> String {
+    format!(
+        "fuel {} per call, {} to load, memory {} bytes, deadline {} ms, output {} bytes",
+        limits.fuel_per_call,
+        limits.load_fuel,
+        limits.memory_limit,
+        limits.call_deadline_ms,
+        limits.output_limit
+    )
 }
 
 fn fail(path: &std::path::Path, err: &TrajectoryError) -> ExitCode {

@@ -1,18 +1,20 @@
-//! `spade run`: play an environment from the command line, one action per line.
+//! `spade run`: play an environment from the command line: actions from a file (one per line,
+//! or one JSON string per line for actions with newlines) or typed interactively.
 
-use std::io::{BufRead, IsTerminal, Write};
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{Context as _, bail};
+use anyhow::Context as _;
 use clap::Args;
 use serde_json::{Value, json};
 use spade_runtime::trajectory::{RecordError, RecordMeta, Recorder};
 use spade_runtime::{CallError, CallOutput, Config, Runtime, SandboxOptions};
 
+use super::actions::{Format, InteractiveActions, read_actions};
 use super::{EXIT_ENV_FAILED, read_text, tokio_runtime};
 
-/// Run an environment in the sandbox: reset, then one step per action line.
+/// Run an environment in the sandbox: reset, then one step per action.
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// The environment source (a Python file defining one class whose name ends in `Env`).
@@ -23,10 +25,16 @@ pub struct RunArgs {
     /// Passed to the environment's constructor as `max_turns=`.
     #[arg(long)]
     pub max_turns: Option<u32>,
-    /// Actions, one per line: a file, or `-` for standard input. Without it, actions are read
-    /// interactively from standard input.
-    #[arg(long, value_name = "FILE|-")]
+    /// Actions, one per line: a file, or `-` for standard input. Without it (and without
+    /// `--actions-jsonl`), actions are read interactively from standard input, one per line, or
+    /// several lines between a line `<<<` and a line `>>>` as one action.
+    #[arg(long, value_name = "FILE|-", conflicts_with = "actions_jsonl")]
     pub actions: Option<String>,
+    /// Actions as JSON Lines, one JSON string per line (blank lines skipped): a file, or `-`
+    /// for standard input. For actions with newlines (a pretty-printed tool call, a code
+    /// answer, a multi-line plan).
+    #[arg(long, value_name = "FILE|-")]
+    pub actions_jsonl: Option<String>,
     /// Print one JSON object per call instead of human-readable text.
     #[arg(long)]
     pub json: bool,
@@ -39,7 +47,7 @@ pub struct RunArgs {
 enum Actions {
     /// All actions known up front (a file or piped stdin).
     List(Vec<String>),
-    /// Read one line at a time from stdin, prompting when it is a terminal.
+    /// Read one action at a time from stdin, prompting when it is a terminal.
     Interactive,
 }
 
@@ -47,30 +55,16 @@ impl RunArgs {
     pub fn execute(self) -> anyhow::Result<ExitCode> {
         let source = read_text(&self.env, "environment file")?;
         let actions = self.actions()?;
-        let runtime = Runtime::new(Config::default()).context("starting the sandbox runtime")?;
+        let runtime = start_runtime(Config::default())?;
         tokio_runtime()?.block_on(self.play(&runtime, &source, actions))
     }
 
     fn actions(&self) -> anyhow::Result<Actions> {
-        let text = match self.actions.as_deref() {
-            None => return Ok(Actions::Interactive),
-            Some("-") => {
-                let mut text = String::new();
-                std::io::stdin().lock().read_to_string_checked(&mut text)?;
-                if text.trim().is_empty() {
-                    bail!("no actions on standard input (expected one action per line)");
-                }
-                text
-            }
-            Some(path) => {
-                let text = read_text(path.as_ref(), "actions file")?;
-                if text.trim().is_empty() {
-                    bail!("actions file '{path}' is empty (expected one action per line)");
-                }
-                text
-            }
-        };
-        Ok(Actions::List(text.lines().map(str::to_owned).collect()))
+        match (&self.actions, &self.actions_jsonl) {
+            (Some(source), _) => Ok(Actions::List(read_actions(source, Format::Lines)?)),
+            (None, Some(source)) => Ok(Actions::List(read_actions(source, Format::JsonLines)?)),
+            (None, None) => Ok(Actions::Interactive),
+        }
     }
 
     async fn play(
@@ -138,7 +132,7 @@ impl RunArgs {
 
         let mut lines: Box<dyn Iterator<Item = anyhow::Result<String>>> = match actions {
             Actions::List(list) => Box::new(list.into_iter().map(Ok)),
-            Actions::Interactive => Box::new(InteractiveLines::new()),
+            Actions::Interactive => Box::new(InteractiveActions::new()),
         };
         let mut total = 0.0;
         let mut steps = 0usize;
@@ -170,64 +164,37 @@ impl RunArgs {
     }
 }
 
+/// Starts the sandbox runtime. On a machine's first run this pre-initialises and compiles the
+/// guest (about a minute): say so on stderr, then where it is cached.
+pub fn start_runtime(config: Config) -> anyhow::Result<Runtime> {
+    let first = !Runtime::is_prepared(&config);
+    let started = std::time::Instant::now();
+    if first {
+        eprintln!(
+            "spade: first run with this build: pre-initialising the Python interpreter (wizer) \
+             and compiling it (Cranelift), one to three minutes on 2 cores; later runs start in \
+             milliseconds"
+        );
+    }
+    let runtime = Runtime::new(config.clone()).context("starting the sandbox runtime")?;
+    if first {
+        let cached = match &config.cache_dir {
+            Some(dir) => format!("cached in {}", dir.display()),
+            None => "not cached: no cache directory (set SPADE_CACHE_DIR)".to_owned(),
+        };
+        eprintln!(
+            "spade: sandbox ready in {:.0} s ({cached})",
+            started.elapsed().as_secs_f64()
+        );
+    }
+    Ok(runtime)
+}
+
 /// The sandbox error inside a recording error; I/O failures become command errors.
 fn call_error(err: RecordError) -> anyhow::Result<CallError> {
     match err {
         RecordError::Call(err) => Ok(err),
         RecordError::Io(err) => Err(anyhow::Error::new(err).context("writing the trajectory")),
-    }
-}
-
-trait ReadChecked {
-    fn read_to_string_checked(&mut self, buf: &mut String) -> anyhow::Result<()>;
-}
-
-impl<R: std::io::Read> ReadChecked for R {
-    fn read_to_string_checked(&mut self, buf: &mut String) -> anyhow::Result<()> {
-        let mut bytes = Vec::new();
-        self.read_to_end(&mut bytes)
-            .context("reading actions from standard input")?;
-        *buf = String::from_utf8(bytes).map_err(|err| {
-            anyhow::anyhow!(
-                "actions on standard input are not valid UTF-8 text (invalid byte at offset {})",
-                err.utf8_error().valid_up_to()
-            )
-        })?;
-        Ok(())
-    }
-}
-
-/// Lines from stdin, with an `action> ` prompt on a terminal.
-struct InteractiveLines {
-    prompt: bool,
-    stdin: std::io::StdinLock<'static>,
-}
-
-impl InteractiveLines {
-    fn new() -> Self {
-        InteractiveLines {
-            prompt: std::io::stdin().is_terminal(),
-            stdin: std::io::stdin().lock(),
-        }
-    }
-}
-
-impl Iterator for InteractiveLines {
-    type Item = anyhow::Result<String>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        if self.prompt {
-            eprint!("action> ");
-            let _ = std::io::stderr().flush();
-        }
-        let mut line = String::new();
-        match self.stdin.read_line(&mut line) {
-            Ok(0) => None,
-            Ok(_) => Some(Ok(line.trim_end_matches(['\n', '\r']).to_owned())),
-            Err(err) => Some(Err(
-                anyhow::Error::new(err).context("reading an action from standard input")
-            )),
-        }
     }
 }
 

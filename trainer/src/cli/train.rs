@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use anyhow::{Context as _, bail};
 use clap::Args;
-use spade_runtime::{Config, Runtime};
+use spade_runtime::Config;
 use spade_trainer::selfplay::corpus::DEFAULT_CORPUS;
 use spade_trainer::selfplay::examples::example_envs;
 use spade_trainer::selfplay::progress::{Lines, Progress};
@@ -106,7 +106,7 @@ impl TrainArgs {
         }
         let loaded = super::load_model(self.model.as_deref())?;
         let mut policy = CandlePolicy::new(loaded, &cfg)?;
-        let runtime = Runtime::new(Config::default()).context("starting the sandbox runtime")?;
+        let runtime = super::run::start_runtime(Config::default())?;
         let rollouts = self.rollouts.unwrap_or(cfg.rollouts);
         let rt = super::tokio_runtime()?;
         rt.block_on(async {
@@ -134,8 +134,11 @@ impl TrainArgs {
                 } else {
                     format!("ETA {:.0}s", per * (rollouts - done) as f64)
                 };
+                let opt = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.4}"));
                 say!(
-                    "rollout {}: valid {}/{} designs, pool {}, win {:.2} / hint {:.2}, regret {:.3}, loss {}, {:.1}s ({eta})",
+                    "rollout {}: valid {}/{} designs, pool {}, win {:.2} / hint {:.2}, regret {:.3}, \
+                     trained {} designer + {} agent (zero advantage {:.0}%), loss {}, grad norm {}, \
+                     clipped {}, {:.1}s ({eta})",
                     m.rollout,
                     m.valid,
                     m.designs,
@@ -143,7 +146,12 @@ impl TrainArgs {
                     m.win_rate,
                     m.win_rate_hint,
                     m.regret,
-                    m.loss.map_or("-".to_string(), |l| format!("{l:.4}")),
+                    m.designer_samples_trained,
+                    m.agent_samples_trained,
+                    100.0 * m.zero_advantage_fraction,
+                    opt(m.loss),
+                    opt(m.grad_norm),
+                    opt(m.clip_fraction),
                     m.time.total
                 );
             }

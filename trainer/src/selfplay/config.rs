@@ -4,7 +4,9 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use super::credit::{AgentBaseline, CreditConfig};
 use crate::error::{Result, TrainerError};
+use crate::schedule::{DecayKind, LrSchedule};
 
 /// How the designer's reward is computed from a played environment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -124,15 +126,53 @@ pub struct TrainConfig {
     /// samples x length^2 in attention, so long samples train in smaller groups. 2,048 keeps
     /// a LoRA update of SmolLM2-135M under about 8 GiB.
     pub micro_batch_tokens: usize,
-    /// Longest agent sample trained on, in tokens (0 = no limit): a longer one loses the
-    /// start of its prompt. Late agent turns carry the whole chat (25 turns reach about 3,000
-    /// tokens) and training costs 10-30 ms per token of context on 2 cores: 32 samples cut to
-    /// 512 tokens took over 8 minutes. 384 keeps the current observation and the last turn or
-    /// two. The completion is always kept whole, and designer samples are never cut (their
-    /// prompt is the task).
+    /// Longest agent sequence trained on, in tokens (0 = no limit). An episode trains as one
+    /// sequence (its turns' exact prompts chained, observation tokens as context only), so a
+    /// 25-turn chat reaches about 3,000 tokens, and training costs 10-30 ms per token on 2
+    /// cores. A longer sequence ends after its last turn that fits: the head (system prompt,
+    /// rules, first observation with any hint) is never cut, so no turn trains on a context the
+    /// policy did not act in; a sequence always keeps its first turn. Designer samples are never
+    /// cut (their prompt is the task).
     pub max_agent_train_tokens: usize,
-    /// Most samples per update; a seeded subset is kept when there are more (0 = all).
-    pub max_update_samples: usize,
+    /// Most agent sequences per update (0 = all): whole games are kept in a seeded order,
+    /// after advantages were computed over the whole game.
+    #[serde(alias = "max_update_samples")]
+    pub max_agent_update_samples: usize,
+    /// Most designer sequences per update (0 = all), a budget of its own so agent sequences
+    /// never crowd the designer out.
+    pub max_designer_update_samples: usize,
+    /// Agent baseline per game: `ema` (the reference's default: return minus the game's EMA
+    /// of mean returns) or `zscore` (the reference's "grpo" mode).
+    pub agent_baseline: AgentBaseline,
+    /// EMA decay of the `ema` baseline (reference: 0.5).
+    pub agent_ema_decay: f64,
+    /// Train the designer's repair completions too (reference: no; repairs only salvage a
+    /// valid env for the agent).
+    pub train_repairs: bool,
+    /// Train the hint plays too, in their own groups (reference: no; they measure regret and
+    /// are hint-conditioned contexts the agent never sees at evaluation).
+    pub train_hint_plays: bool,
+    /// Designer reward scale (0 = the reference's `min(cap, no-hint episodes / designs *
+    /// regen_interval)`).
+    pub env_reward_scale: f64,
+    /// Cap of the computed designer reward scale (reference: 50).
+    pub env_reward_scale_cap: f64,
+    /// Optimiser steps per batch: from the second on the policy has moved, so the ratio
+    /// leaves 1 and the clip acts. 2 doubles the update's time.
+    pub ppo_epochs: usize,
+    /// Weight of the KL penalty to the frozen base model (k3 estimator; needs `lora`, where the
+    /// base without adapters is the reference at no memory cost; each micro-batch then costs
+    /// one more forward pass). 0 disables it.
+    pub kl_coef: f64,
+    /// Optimiser steps of linear learning-rate warmup.
+    pub lr_warmup_steps: u64,
+    /// Decay after warmup: `constant`, `cosine` or `linear`.
+    pub lr_schedule: DecayKind,
+    /// Optimiser steps over which the decay reaches its floor (0 = `rollouts * ppo_epochs`
+    /// when `rollouts` is set, else no decay).
+    pub lr_decay_steps: u64,
+    /// The decay's floor as a fraction of `lr`.
+    pub lr_min_ratio: f64,
 }
 
 impl Default for TrainConfig {
@@ -185,8 +225,21 @@ impl Default for TrainConfig {
             max_grad_norm: 1.0,
             micro_batch: 4,
             micro_batch_tokens: 2048,
-            max_agent_train_tokens: 384,
-            max_update_samples: 16,
+            max_agent_train_tokens: 1024,
+            max_agent_update_samples: 16,
+            max_designer_update_samples: 8,
+            agent_baseline: AgentBaseline::Ema,
+            agent_ema_decay: 0.5,
+            train_repairs: false,
+            train_hint_plays: false,
+            env_reward_scale: 0.0,
+            env_reward_scale_cap: 50.0,
+            ppo_epochs: 2,
+            kl_coef: 0.0,
+            lr_warmup_steps: 2,
+            lr_schedule: DecayKind::Constant,
+            lr_decay_steps: 0,
+            lr_min_ratio: 0.1,
         }
     }
 }
@@ -235,7 +288,62 @@ impl TrainConfig {
         if self.memory_size == 0 {
             return bad("memory_size must be at least 1");
         }
+        if self.ppo_epochs == 0 {
+            return bad("ppo_epochs must be at least 1");
+        }
+        if !(0.0..=1.0).contains(&self.agent_ema_decay) {
+            return bad("agent_ema_decay must be in [0, 1]");
+        }
+        if self.kl_coef < 0.0 || !self.kl_coef.is_finite() {
+            return bad("kl_coef must be a finite number >= 0");
+        }
+        if self.kl_coef > 0.0 && !self.lora {
+            return bad(
+                "kl_coef > 0 needs lora = true: the reference is the frozen base without \
+                 adapters; full fine-tuning would need a second copy of the weights",
+            );
+        }
+        if self.env_reward_scale < 0.0 || self.env_reward_scale_cap < 0.0 {
+            return bad("env_reward_scale and env_reward_scale_cap must be >= 0");
+        }
+        if !(0.0..=1.0).contains(&self.lr_min_ratio) {
+            return bad("lr_min_ratio must be in [0, 1]");
+        }
         Ok(())
+    }
+
+    /// Credit assignment's settings for rollout `r` (the designer trains from
+    /// `designer_start_rollout` on).
+    pub fn credit(&self, r: u64) -> CreditConfig {
+        CreditConfig {
+            agent_baseline: self.agent_baseline,
+            ema_decay: self.agent_ema_decay,
+            train_designer: r >= self.designer_start_rollout,
+            train_repairs: self.train_repairs,
+            train_hint_plays: self.train_hint_plays,
+            env_reward_scale: (self.env_reward_scale > 0.0).then_some(self.env_reward_scale),
+            env_reward_scale_cap: self.env_reward_scale_cap,
+            regen_interval: self.regen_interval,
+            max_agent_samples: self.max_agent_update_samples,
+            max_designer_samples: self.max_designer_update_samples,
+            max_agent_sequence_tokens: self.max_agent_train_tokens,
+        }
+    }
+
+    /// The learning-rate schedule over optimiser steps.
+    pub fn lr_schedule(&self) -> LrSchedule {
+        let total = match (self.lr_decay_steps, self.rollouts) {
+            (0, 0) => 0,
+            (0, n) => n * self.ppo_epochs as u64,
+            (s, _) => s,
+        };
+        LrSchedule {
+            base: self.lr,
+            warmup_steps: self.lr_warmup_steps,
+            decay: self.lr_schedule,
+            total_steps: total,
+            min_ratio: self.lr_min_ratio,
+        }
     }
 
     /// The config as pretty JSON (what the run directory keeps).

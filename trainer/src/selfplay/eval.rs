@@ -6,9 +6,9 @@ use std::path::Path;
 use serde::Serialize;
 use spade_runtime::{Runtime, SandboxOptions};
 
-use super::policy::{Policy, Role};
-use super::{extract, prompts, rewards, seeds};
-use crate::chat::Message;
+use super::lockstep::{self, LiveEpisode};
+use super::policy::Policy;
+use super::{prompts, rewards, seeds};
 use crate::error::{Result, TrainerError};
 
 /// One held-out environment.
@@ -85,9 +85,9 @@ pub async fn play_episode(
     Ok(rets[0])
 }
 
-/// Plays one episode per seed (no hint), all in lockstep: each turn the policy samples every
-/// live episode's action as one batch ([`Policy::sample_each`]). Returns the episode returns
-/// in seed order; an episode whose sandbox fails to start or step scores 0.
+/// Plays one episode per seed (no hint), all in lockstep ([`lockstep::play`], the loop
+/// training uses). Returns the episode returns in seed order; an episode whose sandbox fails
+/// to start or reset scores 0.
 pub async fn play_episodes(
     runtime: &Runtime,
     policy: &mut dyn Policy,
@@ -98,57 +98,34 @@ pub async fn play_episodes(
 ) -> Result<Vec<f64>> {
     let tool_use = source.contains("ToolUseBaseEnv");
     let mut live = Vec::with_capacity(seeds.len());
-    for &seed in seeds {
+    let mut index = Vec::with_capacity(seeds.len());
+    for (k, &seed) in seeds.iter().enumerate() {
         let opts = SandboxOptions {
             seed,
             max_turns: Some(max_turns),
         };
-        let episode = match runtime.sandbox(source, opts).await {
-            Ok(mut sb) => match sb.reset(Some(seed)).await {
-                Ok(reset) => Some((
-                    sb,
-                    vec![
-                        Message::new("system", prompts::agent_system(tool_use)),
-                        Message::new("user", reset.observation),
-                    ],
-                )),
-                Err(_) => None,
-            },
-            Err(_) => None,
-        };
-        live.push(episode);
+        if let Ok(mut sb) = runtime.sandbox(source, opts).await
+            && let Ok(reset) = sb.reset(Some(seed)).await
+        {
+            let system = prompts::agent_system(tool_use);
+            live.push(LiveEpisode::new(sb, &system, reset.observation, tool_use));
+            index.push(k);
+        }
     }
+    let live_seeds: Vec<u64> = index.iter().map(|&k| seeds[k]).collect();
+    lockstep::play(
+        policy,
+        &mut live,
+        max_turns,
+        max_new_tokens,
+        |i, turn| seeds::derive(live_seeds[i], "eval", &[u64::from(turn)]),
+        || {},
+    )
+    .await?;
     let mut rets = vec![0.0; seeds.len()];
-    for turn in 0..max_turns {
-        let active: Vec<usize> = (0..live.len()).filter(|&i| live[i].is_some()).collect();
-        if active.is_empty() {
-            break;
-        }
-        let turn_seeds: Vec<u64> = active
-            .iter()
-            .map(|&i| seeds::derive(seeds[i], "eval", &[u64::from(turn)]))
-            .collect();
-        let chats: Vec<&[Message]> = active
-            .iter()
-            .map(|&i| &live[i].as_ref().expect("active").1[..])
-            .collect();
-        let sampled = policy.sample_each(Role::Agent, &chats, max_new_tokens, &turn_seeds)?;
-        for (&i, s) in active.iter().zip(sampled) {
-            let action = extract::action(&s.text, tool_use);
-            let (sb, messages) = live[i].as_mut().expect("active");
-            messages.push(Message::new("assistant", s.text));
-            match sb.step(&action).await {
-                Ok(step) if step.terminated => {
-                    rets[i] = rewards::episode_return(Some(step.reward), true);
-                    live[i] = None;
-                }
-                Ok(step) if step.truncated => live[i] = None,
-                Ok(step) => messages.push(Message::new("user", step.observation)),
-                Err(_) => live[i] = None,
-            }
-        }
+    for (&k, e) in index.iter().zip(&live) {
+        rets[k] = e.ret();
     }
-    policy.forget();
     Ok(rets)
 }
 

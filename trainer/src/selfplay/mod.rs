@@ -3,9 +3,11 @@
 //! regret rewards the designer, and one GRPO step updates the one policy.
 pub mod config;
 pub mod corpus;
+pub mod credit;
 pub mod eval;
 pub mod examples;
 pub mod extract;
+pub mod lockstep;
 pub mod memory;
 pub mod policy;
 pub mod progress;

@@ -11,7 +11,7 @@ use super::config::TrainConfig;
 use crate::chat::Message;
 use crate::checkpoint;
 use crate::error::{Result, TrainerError};
-use crate::grpo::{AdvantageNorm, GrpoConfig, GrpoSample, GrpoTrainer, StepStats};
+use crate::grpo::{GrpoConfig, GrpoSample, GrpoTrainer, UpdateStats};
 use crate::load::LoadedModel;
 use crate::logprob::{Pair, completion_logprobs};
 use crate::model::LoraConfig;
@@ -100,8 +100,9 @@ pub trait Policy {
     /// progress bars); `None` stops it.
     fn set_token_hook(&mut self, _hook: Option<TokenHook>) {}
 
-    /// One GRPO update; `None` when the policy does not learn.
-    fn update(&mut self, batch: &[GrpoSample]) -> Result<Option<StepStats>>;
+    /// One GRPO update (its configured optimiser steps) on sequences whose advantages credit
+    /// assignment set; `None` when the policy does not learn.
+    fn update(&mut self, batch: &[GrpoSample]) -> Result<Option<UpdateStats>>;
 
     /// Writes the trainable state (weights or adapters, optimizer) into `dir`.
     fn save(&self, dir: &Path) -> Result<()>;
@@ -110,8 +111,9 @@ pub trait Policy {
     fn load(&mut self, dir: &Path) -> Result<()>;
 }
 
-/// The candle model: LoRA adapters (default) or all weights, fused AdamW, GRPO with per-role
-/// advantage normalisation.
+/// The candle model: LoRA adapters (default) or all weights, fused AdamW, GRPO with the
+/// advantages credit assignment gave, optional KL to the frozen base and a learning-rate
+/// schedule.
 pub struct CandlePolicy {
     base: LoadedModel,
     model: LoadedModel,
@@ -123,7 +125,6 @@ pub struct CandlePolicy {
     top_p: f64,
     prefixes: PrefixCache,
     token_hook: Option<TokenHook>,
-    max_agent_train_tokens: usize,
 }
 
 /// Cached positions kept for multi-turn reuse (SmolLM2-135M: 46 KB each, so about 1.5 GB).
@@ -180,13 +181,13 @@ impl CandlePolicy {
             adam,
             grpo: GrpoConfig {
                 clip_eps: cfg.clip_eps,
-                kl_coef: 0.0,
+                kl_coef: cfg.kl_coef,
                 max_grad_norm: cfg.max_grad_norm,
                 micro_batch: cfg.micro_batch,
                 micro_batch_tokens: cfg.micro_batch_tokens,
-                norm: AdvantageNorm::Role,
+                epochs: cfg.ppo_epochs,
+                schedule: Some(cfg.lr_schedule()),
             },
-            max_agent_train_tokens: cfg.max_agent_train_tokens,
             temperature: cfg.temperature,
             top_p: cfg.top_p,
             prefixes: PrefixCache::new(PREFIX_CACHE_TOKENS),
@@ -240,41 +241,6 @@ impl CandlePolicy {
         let mut cut = ids[..head].to_vec();
         cut.extend_from_slice(&ids[ids.len() - tail..]);
         Ok((cut, max_new))
-    }
-
-    /// Cuts each agent sample to `max_agent_train_tokens` by dropping the start of its prompt
-    /// (the completion, the tokens trained, is kept whole; at least one prompt token stays). A
-    /// cut sample's old log-probs are recomputed in its shorter context, so the importance
-    /// ratio compares the same context and starts at 1 as for every other sample.
-    fn fit_to_train_length(&self, batch: &[GrpoSample]) -> Result<Vec<GrpoSample>> {
-        let max = self.max_agent_train_tokens;
-        let mut out = Vec::with_capacity(batch.len());
-        for s in batch {
-            let len = s.prompt.len() + s.completion.len();
-            if max == 0 || len <= max || s.completion.is_empty() || s.role != Role::Agent.as_str() {
-                out.push(s.clone());
-                continue;
-            }
-            let keep = max
-                .saturating_sub(s.completion.len())
-                .max(1)
-                .min(s.prompt.len());
-            let prompt = s.prompt[s.prompt.len() - keep..].to_vec();
-            let old = completion_logprobs(
-                &self.model.model.without_grad(),
-                &[Pair {
-                    prompt: &prompt,
-                    completion: &s.completion,
-                }],
-            )?
-            .to_vec1()?;
-            out.push(GrpoSample {
-                prompt,
-                old_logprobs: old,
-                ..s.clone()
-            });
-        }
-        Ok(out)
     }
 
     /// Log-probs of `completion` after `messages` under the current model (no graph).
@@ -387,18 +353,20 @@ impl Policy for CandlePolicy {
         self.token_hook = hook;
     }
 
-    fn update(&mut self, batch: &[GrpoSample]) -> Result<Option<StepStats>> {
+    fn update(&mut self, batch: &[GrpoSample]) -> Result<Option<UpdateStats>> {
         self.prefixes.clear();
-        if batch.iter().all(|s| s.completion.is_empty()) {
+        if batch.iter().all(|s| s.trained_tokens() == 0) {
             return Ok(None);
         }
-        let batch = self.fit_to_train_length(batch)?;
         let opt = match self.optimizer.take() {
             Some(o) => o,
             None => self.new_optimizer()?,
         };
-        let mut trainer = GrpoTrainer::new(&self.model.model, None, opt, self.grpo.clone())?;
-        let stats = trainer.step(&batch);
+        // With LoRA the base is the decoder without adapters: a free frozen reference.
+        let reference =
+            (self.grpo.kl_coef > 0.0 && self.lora.is_some()).then_some(&self.base.model);
+        let mut trainer = GrpoTrainer::new(&self.model.model, reference, opt, self.grpo.clone())?;
+        let stats = trainer.update(batch);
         self.optimizer = Some(trainer.into_optimizer());
         Ok(Some(stats?))
     }
@@ -527,7 +495,7 @@ impl Policy for Scripted {
         Ok(out)
     }
 
-    fn update(&mut self, batch: &[GrpoSample]) -> Result<Option<StepStats>> {
+    fn update(&mut self, batch: &[GrpoSample]) -> Result<Option<UpdateStats>> {
         match &mut self.model {
             Some(m) => m.update(batch),
             None => Ok(None),

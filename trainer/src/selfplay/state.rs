@@ -3,6 +3,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use super::credit::Baselines;
 use super::memory::EnvMemory;
 use super::prompts::Variant;
 use crate::error::{Result, TrainerError};
@@ -51,6 +52,9 @@ pub struct RunState {
     pub next_env: u64,
     /// Length in bytes of `metrics.jsonl` at this checkpoint.
     pub metrics_len: u64,
+    /// Per-game agent baselines carried between rollouts (EMA credit assignment).
+    #[serde(default)]
+    pub baselines: Baselines,
 }
 
 /// Writes `bytes` to `path` through a temporary file and a rename.

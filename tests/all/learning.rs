@@ -1,0 +1,408 @@
+//! Tests that fail when self-play stops learning: whole `spade train` rollouts (real sandboxes,
+//! real credit assignment, real GRPO updates of a tiny trainable model) in which the model's
+//! first sampled token chooses what it writes, so the probability of each choice is something
+//! the update must move in the direction the method's rewards point.
+use std::path::{Path, PathBuf};
+
+use spade_trainer::chat::Message;
+use spade_trainer::grpo::{GrpoSample, UpdateStats};
+use spade_trainer::selfplay::memory::Seeds;
+use spade_trainer::selfplay::policy::Sampled;
+use spade_trainer::selfplay::prompts::{self, DesignSpec, VARIANTS};
+use spade_trainer::selfplay::{CandlePolicy, Corpus, Policy, Role, Run, TrainConfig};
+
+use crate::common::runtime;
+
+fn tmp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("spade-learning-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+/// A one-step game: `\boxed{N}` with N the secret wins. The secret is 7 for every seed.
+fn secret_env(class: &str, secret: &str, obs: &str) -> String {
+    format!(
+        r#"class {class}:
+    def __init__(self, max_turns=1):
+        self.max_turns = max_turns
+        self.done = False
+
+    def reset(self, seed=None):
+        if seed is not None:
+            random.seed(seed)
+        self.done = False
+        return "{obs} Seed " + str(seed) + ". Answer as \\boxed{{N}}.", {{}}
+
+    def step(self, action):
+        self.done = True
+        win = "\\boxed{{{secret}}}" in action
+        return ("right" if win else "wrong"), (1.0 if win else 0.0), True, False, {{}}
+
+    def solution(self):
+        return "\\boxed{{{secret}}}"
+"#
+    )
+}
+
+/// An environment any answer wins.
+const FREE_ENV: &str = r#"class FreeEnv:
+    def __init__(self, max_turns=1):
+        self.max_turns = max_turns
+
+    def reset(self, seed=None):
+        if seed is not None:
+            random.seed(seed)
+        return "Say anything, seed " + str(seed) + ". Answer as \\boxed{N}.", {}
+
+    def step(self, action):
+        return "right", 1.0, True, False, {}
+
+    def solution(self):
+        return "\\boxed{1}"
+"#;
+
+/// The designer's three templates: the first is won only with the hint (regret 1), the second
+/// always (regret 0), the third never (the agent never says 3: regret 0).
+fn templates() -> Vec<String> {
+    vec![
+        secret_env("HiddenEnv", "7", "Guess the hidden number."),
+        FREE_ENV.to_string(),
+        secret_env("HardEnv", "3", "Guess the other number."),
+    ]
+    .into_iter()
+    .map(|src| format!("```python\n{src}```\n"))
+    .collect()
+}
+
+/// The agent's three actions: only the first wins the secret-7 env.
+const ACTIONS: [&str; 3] = ["\\boxed{7}", "\\boxed{1}", "\\boxed{2}"];
+
+/// A policy in which the model's first sampled token picks a role's text (token id mod the
+/// number of choices); roles without choices follow a fixed script and train nothing (their
+/// turns carry no tokens). Everything else (log-probs, updates, checkpoints) is the model's.
+struct Chooser {
+    model: CandlePolicy,
+    designer: Option<Vec<String>>,
+    agent: Option<Vec<String>>,
+}
+
+/// The scripted agent: the secret is in the hint, so it wins the hidden-number game only with
+/// the hint; otherwise it answers 1.
+fn scripted_agent(chat: &[Message]) -> String {
+    if chat[1].content.contains("HINT: The number is 7.") {
+        "\\boxed{7}".into()
+    } else {
+        "\\boxed{1}".into()
+    }
+}
+
+fn untrained(text: String) -> Sampled {
+    Sampled {
+        prompt: Vec::new(),
+        tokens: Vec::new(),
+        logprobs: Vec::new(),
+        text,
+    }
+}
+
+impl Chooser {
+    fn choices(&self, role: Role) -> Option<&Vec<String>> {
+        match role {
+            Role::Designer => self.designer.as_ref(),
+            Role::Agent => self.agent.as_ref(),
+            Role::Repair | Role::Hint => None,
+        }
+    }
+}
+
+impl Policy for Chooser {
+    fn sample(
+        &mut self,
+        role: Role,
+        messages: &[Message],
+        n: usize,
+        _max_new_tokens: usize,
+        seed: u64,
+    ) -> spade_trainer::Result<Vec<Sampled>> {
+        if let Some(choices) = self.choices(role).cloned() {
+            let out = self.model.sample(role, messages, n, 1, seed)?;
+            return Ok(out
+                .into_iter()
+                .map(|s| Sampled {
+                    text: choices[s.tokens[0] as usize % choices.len()].clone(),
+                    ..s
+                })
+                .collect());
+        }
+        let text = match role {
+            Role::Hint => "The number is 7.".to_string(),
+            Role::Agent => scripted_agent(messages),
+            Role::Designer | Role::Repair => templates()[0].clone(),
+        };
+        Ok((0..n).map(|_| untrained(text.clone())).collect())
+    }
+
+    fn update(&mut self, batch: &[GrpoSample]) -> spade_trainer::Result<Option<UpdateStats>> {
+        self.model.update(batch)
+    }
+
+    fn save(&self, dir: &Path) -> spade_trainer::Result<()> {
+        self.model.save(dir)
+    }
+
+    fn load(&mut self, dir: &Path) -> spade_trainer::Result<()> {
+        self.model.load(dir)
+    }
+}
+
+/// How often the model's first token picks choice 0 of `k` after `messages` (256 samples).
+fn choice_rate(model: &mut CandlePolicy, role: Role, messages: &[Message], k: usize) -> f64 {
+    let out = model.sample(role, messages, 256, 1, 12345).unwrap();
+    let hits = out
+        .iter()
+        .filter(|s| (s.tokens[0] as usize).is_multiple_of(k))
+        .count();
+    hits as f64 / out.len() as f64
+}
+
+/// A tiny byte-level chat model with a 256-position context: prompts are cut to fit, which keeps
+/// each update to a few hundred tokens per sequence.
+fn small_model(seed: u64) -> spade_trainer::load::LoadedModel {
+    crate::common::tiny_chat_model(seed, Some(256))
+}
+
+/// Prints each rollout's phase times (the test's cost, for whoever tunes it).
+fn print_times(metrics: &[spade_trainer::selfplay::Metrics]) {
+    for m in metrics {
+        eprintln!("rollout {}: {:?}", m.rollout, m.time);
+    }
+}
+
+fn corpus() -> Corpus {
+    Corpus::parse("{\"text\": \"Numbers can be hidden.\"}", 6000).unwrap()
+}
+
+fn designer_messages() -> Vec<Message> {
+    let spec = DesignSpec {
+        skill: "Memory Recall".into(),
+        difficulty: "easy".into(),
+        variant: VARIANTS[0],
+        doc_id: 0,
+    };
+    let user = prompts::designer_prompt(&spec, "Numbers can be hidden.", &Seeds::default());
+    vec![
+        Message::new("system", prompts::DESIGNER_SYSTEM),
+        Message::new("user", user),
+    ]
+}
+
+fn learning_cfg() -> TrainConfig {
+    TrainConfig {
+        seed: 11,
+        regen_interval: 1,
+        designs_per_round: 1,
+        designer_group: 8,
+        games_per_rollout: 8,
+        plays_per_game: 1,
+        hint_plays: 1,
+        max_turns: 1,
+        max_repair_attempts: 0,
+        designer_start_rollout: 0,
+        lora: false,
+        lr: 3e-3,
+        lr_warmup_steps: 0,
+        max_grad_norm: 0.0,
+        ..TrainConfig::default()
+    }
+}
+
+#[tokio::test]
+async fn the_designer_learns_to_write_the_environment_with_positive_regret() {
+    let cfg = learning_cfg();
+    let dir = tmp("designer");
+    let model = CandlePolicy::new(small_model(21), &cfg).unwrap();
+    let mut policy = Chooser {
+        model,
+        designer: Some(templates()),
+        agent: None,
+    };
+    let msgs = designer_messages();
+    let before = choice_rate(&mut policy.model, Role::Designer, &msgs, 3);
+    let mut run = Run::create(&dir, cfg, corpus(), runtime(), &mut policy, vec![]).unwrap();
+    let metrics = run.run(12).await.unwrap();
+    drop(run);
+    print_times(&metrics);
+    let after = choice_rate(&mut policy.model, Role::Designer, &msgs, 3);
+    eprintln!("P(regret-positive template): {before:.3} -> {after:.3}");
+    // Every rollout trained its designer samples with non-zero advantages.
+    for m in &metrics {
+        assert_eq!(m.designer_samples_trained, 8, "{m:?}");
+        assert_eq!(m.agent_samples_trained, 0);
+    }
+    let first_regret = metrics[0].regret;
+    let last = &metrics[metrics.len() - 1];
+    eprintln!("mean regret {first_regret:.3} -> {:.3}", last.regret);
+    assert!(
+        after > before + 0.25,
+        "the designer did not learn: P(template with regret) {before:.3} -> {after:.3}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn the_agent_learns_the_winning_action_of_a_one_step_env() {
+    let cfg = TrainConfig {
+        designs_per_round: 0,
+        games_per_rollout: 1,
+        plays_per_game: 8,
+        min_games: 1,
+        ..learning_cfg()
+    };
+    let dir = tmp("agent");
+    let model = CandlePolicy::new(small_model(22), &cfg).unwrap();
+    let mut policy = Chooser {
+        model,
+        designer: None,
+        agent: Some(ACTIONS.iter().map(|a| a.to_string()).collect()),
+    };
+    let source = secret_env("HiddenEnv", "7", "Guess the hidden number.");
+    let system = prompts::agent_system(false);
+    let mut sb = runtime()
+        .sandbox(&source, spade_runtime::SandboxOptions::seeded(5))
+        .await
+        .unwrap();
+    let obs = sb.reset(Some(5)).await.unwrap().observation;
+    let msgs = vec![Message::new("system", system), Message::new("user", obs)];
+    let before = choice_rate(&mut policy.model, Role::Agent, &msgs, 3);
+    let seeds = vec![("hidden".to_string(), source)];
+    let mut run = Run::create(&dir, cfg, corpus(), runtime(), &mut policy, seeds).unwrap();
+    let metrics = run.run(10).await.unwrap();
+    drop(run);
+    print_times(&metrics);
+    let after = choice_rate(&mut policy.model, Role::Agent, &msgs, 3);
+    eprintln!(
+        "P(winning action): {before:.3} -> {after:.3}; win rate {:.3} -> {:.3}",
+        metrics[0].win_rate,
+        metrics[metrics.len() - 1].win_rate
+    );
+    assert!(metrics.iter().all(|m| m.hint_samples_trained == 0));
+    assert!(
+        after > before + 0.25,
+        "the agent did not learn: P(winning action) {before:.3} -> {after:.3}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn strip_times(metrics: &str) -> Vec<serde_json::Value> {
+    metrics
+        .lines()
+        .map(|l| {
+            let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+            v.as_object_mut().unwrap().remove("time");
+            v
+        })
+        .collect()
+}
+
+fn ckpt(dir: &Path, file: &str) -> Vec<u8> {
+    std::fs::read(dir.join("checkpoints/rollout-000002/policy").join(file)).unwrap()
+}
+
+/// Both roles choose with the model, so both have non-zero advantages in every rollout.
+fn both_choose(seed: u64, cfg: &TrainConfig) -> Chooser {
+    Chooser {
+        model: CandlePolicy::new(small_model(seed), cfg).unwrap(),
+        designer: Some(templates()),
+        agent: Some(ACTIONS.iter().map(|a| a.to_string()).collect()),
+    }
+}
+
+#[tokio::test]
+async fn a_resumed_run_with_nonzero_advantages_matches_an_uninterrupted_one() {
+    let cfg = TrainConfig {
+        designer_group: 6,
+        games_per_rollout: 6,
+        plays_per_game: 3,
+        lora: true,
+        lr: 1e-2,
+        ..learning_cfg()
+    };
+    let straight = tmp("straight");
+    let mut metrics = Vec::new();
+    {
+        let mut policy = both_choose(1, &cfg);
+        let mut run = Run::create(
+            &straight,
+            cfg.clone(),
+            corpus(),
+            runtime(),
+            &mut policy,
+            vec![],
+        )
+        .unwrap();
+        metrics.extend(run.run(2).await.unwrap());
+    }
+    // The update had something to learn from: advantages and moments are not all zero.
+    for m in &metrics {
+        assert!(m.zero_advantage_fraction < 1.0, "{m:?}");
+        assert!(
+            m.designer_samples_trained > 0 && m.agent_samples_trained > 0,
+            "{m:?}"
+        );
+        assert!(m.grad_norm.unwrap() > 0.0, "{m:?}");
+    }
+    let moments = candle_core::safetensors::load(
+        straight.join("checkpoints/rollout-000002/policy/optimizer.safetensors"),
+        &candle_core::Device::Cpu,
+    )
+    .unwrap();
+    let nonzero = moments.values().any(|t| {
+        t.abs()
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap()
+            > 0.0
+    });
+    assert!(nonzero, "every Adam moment is zero");
+    let resumed = tmp("resumed");
+    {
+        let mut policy = both_choose(1, &cfg);
+        let mut run = Run::create(
+            &resumed,
+            cfg.clone(),
+            corpus(),
+            runtime(),
+            &mut policy,
+            vec![],
+        )
+        .unwrap();
+        run.rollout().await.unwrap();
+    }
+    {
+        // A fresh process: a model with a different LoRA init, restored from the checkpoint.
+        let other = TrainConfig {
+            seed: 99,
+            ..cfg.clone()
+        };
+        let mut policy = both_choose(1, &other);
+        let mut run = Run::resume(&resumed, corpus(), runtime(), &mut policy).unwrap();
+        run.rollout().await.unwrap();
+    }
+    let a = std::fs::read_to_string(straight.join("metrics.jsonl")).unwrap();
+    let b = std::fs::read_to_string(resumed.join("metrics.jsonl")).unwrap();
+    assert_eq!(strip_times(&a), strip_times(&b));
+    for f in [
+        "adapter_model.safetensors",
+        "optimizer.safetensors",
+        "optimizer.json",
+    ] {
+        assert!(
+            ckpt(&straight, f) == ckpt(&resumed, f),
+            "{f} differs after resume"
+        );
+    }
+    let _ = std::fs::remove_dir_all(straight);
+    let _ = std::fs::remove_dir_all(resumed);
+}

@@ -1,0 +1,121 @@
+//! The metrics line each rollout appends to `metrics.jsonl`.
+use serde::Serialize;
+
+/// One rollout's metrics line.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Metrics {
+    /// Rollout index (0-based).
+    pub rollout: u64,
+    /// Whether the design phase ran.
+    pub designed: bool,
+    /// Designer completions sampled.
+    pub designs: usize,
+    /// Designs that validated (first try or after repair).
+    pub valid: usize,
+    /// `valid / designs` (0 when nothing was designed).
+    pub validity_rate: f64,
+    /// Designs that validated only after repair.
+    pub repaired: usize,
+    /// `repaired / designs`.
+    pub repair_rate: f64,
+    /// Repair prompts sent.
+    pub repair_attempts: usize,
+    /// Playable pool size after the rollout.
+    pub pool_size: usize,
+    /// Environments played.
+    pub games: usize,
+    /// Episodes played.
+    pub episodes: usize,
+    /// Win rate without the hint over all played games.
+    pub win_rate: f64,
+    /// Win rate with the hint.
+    pub win_rate_hint: f64,
+    /// Mean return without / with the hint.
+    pub mean_return: f64,
+    /// Mean return with the hint.
+    pub mean_return_hint: f64,
+    /// Mean regret over played games.
+    pub regret: f64,
+    /// Games whose play hit a fuel or deadline limit.
+    pub timeouts: usize,
+    /// Hints that failed.
+    pub hint_failures: usize,
+    /// Per played env: id, win rate, regret.
+    pub envs: Vec<EnvMetrics>,
+    /// Designer rewards before centring, in sample order.
+    pub designer_rewards: Vec<f64>,
+    /// Designer advantages (raw reward minus its skill's mean, times `env_reward_scale`), in
+    /// sample order, whether or not the designer trains this rollout.
+    pub designer_advantages: Vec<f64>,
+    /// The designer reward scale used.
+    pub env_reward_scale: f64,
+    /// First-attempt designer sequences in the update.
+    pub designer_samples_trained: usize,
+    /// Repair sequences in the update (0 unless `train_repairs`).
+    pub repair_samples_trained: usize,
+    /// Agent sequences in the update (hint plays included when trained).
+    pub agent_samples_trained: usize,
+    /// Agent sequences from hint plays in the update (0 unless `train_hint_plays`).
+    pub hint_samples_trained: usize,
+    /// Agent episodes whose turns did not chain into one exact sequence (each part trains on
+    /// its own exact context).
+    pub agent_split_episodes: usize,
+    /// Fraction of trained sequences whose advantage is exactly 0.
+    pub zero_advantage_fraction: f64,
+    /// Tokens sampled by the policy.
+    pub tokens_sampled: usize,
+    /// GRPO loss of the first optimiser step (absent when no update ran).
+    pub loss: Option<f64>,
+    /// Global gradient norm before clipping, mean over the update's optimiser steps.
+    pub grad_norm: Option<f64>,
+    /// KL estimate to the frozen base per trained token, mean over the steps (0 with `kl_coef` 0).
+    pub kl: Option<f64>,
+    /// Fraction of trained tokens whose ratio was outside the clip range, mean over the steps.
+    pub clip_fraction: Option<f64>,
+    /// Mean importance ratio, mean over the steps (1 at the first step).
+    pub ratio_mean: Option<f64>,
+    /// Learning rate of the last optimiser step.
+    pub lr: Option<f64>,
+    /// Optimiser steps taken on the batch.
+    pub optimizer_steps: usize,
+    /// Tokens trained on (per optimiser step).
+    pub tokens_trained: usize,
+    /// Seconds per phase.
+    pub time: PhaseTimes,
+}
+
+/// One played env in the metrics.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct EnvMetrics {
+    /// Pool id.
+    pub id: String,
+    /// Skill.
+    pub skill: String,
+    /// Win rate without the hint.
+    pub win_rate: f64,
+    /// Win rate with the hint.
+    pub win_rate_hint: f64,
+    /// Regret.
+    pub regret: f64,
+    /// Whether a play timed out.
+    pub timeout: bool,
+}
+
+/// Seconds per phase.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct PhaseTimes {
+    /// Designer sampling (and repairs' sampling).
+    pub design: f64,
+    /// Validation in the sandbox.
+    pub validate: f64,
+    /// Hint sampling.
+    pub hint: f64,
+    /// Agent sampling during play.
+    pub play_model: f64,
+    /// Sandbox calls during play.
+    pub play_sandbox: f64,
+    /// GRPO update.
+    pub update: f64,
+    /// The whole rollout.
+    pub total: f64,
+}
