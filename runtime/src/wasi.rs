@@ -146,8 +146,8 @@ impl HostMonotonicClock for VirtualClock {
 }
 
 /// A wait on the virtual clock: ready at once, and moves the clock to its end when waited on.
-/// Every sleep of the guest (`time.sleep`, `threading` timeouts, `select`/`poll` timeouts)
-/// reaches the host as one of these.
+/// Every clock wait of the guest (`time.sleep`, `select`/`poll` timeouts) reaches the host as
+/// one of these.
 struct ClockWait {
     clock: VirtualClock,
     until: u64,
