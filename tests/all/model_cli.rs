@@ -283,7 +283,7 @@ fn train_runs_a_rollout_on_a_tiny_model_and_resumes() {
     let err = stderr(&o);
     for line in [
         "rollout 0: design 1/1 (1 completions) (16 tokens)",
-        "rollout 0: hints for 3 envs (24 tokens)",
+        "rollout 0: hints for 6 envs (48 tokens)",
         "rollout 0: play 1 games, 2 episodes (2 turns)",
         "rollout 0: checkpoint (1 writes)",
         "rollout 0: checkpoint done: 1/1 writes in ",
@@ -292,6 +292,9 @@ fn train_runs_a_rollout_on_a_tiny_model_and_resumes() {
     }
     let state = std::fs::read_to_string(run.join("checkpoints/rollout-000001/state.json")).unwrap();
     for example in [
+        "seed:bigger_number",
+        "seed:next_number",
+        "seed:guess_three",
         "seed:arithmetic_puzzle",
         "seed:grid_walk",
         "seed:tool_inventory",
