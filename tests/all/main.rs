@@ -17,3 +17,4 @@ mod replay;
 mod report;
 mod sandbox;
 mod selfplay;
+mod serve;
