@@ -17,7 +17,11 @@ use crate::server::AppState;
 use crate::session::{Outcome, Session, SessionError, stateless_step};
 
 /// A JSON error response `{"detail": message, ...}`, as FastAPI's `HTTPException` gives.
-pub fn error(status: StatusCode, message: impl Into<String>, extra: Map<String, Value>) -> Response {
+pub fn error(
+    status: StatusCode,
+    message: impl Into<String>,
+    extra: Map<String, Value>,
+) -> Response {
     let mut body = Map::new();
     body.insert("detail".to_owned(), Value::String(message.into()));
     body.extend(extra);
@@ -48,7 +52,11 @@ pub async fn metadata(State(state): State<Arc<AppState>>) -> Response {
     let description = format!(
         "spade: model-written Python environments in a WebAssembly sandbox. Environments: {}. \
          Reset fields: seed, env_id, hint, max_turns, episode_id; action: {{\"message\": \"...\"}}.",
-        if envs.is_empty() { "none".to_owned() } else { envs.join(", ") }
+        if envs.is_empty() {
+            "none".to_owned()
+        } else {
+            envs.join(", ")
+        }
     );
     axum::Json(json!({
         "name": "spade",
@@ -75,30 +83,38 @@ pub async fn state() -> Response {
 fn body_object(
     body: Result<Bytes, BytesRejection>,
     empty_ok: bool,
-) -> Result<Map<String, Value>, Response> {
-    let bytes = body.map_err(|rejection| {
-        let status = rejection.status();
-        if status == StatusCode::PAYLOAD_TOO_LARGE {
-            plain_error(
-                status,
-                "request body is over the size limit (--max-message-bytes)",
-            )
-        } else {
-            plain_error(status, format!("cannot read the request body: {rejection}"))
-        }
-    })?;
+) -> Result<Map<String, Value>, Box<Response>> {
+    let bytes = body
+        .map_err(|rejection| {
+            let status = rejection.status();
+            if status == StatusCode::PAYLOAD_TOO_LARGE {
+                plain_error(
+                    status,
+                    "request body is over the size limit (--max-message-bytes)",
+                )
+            } else {
+                plain_error(status, format!("cannot read the request body: {rejection}"))
+            }
+        })
+        .map_err(Box::new)?;
     if empty_ok && bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok(Map::new());
     }
     let value: Value = serde_json::from_slice(&bytes).map_err(|err| {
-        plain_error(StatusCode::UNPROCESSABLE_ENTITY, format!("Invalid JSON: {err}"))
+        plain_error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            format!("Invalid JSON: {err}"),
+        )
     })?;
     match value {
         Value::Object(object) => Ok(object),
-        other => Err(plain_error(
+        other => Err(Box::new(plain_error(
             StatusCode::UNPROCESSABLE_ENTITY,
-            format!("the request body must be a JSON object, not {}", type_name(&other)),
-        )),
+            format!(
+                "the request body must be a JSON object, not {}",
+                type_name(&other)
+            ),
+        ))),
     }
 }
 
@@ -128,7 +144,7 @@ pub async fn reset(
 ) -> Response {
     let object = match body_object(body, true) {
         Ok(object) => object,
-        Err(response) => return response,
+        Err(response) => return *response,
     };
     let fields = match ResetFields::parse(&object) {
         Ok(fields) => fields,
@@ -150,7 +166,7 @@ pub async fn step(
 ) -> Response {
     let object = match body_object(body, false) {
         Ok(object) => object,
-        Err(response) => return response,
+        Err(response) => return *response,
     };
     let mut action = None;
     let mut env_id = None;
@@ -185,7 +201,13 @@ pub async fn step(
 
 /// `GET /envs`: every registered environment and its verdict.
 pub async fn list_envs(State(state): State<Arc<AppState>>) -> Response {
-    let envs: Vec<Value> = state.sessions.registry.list().iter().map(|r| r.summary()).collect();
+    let envs: Vec<Value> = state
+        .sessions
+        .registry
+        .list()
+        .iter()
+        .map(|r| r.summary())
+        .collect();
     axum::Json(json!({"envs": envs})).into_response()
 }
 
@@ -214,7 +236,7 @@ pub async fn register_env(
 ) -> Response {
     let object = match body_object(body, false) {
         Ok(object) => object,
-        Err(response) => return response,
+        Err(response) => return *response,
     };
     let mut source = None;
     let mut id = None;
@@ -241,7 +263,12 @@ pub async fn register_env(
         );
     };
     let known = state.sessions.registry.list().len();
-    match state.sessions.registry.register(id.as_deref(), &source).await {
+    match state
+        .sessions
+        .registry
+        .register(id.as_deref(), &source)
+        .await
+    {
         Ok(r) => {
             let status = if state.sessions.registry.list().len() > known {
                 StatusCode::CREATED
@@ -270,9 +297,10 @@ pub async fn trajectory(State(state): State<Arc<AppState>>, Path(id): Path<Strin
     let path = dir.join(format!("{id}.jsonl"));
     match tokio::fs::read(&path).await {
         Ok(bytes) => ([(header::CONTENT_TYPE, "application/x-ndjson")], bytes).into_response(),
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
-            plain_error(StatusCode::NOT_FOUND, format!("no trajectory for episode '{id}'"))
-        }
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => plain_error(
+            StatusCode::NOT_FOUND,
+            format!("no trajectory for episode '{id}'"),
+        ),
         Err(err) => plain_error(
             StatusCode::INTERNAL_SERVER_ERROR,
             format!("reading the trajectory of '{id}': {err}"),

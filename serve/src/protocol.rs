@@ -135,7 +135,9 @@ impl ResetFields {
         let mut fields = ResetFields::default();
         for (key, value) in data {
             match key.as_str() {
-                "seed" => fields.seed = optional(value, key, Value::as_u64, "a non-negative integer")?,
+                "seed" => {
+                    fields.seed = optional(value, key, Value::as_u64, "a non-negative integer")?
+                }
                 "episode_id" => {
                     fields.episode_id = optional(value, key, as_string, "a string")?;
                     if let Some(id) = &fields.episode_id {

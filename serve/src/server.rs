@@ -143,7 +143,11 @@ impl Server {
 
     /// Serves until `signal` completes, then stops accepting, tells every session to finish
     /// its call and close (its trajectory is completed), and waits up to `drain` for them.
-    pub async fn run(self, signal: impl Future<Output = ()> + Send + 'static, drain: Duration) -> std::io::Result<()> {
+    pub async fn run(
+        self,
+        signal: impl Future<Output = ()> + Send + 'static,
+        drain: Duration,
+    ) -> std::io::Result<()> {
         let state = self.state.clone();
         let app = router(state.clone());
         let tx = self.shutdown_tx;
@@ -194,7 +198,11 @@ async fn websocket(State(state): State<Arc<AppState>>, upgrade: WebSocketUpgrade
 
 /// With a token configured, every request needs `Authorization: Bearer <token>`; the token is
 /// compared in constant time (as sha256 digests, so lengths do not leak either).
-async fn authenticate(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
+async fn authenticate(
+    State(state): State<Arc<AppState>>,
+    request: Request,
+    next: Next,
+) -> Response {
     let Some(expected) = &state.token_sha256 else {
         return next.run(request).await;
     };
@@ -204,7 +212,9 @@ async fn authenticate(State(state): State<Arc<AppState>>, request: Request, next
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "));
     let message = match given {
-        None => "missing bearer token: send 'Authorization: Bearer <token>' (the server runs with --token-file)",
+        None => {
+            "missing bearer token: send 'Authorization: Bearer <token>' (the server runs with --token-file)"
+        }
         Some(token) if constant_time_eq(&digest(token.trim()), expected) => {
             return next.run(request).await;
         }

@@ -7,12 +7,14 @@ use std::io::{self, BufWriter};
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use serde_json::{Value, json};
 use serde_json::value::RawValue;
+use serde_json::{Value, json};
 use spade_runtime::trajectory::{RecordError, RecordMeta, Recorder};
 use spade_runtime::{CallError, ErrorKind, Runtime, Sandbox, SandboxOptions};
 
-use crate::protocol::{ObservationMeta, ObservationPayload, ResetFields, SpadeAction, SpadeObservation};
+use crate::protocol::{
+    ObservationMeta, ObservationPayload, ResetFields, SpadeAction, SpadeObservation,
+};
 use crate::registry::Registry;
 
 /// What every session of a server shares.
@@ -122,7 +124,7 @@ impl Outcome {
 
 /// A sandbox, plain or recorded.
 enum Driver {
-    Plain(Sandbox),
+    Plain(Box<Sandbox>),
     Recorded(Box<Recorder<BufWriter<File>>>),
 }
 
@@ -185,7 +187,10 @@ impl Session {
             .registry
             .playable(fields.env_id.as_deref())
             .map_err(|e| SessionError::Invalid(e.to_string()))?;
-        let source = registration.source.clone().expect("playable sources are compiled");
+        let source = registration
+            .source
+            .clone()
+            .expect("playable sources are compiled");
         let seed = fields.seed.unwrap_or(0);
         let options = SandboxOptions {
             seed,
@@ -197,13 +202,13 @@ impl Session {
         };
         self.episodes += 1;
         let mut driver = match &self.ctx.record_dir {
-            None => Driver::Plain(
+            None => Driver::Plain(Box::new(
                 self.ctx
                     .runtime
                     .sandbox_from(&source, options)
                     .await
                     .map_err(|e| SessionError::from_call(e, "load"))?,
-            ),
+            )),
             Some(dir) => {
                 let path = dir.join(format!("{episode_id}.jsonl"));
                 let file = OpenOptions::new()
@@ -241,7 +246,10 @@ impl Session {
             }
         };
         let result = match &mut driver {
-            Driver::Plain(s) => s.reset(Some(seed)).await.map_err(|e| SessionError::from_call(e, "reset")),
+            Driver::Plain(s) => s
+                .reset(Some(seed))
+                .await
+                .map_err(|e| SessionError::from_call(e, "reset")),
             Driver::Recorded(r) => r
                 .reset(Some(seed))
                 .await
@@ -368,9 +376,9 @@ impl Episode {
     fn end(&mut self, why: &'static str) -> Result<(), SessionError> {
         if let Some(driver) = self.driver.take() {
             self.ended = Some(why);
-            driver
-                .finish()
-                .map_err(|e| SessionError::Internal(format!("writing the trajectory failed: {e}")))?;
+            driver.finish().map_err(|e| {
+                SessionError::Internal(format!("writing the trajectory failed: {e}"))
+            })?;
         }
         Ok(())
     }
@@ -394,7 +402,10 @@ pub async fn stateless_step(
         .registry
         .playable(env_id)
         .map_err(|e| SessionError::Invalid(e.to_string()))?;
-    let source = registration.source.clone().expect("playable sources are compiled");
+    let source = registration
+        .source
+        .clone()
+        .expect("playable sources are compiled");
     let mut sandbox = ctx
         .runtime
         .sandbox_from(&source, SandboxOptions::seeded(seed))

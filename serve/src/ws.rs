@@ -8,7 +8,9 @@ use axum::extract::ws::{CloseFrame, Message, WebSocket, close_code};
 use serde_json::{Map, Value, json};
 use tokio::sync::OwnedSemaphorePermit;
 
-use crate::protocol::{ErrorCode, ResetFields, SpadeAction, error_frame, observation_frame, state_frame, type_name};
+use crate::protocol::{
+    ErrorCode, ResetFields, SpadeAction, error_frame, observation_frame, state_frame, type_name,
+};
 use crate::server::AppState;
 use crate::session::{Session, SessionError};
 
@@ -58,14 +60,23 @@ pub async fn run(mut socket: WebSocket, state: Arc<AppState>, _permit: OwnedSema
                 let message = format!(
                     "session idle for more than {seconds} s (--session-idle-timeout); it is closed"
                 );
-                send(&mut socket, error_frame(ErrorCode::SessionError, &message, Map::new())).await;
+                send(
+                    &mut socket,
+                    error_frame(ErrorCode::SessionError, &message, Map::new()),
+                )
+                .await;
                 break Next::Close(close_code::NORMAL, "idle timeout".to_owned());
             }
             Received::Gone => break Next::Continue,
             Received::Text(text) => text,
             Received::Binary => {
-                let message = "binary frames are not supported: send each message as a JSON text frame";
-                send(&mut socket, error_frame(ErrorCode::InvalidJson, message, Map::new())).await;
+                let message =
+                    "binary frames are not supported: send each message as a JSON text frame";
+                send(
+                    &mut socket,
+                    error_frame(ErrorCode::InvalidJson, message, Map::new()),
+                )
+                .await;
                 continue;
             }
         };
@@ -81,7 +92,11 @@ pub async fn run(mut socket: WebSocket, state: Arc<AppState>, _permit: OwnedSema
     let finished = session.finish();
     if let Next::Close(code, reason) = next {
         if let Err(err) = finished {
-            send(&mut socket, error_frame(ErrorCode::SessionError, &err.to_string(), Map::new())).await;
+            send(
+                &mut socket,
+                error_frame(ErrorCode::SessionError, &err.to_string(), Map::new()),
+            )
+            .await;
         }
         close(&mut socket, code, &reason).await;
     }
@@ -89,7 +104,11 @@ pub async fn run(mut socket: WebSocket, state: Arc<AppState>, _permit: OwnedSema
 
 async fn shutting_down(socket: &mut WebSocket) -> Next {
     let message = "the server is shutting down; this session is closed";
-    send(socket, error_frame(ErrorCode::SessionError, message, Map::new())).await;
+    send(
+        socket,
+        error_frame(ErrorCode::SessionError, message, Map::new()),
+    )
+    .await;
     Next::Close(close_code::AWAY, "server shutting down".to_owned())
 }
 
@@ -134,7 +153,12 @@ async fn close(socket: &mut WebSocket, code: u16, reason: &str) {
 
 /// Answers one message.
 async fn handle(session: &mut Session, text: &str, limit: usize) -> (Option<String>, Next) {
-    let error = |code, message: String| (Some(error_frame(code, &message, Map::new())), Next::Continue);
+    let error = |code, message: String| {
+        (
+            Some(error_frame(code, &message, Map::new())),
+            Next::Continue,
+        )
+    };
     if text.len() > limit {
         return error(
             ErrorCode::ValidationError,
@@ -151,7 +175,10 @@ async fn handle(session: &mut Session, text: &str, limit: usize) -> (Option<Stri
     let Some(object) = value.as_object() else {
         return error(
             ErrorCode::ValidationError,
-            format!("a message must be a JSON object with a 'type', not {}", type_name(&value)),
+            format!(
+                "a message must be a JSON object with a 'type', not {}",
+                type_name(&value)
+            ),
         );
     };
     let kind = match object.get("type") {
@@ -159,10 +186,18 @@ async fn handle(session: &mut Session, text: &str, limit: usize) -> (Option<Stri
         Some(other) => {
             return error(
                 ErrorCode::ValidationError,
-                format!("the message's 'type' must be a string, not {}", type_name(other)),
+                format!(
+                    "the message's 'type' must be a string, not {}",
+                    type_name(other)
+                ),
             );
         }
-        None => return error(ErrorCode::UnknownType, "Unknown message type: (no 'type' field)".to_owned()),
+        None => {
+            return error(
+                ErrorCode::UnknownType,
+                "Unknown message type: (no 'type' field)".to_owned(),
+            );
+        }
     };
     if !matches!(kind, "reset" | "step" | "state" | "close") {
         return error(
@@ -170,7 +205,11 @@ async fn handle(session: &mut Session, text: &str, limit: usize) -> (Option<Stri
             format!("Unknown message type: {kind} (expected reset, step, state or close)"),
         );
     }
-    let allowed: &[&str] = if matches!(kind, "reset" | "step") { &["type", "data"] } else { &["type"] };
+    let allowed: &[&str] = if matches!(kind, "reset" | "step") {
+        &["type", "data"]
+    } else {
+        &["type"]
+    };
     if let Some(extra) = object.keys().find(|k| !allowed.contains(&k.as_str())) {
         return error(
             ErrorCode::ValidationError,
@@ -186,13 +225,21 @@ async fn handle(session: &mut Session, text: &str, limit: usize) -> (Option<Stri
                 Some(other) => {
                     return error(
                         ErrorCode::ValidationError,
-                        format!("Invalid message: reset 'data' must be an object, not {}", type_name(other)),
+                        format!(
+                            "Invalid message: reset 'data' must be an object, not {}",
+                            type_name(other)
+                        ),
                     );
                 }
             };
             let fields = match ResetFields::parse(data) {
                 Ok(fields) => fields,
-                Err(message) => return error(ErrorCode::ValidationError, format!("Invalid message: {message}")),
+                Err(message) => {
+                    return error(
+                        ErrorCode::ValidationError,
+                        format!("Invalid message: {message}"),
+                    );
+                }
             };
             answer(session.reset(fields).await)
         }
@@ -205,18 +252,29 @@ async fn handle(session: &mut Session, text: &str, limit: usize) -> (Option<Stri
             };
             let action = match SpadeAction::parse(data) {
                 Ok(action) => action,
-                Err(message) => return error(ErrorCode::ValidationError, format!("Invalid message: {message}")),
+                Err(message) => {
+                    return error(
+                        ErrorCode::ValidationError,
+                        format!("Invalid message: {message}"),
+                    );
+                }
             };
             answer(session.step(action).await)
         }
         "state" => (Some(state_frame(&session.state())), Next::Continue),
-        _ => (None, Next::Close(close_code::NORMAL, "closed by the client".to_owned())),
+        _ => (
+            None,
+            Next::Close(close_code::NORMAL, "closed by the client".to_owned()),
+        ),
     }
 }
 
 fn answer(result: Result<crate::session::Outcome, SessionError>) -> (Option<String>, Next) {
     match result {
-        Ok(outcome) => (Some(outcome.with_payload(observation_frame)), Next::Continue),
+        Ok(outcome) => (
+            Some(outcome.with_payload(observation_frame)),
+            Next::Continue,
+        ),
         Err(err) => {
             let mut extra = Map::new();
             if let Some(kind) = err.kind() {

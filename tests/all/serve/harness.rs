@@ -148,10 +148,9 @@ pub async fn ws_connect(
 ) -> Result<Ws, tokio_tungstenite::tungstenite::Error> {
     let mut request = format!("ws://{addr}/ws").into_client_request().unwrap();
     if let Some(token) = token {
-        request.headers_mut().insert(
-            "Authorization",
-            format!("Bearer {token}").parse().unwrap(),
-        );
+        request
+            .headers_mut()
+            .insert("Authorization", format!("Bearer {token}").parse().unwrap());
     }
     let (ws, _) = tokio_tungstenite::connect_async(request).await?;
     Ok(ws)
@@ -175,8 +174,12 @@ pub async fn ws_next(ws: &mut Ws) -> Result<Value, Option<u16>> {
 
 /// Sends `text` and returns the answer.
 pub async fn ws_send(ws: &mut Ws, text: &str) -> Value {
-    ws.send(Message::Text(text.to_owned().into())).await.unwrap();
-    ws_next(ws).await.unwrap_or_else(|code| panic!("closed ({code:?}) instead of answering {text:.200}"))
+    ws.send(Message::Text(text.to_owned().into()))
+        .await
+        .unwrap();
+    ws_next(ws)
+        .await
+        .unwrap_or_else(|code| panic!("closed ({code:?}) instead of answering {text:.200}"))
 }
 
 /// Sends a JSON message and returns the answer.
@@ -190,7 +193,10 @@ pub fn assert_error(answer: &Value, code: &str, needle: &str) {
     assert_eq!(answer["type"], "error", "{answer}");
     assert_eq!(answer["data"]["code"], code, "{answer}");
     let message = answer["data"]["message"].as_str().unwrap();
-    assert!(message.contains(needle), "expected {needle:?} in {message:?}");
+    assert!(
+        message.contains(needle),
+        "expected {needle:?} in {message:?}"
+    );
 }
 
 /// The virtual environment's Python with the pinned packages (`python/requirements-ci.txt`)
@@ -215,9 +221,22 @@ pub fn python() -> PathBuf {
     };
     if !imports(&python) {
         let script = repo_root().join(".ci").join("python-venv");
-        let status = Command::new("bash").arg(&script).arg(&venv).status().unwrap();
-        assert!(status.success(), "{} {} failed", script.display(), venv.display());
-        assert!(imports(&python), "the venv at {} lacks the packages", venv.display());
+        let status = Command::new("bash")
+            .arg(&script)
+            .arg(&venv)
+            .status()
+            .unwrap();
+        assert!(
+            status.success(),
+            "{} {} failed",
+            script.display(),
+            venv.display()
+        );
+        assert!(
+            imports(&python),
+            "the venv at {} lacks the packages",
+            venv.display()
+        );
     }
     *ready = Some(python.clone());
     python

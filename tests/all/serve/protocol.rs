@@ -3,7 +3,9 @@
 
 use serde_json::{Value, json};
 
-use super::harness::{ServeProcess, assert_error, http, http_json, run_python, ws_call, ws_connect, ws_send};
+use super::harness::{
+    ServeProcess, assert_error, http, http_json, run_python, ws_call, ws_connect, ws_send,
+};
 use super::{PLAYABLE, REJECTED, env_path};
 use crate::common::{env_dir, spade, stdout};
 
@@ -12,7 +14,15 @@ use crate::common::{env_dir, spade, stdout};
 fn spade_run_lines(name: &str, seed: u64) -> Vec<String> {
     let env = env_path(name);
     let actions = format!("tests/envs/{name}/actions.txt");
-    let output = spade(&["run", &env, "--seed", &seed.to_string(), "--actions", &actions, "--json"]);
+    let output = spade(&[
+        "run",
+        &env,
+        "--seed",
+        &seed.to_string(),
+        "--actions",
+        &actions,
+        "--json",
+    ]);
     stdout(&output)
         .lines()
         .map(|line| serde_json::from_str::<Value>(line).unwrap())
@@ -36,7 +46,10 @@ fn the_stock_openenv_client_plays_every_fixture_as_spade_run_does() {
     for name in PLAYABLE {
         let expected = spade_run_lines(name, 7);
         let actions = env_dir(name).join("actions.txt").display().to_string();
-        let out = run_python("tests/drive_stock.py", &[&server.url(), name, "7", &actions]);
+        let out = run_python(
+            "tests/drive_stock.py",
+            &[&server.url(), name, "7", &actions],
+        );
         // The Python client's JSON, re-serialised by serde_json: same key order, same numbers.
         let got: Vec<String> = out
             .lines()
@@ -51,15 +64,26 @@ fn the_stock_openenv_client_plays_every_fixture_as_spade_run_does() {
     for (name, code) in REJECTED {
         let out = run_python(
             "tests/drive_stock.py",
-            &[&server.url(), name, "7", &env_dir(name).join("actions.txt").display().to_string()],
+            &[
+                &server.url(),
+                name,
+                "7",
+                &env_dir(name).join("actions.txt").display().to_string(),
+            ],
         );
         let line: Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
         let error = line["error"].as_str().unwrap();
-        assert!(error.contains("rejected by spade check") && error.contains(code), "{name}: {error}");
+        assert!(
+            error.contains("rejected by spade check") && error.contains(code),
+            "{name}: {error}"
+        );
         assert!(error.contains("(code: VALIDATION_ERROR)"), "{error}");
     }
     let stderr = server.stderr();
-    assert!(stderr.contains("registered grid_walk (GridWalkEnv): accepted"), "{stderr}");
+    assert!(
+        stderr.contains("registered grid_walk (GridWalkEnv): accepted"),
+        "{stderr}"
+    );
     assert!(stderr.contains("registered never_ends"), "{stderr}");
 }
 
@@ -70,13 +94,29 @@ const FAULTY: &[(&str, &str, Option<&str>)] = &[
     ("fault_two_env_classes", "load_failed", Some("load")),
     ("fault_import_numpy", "load_failed", Some("load")),
     ("fault_reset_raises", "reset_failed", Some("exception")),
-    ("fault_step_four_tuple", "probe_step_failed", Some("contract")),
+    (
+        "fault_step_four_tuple",
+        "probe_step_failed",
+        Some("contract"),
+    ),
     ("fault_nan_reward", "probe_step_failed", Some("contract")),
     ("fault_info_not_dict", "reset_failed", Some("contract")),
-    ("fault_self_reference", "probe_step_failed", Some("contract")),
+    (
+        "fault_self_reference",
+        "probe_step_failed",
+        Some("contract"),
+    ),
     ("fault_open_passwd", "probe_step_failed", Some("exception")),
-    ("fault_infinite_loop", "probe_step_failed", Some("out_of_fuel")),
-    ("fault_solution_not_str", "solution_failed", Some("contract")),
+    (
+        "fault_infinite_loop",
+        "probe_step_failed",
+        Some("out_of_fuel"),
+    ),
+    (
+        "fault_solution_not_str",
+        "solution_failed",
+        Some("contract"),
+    ),
 ];
 
 #[tokio::test]
@@ -106,12 +146,20 @@ async fn registering_a_faulty_env_returns_the_check_verdict_and_it_cannot_be_res
     let mut ws = ws_connect(server.addr, None).await.unwrap();
     for (name, code, _) in FAULTY {
         let answer = ws_call(&mut ws, json!({"type": "reset", "data": {"env_id": name}})).await;
-        assert_error(&answer, "VALIDATION_ERROR", &format!("environment '{name}' was rejected by spade check"));
+        assert_error(
+            &answer,
+            "VALIDATION_ERROR",
+            &format!("environment '{name}' was rejected by spade check"),
+        );
         assert_error(&answer, "VALIDATION_ERROR", code);
     }
     // Several registered: a reset must name one.
     let answer = ws_call(&mut ws, json!({"type": "reset"})).await;
-    assert_error(&answer, "VALIDATION_ERROR", "12 environments are registered, so reset needs an env_id");
+    assert_error(
+        &answer,
+        "VALIDATION_ERROR",
+        "12 environments are registered, so reset needs an env_id",
+    );
     // Listing and one registration.
     let (status, list) = http_json(server.addr, "GET", "/envs", &[], None);
     assert_eq!(status, 200);
@@ -120,19 +168,34 @@ async fn registering_a_faulty_env_returns_the_check_verdict_and_it_cannot_be_res
     assert_eq!((status, one["accepted"].clone()), (200, json!(false)));
     let (status, err) = http_json(server.addr, "GET", "/envs/nope", &[], None);
     assert_eq!(status, 404);
-    assert!(err["detail"].as_str().unwrap().contains("unknown environment id 'nope'"), "{err}");
+    assert!(
+        err["detail"]
+            .as_str()
+            .unwrap()
+            .contains("unknown environment id 'nope'"),
+        "{err}"
+    );
     // Bad registrations.
     for (body, needle) in [
         (r#"{"source": ""}"#, "the environment source is empty"),
         (r#"{"id": "x"}"#, "the request has no 'source'"),
-        (r#"{"source": "x", "ID": 1}"#, "unknown or mistyped field 'ID'"),
-        (r#"{"source": "x", "id": "../etc"}"#, "environment id '../etc' is not valid"),
+        (
+            r#"{"source": "x", "ID": 1}"#,
+            "unknown or mistyped field 'ID'",
+        ),
+        (
+            r#"{"source": "x", "id": "../etc"}"#,
+            "environment id '../etc' is not valid",
+        ),
         ("[1]", "must be a JSON object, not an array"),
         ("{", "Invalid JSON"),
     ] {
         let (status, err) = http_json(server.addr, "POST", "/envs", &[], Some(body));
         assert_eq!(status, 422, "{body}: {err}");
-        assert!(err["detail"].as_str().unwrap().contains(needle), "{body}: {err}");
+        assert!(
+            err["detail"].as_str().unwrap().contains(needle),
+            "{body}: {err}"
+        );
     }
     let (status, err) = http_json(
         server.addr,
@@ -142,7 +205,12 @@ async fn registering_a_faulty_env_returns_the_check_verdict_and_it_cannot_be_res
         Some(&json!({"source": "class OtherEnv: pass", "id": "fault_nan_reward"}).to_string()),
     );
     assert_eq!(status, 409, "{err}");
-    assert!(err["detail"].as_str().unwrap().contains("already registered with a different source"));
+    assert!(
+        err["detail"]
+            .as_str()
+            .unwrap()
+            .contains("already registered with a different source")
+    );
 }
 
 #[tokio::test]
@@ -153,17 +221,37 @@ async fn malformed_messages_get_the_protocol_errors_and_the_session_goes_on() {
     let first = ws_call(&mut other, json!({"type": "reset", "data": {"seed": 7}})).await;
     assert_eq!(first["type"], "observation");
 
-    assert_error(&ws_send(&mut ws, "{not json").await, "INVALID_JSON", "Invalid JSON: key must be a string");
-    assert_error(&ws_call(&mut ws, json!({"type": "dance"})).await, "UNKNOWN_TYPE", "Unknown message type: dance");
-    assert_error(&ws_call(&mut ws, json!({"data": {}})).await, "UNKNOWN_TYPE", "no 'type' field");
-    assert_error(&ws_send(&mut ws, "[1, 2]").await, "VALIDATION_ERROR", "must be a JSON object with a 'type', not an array");
+    assert_error(
+        &ws_send(&mut ws, "{not json").await,
+        "INVALID_JSON",
+        "Invalid JSON: key must be a string",
+    );
+    assert_error(
+        &ws_call(&mut ws, json!({"type": "dance"})).await,
+        "UNKNOWN_TYPE",
+        "Unknown message type: dance",
+    );
+    assert_error(
+        &ws_call(&mut ws, json!({"data": {}})).await,
+        "UNKNOWN_TYPE",
+        "no 'type' field",
+    );
+    assert_error(
+        &ws_send(&mut ws, "[1, 2]").await,
+        "VALIDATION_ERROR",
+        "must be a JSON object with a 'type', not an array",
+    );
     assert_error(
         &ws_call(&mut ws, json!({"type": "step", "data": {"message": "x"}})).await,
         "VALIDATION_ERROR",
         "no episode is running: send reset before step",
     );
     assert_error(
-        &ws_call(&mut ws, json!({"type": "reset", "data": {"env_id": "grid_wlak"}})).await,
+        &ws_call(
+            &mut ws,
+            json!({"type": "reset", "data": {"env_id": "grid_wlak"}}),
+        )
+        .await,
         "VALIDATION_ERROR",
         "unknown environment id 'grid_wlak' (registered: grid_walk)",
     );
@@ -184,16 +272,31 @@ async fn malformed_messages_get_the_protocol_errors_and_the_session_goes_on() {
     );
     // A message over --max-message-bytes (but under the 4x hard cap) is a protocol error.
     let big = json!({"type": "step", "data": {"message": "x".repeat(5000)}}).to_string();
-    assert_error(&ws_send(&mut ws, &big).await, "VALIDATION_ERROR", "bytes is over the limit of 4096 bytes");
+    assert_error(
+        &ws_send(&mut ws, &big).await,
+        "VALIDATION_ERROR",
+        "bytes is over the limit of 4096 bytes",
+    );
     // Binary frames are refused with a message.
     use futures_util::SinkExt;
-    ws.send(tokio_tungstenite::tungstenite::Message::Binary(vec![1, 2].into())).await.unwrap();
-    assert_error(&super::harness::ws_next(&mut ws).await.unwrap(), "INVALID_JSON", "binary frames are not supported");
+    ws.send(tokio_tungstenite::tungstenite::Message::Binary(
+        vec![1, 2].into(),
+    ))
+    .await
+    .unwrap();
+    assert_error(
+        &super::harness::ws_next(&mut ws).await.unwrap(),
+        "INVALID_JSON",
+        "binary frames are not supported",
+    );
 
     // The session still works: a reset without an id uses the only env, and steps follow.
     let reset = ws_call(&mut ws, json!({"type": "reset", "data": {"seed": 7}})).await;
     assert_eq!(reset["type"], "observation", "{reset}");
-    assert_eq!(reset["data"]["observation"]["metadata"]["env_id"], "grid_walk");
+    assert_eq!(
+        reset["data"]["observation"]["metadata"]["env_id"],
+        "grid_walk"
+    );
     assert_eq!(reset["data"]["reward"], Value::Null);
     assert_error(
         &ws_call(&mut ws, json!({"type": "step", "data": {"message": 1}})).await,
@@ -205,7 +308,11 @@ async fn malformed_messages_get_the_protocol_errors_and_the_session_goes_on() {
         "VALIDATION_ERROR",
         "unknown action field 'code'",
     );
-    let step = ws_call(&mut ws, json!({"type": "step", "data": {"message": "\\boxed{right}"}})).await;
+    let step = ws_call(
+        &mut ws,
+        json!({"type": "step", "data": {"message": "\\boxed{right}"}}),
+    )
+    .await;
     assert_eq!(step["type"], "observation", "{step}");
     assert_eq!(step["data"]["observation"]["metadata"]["step_count"], 1);
     let state = ws_call(&mut ws, json!({"type": "state"})).await;
@@ -216,15 +323,23 @@ async fn malformed_messages_get_the_protocol_errors_and_the_session_goes_on() {
 
     // Past the hard cap the connection is closed (1009); other sessions are untouched.
     let huge = json!({"type": "step", "data": {"message": "x".repeat(20_000)}}).to_string();
-    ws.send(tokio_tungstenite::tungstenite::Message::Text(huge.into())).await.unwrap();
+    ws.send(tokio_tungstenite::tungstenite::Message::Text(huge.into()))
+        .await
+        .unwrap();
     let closed = super::harness::ws_next(&mut ws).await;
     assert!(matches!(closed, Err(Some(1009)) | Err(None)), "{closed:?}");
-    let step = ws_call(&mut other, json!({"type": "step", "data": {"message": "\\boxed{right}"}})).await;
+    let step = ws_call(
+        &mut other,
+        json!({"type": "step", "data": {"message": "\\boxed{right}"}}),
+    )
+    .await;
     assert_eq!(step["type"], "observation", "{step}");
     // A close message ends the session with a normal close.
     use futures_util::StreamExt as _;
     other
-        .send(tokio_tungstenite::tungstenite::Message::Text(json!({"type": "close"}).to_string().into()))
+        .send(tokio_tungstenite::tungstenite::Message::Text(
+            json!({"type": "close"}).to_string().into(),
+        ))
         .await
         .unwrap();
     let end = other.next().await;
@@ -238,11 +353,20 @@ async fn malformed_messages_get_the_protocol_errors_and_the_session_goes_on() {
 fn http_endpoints_follow_openenv() {
     let server = ServeProcess::start(&[&env_path("grid_walk"), "--max-message-bytes", "2048"]);
     let addr = server.addr;
-    assert_eq!(http_json(addr, "GET", "/health", &[], None), (200, json!({"status": "healthy"})));
+    assert_eq!(
+        http_json(addr, "GET", "/health", &[], None),
+        (200, json!({"status": "healthy"}))
+    );
     let (status, meta) = http_json(addr, "GET", "/metadata", &[], None);
     assert_eq!(status, 200);
     assert_eq!(meta["name"], "spade");
-    assert!(meta["description"].as_str().unwrap().contains("grid_walk (accepted)"), "{meta}");
+    assert!(
+        meta["description"]
+            .as_str()
+            .unwrap()
+            .contains("grid_walk (accepted)"),
+        "{meta}"
+    );
     let (status, schema) = http_json(addr, "GET", "/schema", &[], None);
     assert_eq!(status, 200);
     assert_eq!(schema["action"]["required"], json!(["message"]));
@@ -254,7 +378,13 @@ fn http_endpoints_follow_openenv() {
         (200, json!({"episode_id": null, "step_count": 0}))
     );
     // POST /reset: a fresh environment each time, same answer as a session's reset.
-    let (status, reset) = http_json(addr, "POST", "/reset", &[], Some(r#"{"seed": 7, "hint": "h"}"#));
+    let (status, reset) = http_json(
+        addr,
+        "POST",
+        "/reset",
+        &[],
+        Some(r#"{"seed": 7, "hint": "h"}"#),
+    );
     assert_eq!(status, 200, "{reset}");
     let expected = spade_run_lines("grid_walk", 7);
     let first: Value = serde_json::from_str(&expected[0]).unwrap();
@@ -263,31 +393,70 @@ fn http_endpoints_follow_openenv() {
         format!("{}\n\nHINT: h", first["observation"].as_str().unwrap())
     );
     assert_eq!(reset["observation"]["info"], first["info"]);
-    assert_eq!((reset["reward"].clone(), reset["done"].clone()), (Value::Null, json!(false)));
+    assert_eq!(
+        (reset["reward"].clone(), reset["done"].clone()),
+        (Value::Null, json!(false))
+    );
     let (status, empty) = http_json(addr, "POST", "/reset", &[], None);
     assert_eq!(status, 200, "{empty}");
     // POST /step: a fresh environment, no reset first (OpenEnv's stateless semantics).
-    let (status, step) = http_json(addr, "POST", "/step", &[], Some(r#"{"action": {"message": "\\boxed{right}"}}"#));
+    let (status, step) = http_json(
+        addr,
+        "POST",
+        "/step",
+        &[],
+        Some(r#"{"action": {"message": "\\boxed{right}"}}"#),
+    );
     assert!(status == 200 || status == 500, "{status} {step}");
     let (status, err) = http_json(addr, "POST", "/step", &[], Some(r#"{"action": {}}"#));
     assert_eq!(status, 422);
-    assert!(err["detail"].as_str().unwrap().contains("no 'message' field"), "{err}");
+    assert!(
+        err["detail"]
+            .as_str()
+            .unwrap()
+            .contains("no 'message' field"),
+        "{err}"
+    );
     let (status, err) = http_json(addr, "POST", "/step", &[], Some("{}"));
     assert_eq!(status, 422);
-    assert!(err["detail"].as_str().unwrap().contains("the request has no 'action'"), "{err}");
+    assert!(
+        err["detail"]
+            .as_str()
+            .unwrap()
+            .contains("the request has no 'action'"),
+        "{err}"
+    );
     let (status, err) = http_json(addr, "POST", "/reset", &[], Some("{oops"));
     assert_eq!(status, 422);
-    assert!(err["detail"].as_str().unwrap().starts_with("Invalid JSON"), "{err}");
+    assert!(
+        err["detail"].as_str().unwrap().starts_with("Invalid JSON"),
+        "{err}"
+    );
     let (status, err) = http_json(addr, "POST", "/reset", &[], Some(r#"{"env_id": "nope"}"#));
     assert_eq!(status, 422);
-    assert!(err["detail"].as_str().unwrap().contains("unknown environment id 'nope'"), "{err}");
+    assert!(
+        err["detail"]
+            .as_str()
+            .unwrap()
+            .contains("unknown environment id 'nope'"),
+        "{err}"
+    );
     let big = format!(r#"{{"seed": 1, "hint": "{}"}}"#, "x".repeat(4000));
     let (status, err) = http_json(addr, "POST", "/reset", &[], Some(&big));
     assert_eq!(status, 413, "{err}");
-    assert!(err["detail"].as_str().unwrap().contains("over the size limit"), "{err}");
+    assert!(
+        err["detail"]
+            .as_str()
+            .unwrap()
+            .contains("over the size limit"),
+        "{err}"
+    );
     let (status, err) = http_json(addr, "GET", "/trajectories/x", &[], None);
     assert_eq!(status, 404);
-    assert!(err["detail"].as_str().unwrap().contains("--record-dir"), "{err}");
+    assert!(
+        err["detail"].as_str().unwrap().contains("--record-dir"),
+        "{err}"
+    );
     let (status, _) = http(addr, "GET", "/nowhere", &[], None);
     assert_eq!(status, 404);
 }

@@ -9,8 +9,19 @@ use crate::common::{env_dir, spade, stdout};
 /// `spade run --json` of grid_walk seed 7 as (actions, texts, rewards, end line).
 fn grid_walk_run() -> (Vec<String>, Vec<String>, Vec<f64>, Value) {
     let actions = env_dir("grid_walk").join("actions.txt");
-    let out = spade(&["run", &env_path("grid_walk"), "--seed", "7", "--actions", actions.to_str().unwrap(), "--json"]);
-    let lines: Vec<Value> = stdout(&out).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let out = spade(&[
+        "run",
+        &env_path("grid_walk"),
+        "--seed",
+        "7",
+        "--actions",
+        actions.to_str().unwrap(),
+        "--json",
+    ]);
+    let lines: Vec<Value> = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     let mut acts = Vec::new();
     let mut texts = Vec::new();
     let mut rewards = Vec::new();
@@ -27,7 +38,10 @@ fn grid_walk_run() -> (Vec<String>, Vec<String>, Vec<f64>, Value) {
             _ => {}
         }
     }
-    assert_eq!(end["ended"], "terminated", "grid_walk's fixture actions win");
+    assert_eq!(
+        end["ended"], "terminated",
+        "grid_walk's fixture actions win"
+    );
     (acts, texts, rewards, end)
 }
 
@@ -35,10 +49,22 @@ fn grid_walk_run() -> (Vec<String>, Vec<String>, Vec<f64>, Value) {
 fn the_python_client_package_registers_plays_and_fetches_trajectories() {
     let dir = tempfile::tempdir().unwrap();
     let record = dir.path().join("traj");
-    let server = ServeProcess::start(&[&env_path("grid_walk"), "--record-dir", record.to_str().unwrap()]);
+    let server = ServeProcess::start(&[
+        &env_path("grid_walk"),
+        "--record-dir",
+        record.to_str().unwrap(),
+    ]);
     let (actions, texts, rewards, _) = grid_walk_run();
     let faulty = env_dir("fault_nan_reward").join("env.py");
-    let check = spade(&["check", faulty.to_str().unwrap(), "--json", "--total-fuel", "50000000000", "--out", dir.path().join("c").to_str().unwrap()]);
+    let check = spade(&[
+        "check",
+        faulty.to_str().unwrap(),
+        "--json",
+        "--total-fuel",
+        "50000000000",
+        "--out",
+        dir.path().join("c").to_str().unwrap(),
+    ]);
     let report: Value = serde_json::from_str(&stdout(&check)).unwrap();
     let codes: Vec<&Value> = report["findings"]
         .as_array()
@@ -56,7 +82,10 @@ fn the_python_client_package_registers_plays_and_fetches_trajectories() {
     });
     let file = dir.path().join("expected.json");
     std::fs::write(&file, expected.to_string()).unwrap();
-    let out = run_python("tests/client_flow.py", &[&server.url(), file.to_str().unwrap()]);
+    let out = run_python(
+        "tests/client_flow.py",
+        &[&server.url(), file.to_str().unwrap()],
+    );
     assert_eq!(out.trim(), "ok");
 }
 
@@ -67,26 +96,41 @@ fn the_example_script_plays_an_episode() {
     let actions = env_dir("grid_walk").join("actions.txt");
     let out = run_python(
         "examples/play_episode.py",
-        &["--url", &server.url(), "--seed", "7", "--actions", actions.to_str().unwrap()],
+        &[
+            "--url",
+            &server.url(),
+            "--seed",
+            "7",
+            "--actions",
+            actions.to_str().unwrap(),
+        ],
     );
     let last = out.lines().last().unwrap();
     assert_eq!(
         last,
-        format!("== episode terminated after {} steps, total reward {}", end["steps"], end["total_reward"])
+        format!(
+            "== episode terminated after {} steps, total reward {}",
+            end["steps"], end["total_reward"]
+        )
     );
 }
 
 #[test]
 fn two_servers_under_a_local_ray_cluster_share_the_sessions() {
     let (_, texts, rewards, _) = grid_walk_run();
-    let want_texts = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(texts.join("\n\u{0}").as_bytes()));
+    let want_texts = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(
+        texts.join("\n\u{0}").as_bytes(),
+    ));
     let want_total: f64 = rewards.iter().sum();
     let out = run_python(
         "tests/ray_two_servers.py",
         &[
             env!("CARGO_BIN_EXE_spade"),
             &env_dir("grid_walk").join("env.py").display().to_string(),
-            &env_dir("grid_walk").join("actions.txt").display().to_string(),
+            &env_dir("grid_walk")
+                .join("actions.txt")
+                .display()
+                .to_string(),
             "8",
         ],
     );
@@ -96,7 +140,10 @@ fn two_servers_under_a_local_ray_cluster_share_the_sessions() {
     assert_ne!(urls[0], urls[1]);
     assert_ne!(result["pids"][0], result["pids"][1]);
     for url in urls {
-        assert!(url.as_str().unwrap().starts_with("http://127.0.0.1:"), "{url}");
+        assert!(
+            url.as_str().unwrap().starts_with("http://127.0.0.1:"),
+            "{url}"
+        );
         assert_eq!(result["per_server"][url.as_str().unwrap()], 4, "{result}");
     }
     for i in 0..8 {

@@ -167,7 +167,10 @@ async fn register_all(registry: &Registry, sources: Vec<(String, String)>) -> an
             .register(Some(&id), &source)
             .await
             .with_context(|| format!("registering '{id}'"))?;
-        let class = registration.class_name.as_deref().unwrap_or("no environment class");
+        let class = registration
+            .class_name
+            .as_deref()
+            .unwrap_or("no environment class");
         if registration.accepted {
             eprintln!("spade serve: registered {id} ({class}): accepted");
         } else {
