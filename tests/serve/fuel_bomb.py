@@ -11,16 +11,17 @@ class FuelBombEnv:
 
     def reset(self, seed=None):
         rng = random.Random(seed)
-        self.target = rng.randint(1, 10)
+        self.high = rng.randint(10, 99)
+        self.target = rng.randint(1, self.high)
         self.turns = 0
-        return "Guess a number from 1 to 10. Answer in \\boxed{}.", {"turns_left": self.max_turns}
+        return f"Guess a number from 1 to {self.high}. Answer in \\boxed{{}}.", {"turns_left": self.max_turns}
 
     def step(self, action):
         if action == "SPIN FOREVER":
             while True:
                 pass
         self.turns += 1
-        match = re.search(r"\\boxed\{\s*(-?\d+)\s*\}", action)
+        match = re.search(r"\\boxed\{\s*(-?\d{1,6})\s*\}", action)
         if match and int(match.group(1)) == self.target:
             return "Correct.", 1.0, True, False, {"turns": self.turns}
         hint = "no number found" if not match else ("higher" if int(match.group(1)) < self.target else "lower")

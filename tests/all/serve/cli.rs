@@ -27,7 +27,7 @@ fn bad_command_lines_are_clear_errors() {
         "--max-sessions must be at least 1",
     );
     fails_with(
-        &["serve", "--session-idle-timeout", "-1"],
+        &["serve", "--session-idle-timeout=-1"],
         None,
         1,
         "--session-idle-timeout must be a number of seconds",

@@ -196,10 +196,10 @@ async fn a_sandbox_out_of_fuel_ends_its_session_with_a_typed_error_and_others_go
     assert_eq!(reset["type"], "observation", "{reset}");
     let ok = ws_call(
         &mut victim,
-        json!({"type": "step", "data": {"message": "\\boxed{11}"}}),
+        json!({"type": "step", "data": {"message": "\\boxed{0}"}}),
     )
     .await;
-    assert_eq!(ok["data"]["observation"]["text"], "Wrong (lower).");
+    assert_eq!(ok["data"]["observation"]["text"], "Wrong (higher).");
 
     let died = ws_call(
         &mut victim,
