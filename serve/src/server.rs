@@ -3,6 +3,7 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -14,6 +15,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use axum::serve::ListenerExt;
 use serde_json::Map;
 use sha2::{Digest, Sha256};
 use spade_runtime::Runtime;
@@ -145,13 +147,18 @@ impl Server {
     /// its call and close (its trajectory is completed), and waits up to `drain` for them.
     pub async fn run(
         self,
-        signal: impl Future<Output = ()> + Send + 'static,
+        signal: Pin<Box<dyn Future<Output = ()> + Send>>,
         drain: Duration,
     ) -> std::io::Result<()> {
         let state = self.state.clone();
         let app = router(state.clone());
         let tx = self.shutdown_tx;
-        let serve = axum::serve(self.listener, app).with_graceful_shutdown(async move {
+        // Small request/answer frames: without TCP_NODELAY, Nagle's algorithm and delayed ACKs
+        // add tens of milliseconds to a step.
+        let listener = self.listener.tap_io(|tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
+        let serve = axum::serve(listener, app).with_graceful_shutdown(async move {
             signal.await;
             let _ = tx.send(true);
         });

@@ -76,7 +76,7 @@ impl ServeArgs {
             let addr = server.local_addr()?;
             say!("spade serve: listening on http://{addr} (WebSocket sessions at ws://{addr}/ws)");
             server
-                .run(shutdown_signal(), Duration::from_secs(35))
+                .run(Box::pin(shutdown_signal()), Duration::from_secs(35))
                 .await
                 .context("serving")?;
             eprintln!("spade serve: shut down");
