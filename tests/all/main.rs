@@ -22,4 +22,5 @@ mod replay;
 mod report;
 mod sandbox;
 mod selfplay;
+mod serve;
 mod unicode;

@@ -38,6 +38,8 @@ enum Command {
     Eval(cli::eval::EvalArgs),
     /// Charts and best/worst environments of a training run, as HTML and SVG.
     Report(cli::report::ReportArgs),
+    /// Serve environments over OpenEnv's wire protocol (WebSocket sessions and HTTP).
+    Serve(cli::serve::ServeArgs),
 }
 
 fn main() -> ExitCode {
@@ -66,6 +68,7 @@ fn main() -> ExitCode {
         Command::Train(args) => done(args.execute()),
         Command::Eval(args) => done(args.execute()),
         Command::Report(args) => done(args.execute()),
+        Command::Serve(args) => args.execute(),
     };
     match result {
         Ok(code) => code,

@@ -19,6 +19,7 @@ pub mod progress_bar;
 pub mod replay;
 pub mod report;
 pub mod run;
+pub mod serve;
 pub mod train;
 
 use std::path::{Path, PathBuf};

@@ -1,0 +1,112 @@
+"""Benchmark: `spade serve` against OpenEnv's own Python server hosting the same environment
+source by exec() (no sandbox), over loopback WebSocket sessions, in the same run.
+
+    cargo build --release
+    target/serve-venv/bin/python python/bench/serve_bench.py --spade target/release/spade \
+        [--env tests/envs/grid_walk/env.py --actions tests/envs/grid_walk/actions.txt] \
+        [--sessions 1,16,256] [--seconds 10]
+
+Each of N concurrent sessions (one client process, asyncio, OpenEnv's GenericEnvClient) loops:
+connect, reset(seed), play the actions until the episode ends, close. Printed per server and N:
+sessions/s (episodes completed per second), steps/s, and p50/p99 step latency (client-side,
+send to answer).
+"""
+
+import argparse
+import asyncio
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+from openenv.core.generic_client import GenericEnvClient
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(command):
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    line = process.stdout.readline()
+    if "listening on " not in line:
+        process.kill()
+        raise SystemExit(f"{command[0]} did not start: {line!r}")
+    return process, line.split("listening on ")[1].split()[0]
+
+
+async def session_loop(url, actions, deadline, seed, latencies, counts):
+    while time.perf_counter() < deadline:
+        async with GenericEnvClient(base_url=url, message_timeout_s=600) as env:
+            await env.reset(seed=seed)
+            for action in actions:
+                t0 = time.perf_counter()
+                result = await env.step({"message": action})
+                latencies.append(time.perf_counter() - t0)
+                counts["steps"] += 1
+                if result.done:
+                    break
+        counts["sessions"] += 1
+        seed += 1000
+
+
+async def measure(url, actions, sessions, seconds):
+    latencies, counts = [], {"steps": 0, "sessions": 0}
+    start_t = time.perf_counter()
+    deadline = start_t + seconds
+    await asyncio.gather(*(session_loop(url, actions, deadline, i, latencies, counts) for i in range(sessions)))
+    elapsed = time.perf_counter() - start_t
+    latencies.sort()
+    p = lambda q: latencies[min(len(latencies) - 1, int(q * len(latencies)))] * 1000
+    return {
+        "sessions_per_s": counts["sessions"] / elapsed,
+        "steps_per_s": counts["steps"] / elapsed,
+        "p50_ms": p(0.50),
+        "p99_ms": p(0.99),
+        "steps": counts["steps"],
+    }
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--spade", default=os.path.join(REPO, "target", "release", "spade"))
+    parser.add_argument("--env", default=os.path.join(REPO, "tests", "envs", "grid_walk", "env.py"))
+    parser.add_argument("--actions", default=os.path.join(REPO, "tests", "envs", "grid_walk", "actions.txt"))
+    parser.add_argument("--sessions", default="1,16,256")
+    parser.add_argument("--seconds", type=float, default=10.0)
+    args = parser.parse_args()
+    actions = open(args.actions, encoding="utf-8").read().splitlines()
+    counts = [int(n) for n in args.sessions.split(",")]
+    most = max(counts) + 8
+
+    spade, spade_url = start([args.spade, "serve", args.env, "--bind", "127.0.0.1:0", "--max-sessions", str(most)])
+    port = free_port()
+    openenv, openenv_url = start([sys.executable, os.path.join(HERE, "openenv_exec_server.py"), args.env, str(port), str(most)])
+    rows = []
+    try:
+        for n in counts:
+            for name, url in (("spade serve (sandbox)", spade_url), ("OpenEnv Python server (exec)", openenv_url)):
+                r = asyncio.run(measure(url, actions, n, args.seconds))
+                rows.append((name, n, r))
+                print(f"{name:30} {n:4} sessions: {r['sessions_per_s']:8.1f} sessions/s {r['steps_per_s']:8.0f} steps/s "
+                      f"p50 {r['p50_ms']:6.2f} ms p99 {r['p99_ms']:7.2f} ms", flush=True)
+    finally:
+        for p in (spade, openenv):
+            p.terminate()
+            p.wait(timeout=60)
+    print()
+    print("| server | sessions | sessions/s | steps/s | p50 step | p99 step |")
+    print("|---|---|---|---|---|---|")
+    for name, n, r in rows:
+        print(f"| {name} | {n} | {r['sessions_per_s']:.1f} | {r['steps_per_s']:,.0f} | {r['p50_ms']:.2f} ms | {r['p99_ms']:.2f} ms |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,314 @@
+//! The HTTP endpoints: OpenEnv's `/health`, `/metadata`, `/schema`, `/state`, `/reset` and
+//! `/step` (stateless, as in OpenEnv's server: every request gets a fresh environment), and
+//! spade's `/envs` (registration) and `/trajectories/{id}`.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Map, Value, json};
+
+use crate::protocol::{ResetFields, SpadeAction, check_id, type_name};
+use crate::registry::RegistryError;
+use crate::server::AppState;
+use crate::session::{Outcome, Session, SessionError, stateless_step};
+
+/// A JSON error response `{"detail": message, ...}`, as FastAPI's `HTTPException` gives.
+pub fn error(
+    status: StatusCode,
+    message: impl Into<String>,
+    extra: Map<String, Value>,
+) -> Response {
+    let mut body = Map::new();
+    body.insert("detail".to_owned(), Value::String(message.into()));
+    body.extend(extra);
+    (status, axum::Json(Value::Object(body))).into_response()
+}
+
+fn plain_error(status: StatusCode, message: impl Into<String>) -> Response {
+    error(status, message, Map::new())
+}
+
+/// `GET /health`.
+pub async fn health() -> Response {
+    axum::Json(json!({"status": "healthy"})).into_response()
+}
+
+/// `GET /metadata`: OpenEnv's `EnvironmentMetadata`.
+pub async fn metadata(State(state): State<Arc<AppState>>) -> Response {
+    let envs: Vec<String> = state
+        .sessions
+        .registry
+        .list()
+        .iter()
+        .map(|r| {
+            let verdict = if r.accepted { "accepted" } else { "rejected" };
+            format!("{} ({verdict})", r.id)
+        })
+        .collect();
+    let description = format!(
+        "spade: model-written Python environments in a WebAssembly sandbox. Environments: {}. \
+         Reset fields: seed, env_id, hint, max_turns, episode_id; action: {{\"message\": \"...\"}}.",
+        if envs.is_empty() {
+            "none".to_owned()
+        } else {
+            envs.join(", ")
+        }
+    );
+    axum::Json(json!({
+        "name": "spade",
+        "description": description,
+        "readme_content": null,
+        "version": env!("CARGO_PKG_VERSION"),
+        "author": null,
+        "documentation_url": null,
+    }))
+    .into_response()
+}
+
+/// `GET /schema`.
+pub async fn schema() -> Response {
+    axum::Json(crate::protocol::schema()).into_response()
+}
+
+/// `GET /state`: the state of a fresh environment, as OpenEnv's stateless endpoint.
+pub async fn state() -> Response {
+    axum::Json(json!({"episode_id": null, "step_count": 0})).into_response()
+}
+
+/// Parses a request body as a JSON object (empty body: `{}` when `empty_ok`).
+fn body_object(
+    body: Result<Bytes, BytesRejection>,
+    empty_ok: bool,
+) -> Result<Map<String, Value>, Box<Response>> {
+    let bytes = body
+        .map_err(|rejection| {
+            let status = rejection.status();
+            if status == StatusCode::PAYLOAD_TOO_LARGE {
+                plain_error(
+                    status,
+                    "request body is over the size limit (--max-message-bytes)",
+                )
+            } else {
+                plain_error(status, format!("cannot read the request body: {rejection}"))
+            }
+        })
+        .map_err(Box::new)?;
+    if empty_ok && bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(Map::new());
+    }
+    let value: Value = serde_json::from_slice(&bytes).map_err(|err| {
+        plain_error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            format!("Invalid JSON: {err}"),
+        )
+    })?;
+    match value {
+        Value::Object(object) => Ok(object),
+        other => Err(Box::new(plain_error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            format!(
+                "the request body must be a JSON object, not {}",
+                type_name(&other)
+            ),
+        ))),
+    }
+}
+
+fn outcome_response(result: Result<Outcome, SessionError>) -> Response {
+    match result {
+        Ok(outcome) => outcome.with_payload(|payload| axum::Json(payload).into_response()),
+        Err(err) => session_error(err),
+    }
+}
+
+fn session_error(err: SessionError) -> Response {
+    let mut extra = Map::new();
+    if let Some(kind) = err.kind() {
+        extra.insert("kind".to_owned(), json!(kind.as_str()));
+    }
+    let status = match &err {
+        SessionError::Invalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    error(status, err.to_string(), extra)
+}
+
+/// `POST /reset`: a fresh environment, reset, returned, dropped (OpenEnv's semantics).
+pub async fn reset(
+    State(state): State<Arc<AppState>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let object = match body_object(body, true) {
+        Ok(object) => object,
+        Err(response) => return *response,
+    };
+    let fields = match ResetFields::parse(&object) {
+        Ok(fields) => fields,
+        Err(message) => return plain_error(StatusCode::UNPROCESSABLE_ENTITY, message),
+    };
+    let fields = ResetFields {
+        episode_id: None,
+        ..fields
+    };
+    let mut session = Session::new(state.new_session_id(), state.sessions_without_recording());
+    outcome_response(session.reset(fields).await)
+}
+
+/// `POST /step`: `{"action": {"message": ...}, "env_id"?, "seed"?}` on a fresh environment
+/// (OpenEnv's semantics: no reset first).
+pub async fn step(
+    State(state): State<Arc<AppState>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let object = match body_object(body, false) {
+        Ok(object) => object,
+        Err(response) => return *response,
+    };
+    let mut action = None;
+    let mut env_id = None;
+    let mut seed = 0;
+    for (key, value) in &object {
+        match (key.as_str(), value) {
+            ("action", value) => match SpadeAction::parse(value) {
+                Ok(a) => action = Some(a),
+                Err(message) => return plain_error(StatusCode::UNPROCESSABLE_ENTITY, message),
+            },
+            ("env_id", Value::String(id)) => env_id = Some(id.clone()),
+            ("seed", value) if value.as_u64().is_some() => seed = value.as_u64().unwrap_or(0),
+            ("timeout_s" | "request_id", _) => {}
+            (other, _) => {
+                return plain_error(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    format!(
+                        "unknown or mistyped step field '{other}' (spade accepts action, env_id, seed, timeout_s, request_id)"
+                    ),
+                );
+            }
+        }
+    }
+    let Some(action) = action else {
+        return plain_error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "the request has no 'action' (send {\"action\": {\"message\": \"...\"}})",
+        );
+    };
+    outcome_response(stateless_step(&state.sessions, env_id.as_deref(), seed, action).await)
+}
+
+/// `GET /envs`: every registered environment and its verdict.
+pub async fn list_envs(State(state): State<Arc<AppState>>) -> Response {
+    let envs: Vec<Value> = state
+        .sessions
+        .registry
+        .list()
+        .iter()
+        .map(|r| r.summary())
+        .collect();
+    axum::Json(json!({"envs": envs})).into_response()
+}
+
+/// `GET /envs/{id}`: one registration with its full check report.
+pub async fn get_env(State(state): State<Arc<AppState>>, Path(id): Path<String>) -> Response {
+    match state.sessions.registry.resolve(Some(&id)) {
+        Ok(r) => axum::Json(r.to_json()).into_response(),
+        Err(err) => registry_error(err),
+    }
+}
+
+fn registry_error(err: RegistryError) -> Response {
+    let status = match &err {
+        RegistryError::Unknown { .. } | RegistryError::None => StatusCode::NOT_FOUND,
+        RegistryError::Conflict { .. } => StatusCode::CONFLICT,
+        _ => StatusCode::UNPROCESSABLE_ENTITY,
+    };
+    plain_error(status, err.to_string())
+}
+
+/// `POST /envs` `{"source": "...", "id"?: "..."}`: checks and registers a source; answers its id
+/// and the `spade check` verdict (201 when new, 200 when already registered).
+pub async fn register_env(
+    State(state): State<Arc<AppState>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let object = match body_object(body, false) {
+        Ok(object) => object,
+        Err(response) => return *response,
+    };
+    let mut source = None;
+    let mut id = None;
+    for (key, value) in &object {
+        match (key.as_str(), value) {
+            ("source", Value::String(s)) => source = Some(s.clone()),
+            ("id", Value::String(s)) => id = Some(s.clone()),
+            ("id", Value::Null) => {}
+            (other, value) => {
+                return plain_error(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    format!(
+                        "unknown or mistyped field '{other}' ({}); send {{\"source\": \"<python>\", \"id\": \"<optional id>\"}}",
+                        type_name(value)
+                    ),
+                );
+            }
+        }
+    }
+    let Some(source) = source else {
+        return plain_error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "the request has no 'source' (send {\"source\": \"<python>\", \"id\": \"<optional id>\"})",
+        );
+    };
+    let known = state.sessions.registry.list().len();
+    match state
+        .sessions
+        .registry
+        .register(id.as_deref(), &source)
+        .await
+    {
+        Ok(r) => {
+            let status = if state.sessions.registry.list().len() > known {
+                StatusCode::CREATED
+            } else {
+                StatusCode::OK
+            };
+            (status, axum::Json(r.to_json())).into_response()
+        }
+        Err(err) => registry_error(err),
+    }
+}
+
+/// `GET /trajectories/{episode_id}`: the episode's trajectory file (JSON Lines), complete once
+/// the episode ended (terminated, truncated, the sandbox died, the next reset, or the session
+/// closed).
+pub async fn trajectory(State(state): State<Arc<AppState>>, Path(id): Path<String>) -> Response {
+    let Some(dir) = &state.sessions.record_dir else {
+        return plain_error(
+            StatusCode::NOT_FOUND,
+            "sessions are not recorded: start `spade serve` with --record-dir DIR",
+        );
+    };
+    if let Err(message) = check_id(&id, "episode id") {
+        return plain_error(StatusCode::UNPROCESSABLE_ENTITY, message);
+    }
+    let path = dir.join(format!("{id}.jsonl"));
+    match tokio::fs::read(&path).await {
+        Ok(bytes) => ([(header::CONTENT_TYPE, "application/x-ndjson")], bytes).into_response(),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => plain_error(
+            StatusCode::NOT_FOUND,
+            format!("no trajectory for episode '{id}'"),
+        ),
+        Err(err) => plain_error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("reading the trajectory of '{id}': {err}"),
+        ),
+    }
+}
+
+/// Any other path.
+pub async fn not_found() -> Response {
+    plain_error(StatusCode::NOT_FOUND, "Not Found")
+}

@@ -1,0 +1,20 @@
+//! spade-serve: the sandbox as an OpenEnv-compatible service (`spade serve`).
+//!
+//! It speaks the wire protocol of the `openenv` package (version 0.10.0): a WebSocket session
+//! endpoint (`/ws`: reset, step, state and close messages; OpenEnv's error codes) and the HTTP
+//! endpoints `/health`, `/metadata`, `/schema`, `/state`, `/reset` and `/step`, so stock OpenEnv
+//! clients work unchanged. One session owns one sandbox per episode. Environments are
+//! registered by source and checked with `spade check` first (`/envs`); episodes can be
+//! recorded as trajectory files that `spade replay` reproduces (`/trajectories/{id}`).
+//! See [`protocol`] for the message formats.
+
+pub mod http;
+pub mod protocol;
+mod registry;
+mod server;
+mod session;
+mod ws;
+
+pub use registry::{Registration, Registry, RegistryError};
+pub use server::{AppState, ServeConfig, Server};
+pub use session::{Outcome, Session, SessionContext, SessionError};

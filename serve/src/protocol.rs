@@ -1,0 +1,385 @@
+//! The OpenEnv wire format, as `openenv` 0.10.0 speaks it (`openenv.core.env_server.types`,
+//! `http_server.py`, `env_client.py`), and spade's fields inside it.
+//!
+//! WebSocket messages are JSON text frames `{"type": ..., "data": {...}}`. The client sends
+//! `reset` (data: reset fields), `step` (data: the action), `state` and `close`; the server
+//! answers `observation` (data: `{observation, reward, done, metadata}`), `state` (data: the
+//! state) or `error` (data: `{message, code, ...}`), one answer per message.
+//!
+//! spade's action is one text field, `message` (the model's reply). Its observation carries
+//! `text`, `info`, `terminated` and `truncated` as plain fields, with `reward` and `done`
+//! (`terminated or truncated`) beside it where OpenEnv expects them.
+
+use serde::Serialize;
+use serde_json::value::RawValue;
+use serde_json::{Map, Value, json};
+
+/// The error codes of OpenEnv's `WSErrorCode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorCode {
+    /// The message is not JSON.
+    InvalidJson,
+    /// The message's `type` is not one the protocol knows.
+    UnknownType,
+    /// The message is JSON of the wrong shape (missing, unknown or mistyped fields, an unknown
+    /// environment id, a message over the size limit).
+    ValidationError,
+    /// The environment failed (a Python exception, a contract error, a sandbox limit).
+    ExecutionError,
+    /// The server has `--max-sessions` sessions open.
+    CapacityReached,
+    /// The environment could not be created.
+    FactoryError,
+    /// The session itself ended (idle too long, server shutting down).
+    SessionError,
+}
+
+impl ErrorCode {
+    /// The code as it appears on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::InvalidJson => "INVALID_JSON",
+            ErrorCode::UnknownType => "UNKNOWN_TYPE",
+            ErrorCode::ValidationError => "VALIDATION_ERROR",
+            ErrorCode::ExecutionError => "EXECUTION_ERROR",
+            ErrorCode::CapacityReached => "CAPACITY_REACHED",
+            ErrorCode::FactoryError => "FACTORY_ERROR",
+            ErrorCode::SessionError => "SESSION_ERROR",
+        }
+    }
+}
+
+/// An `error` frame: `{"type":"error","data":{"message":...,"code":...,<extra>}}`.
+pub fn error_frame(code: ErrorCode, message: &str, extra: Map<String, Value>) -> String {
+    let mut data = Map::new();
+    data.insert("message".to_owned(), Value::String(message.to_owned()));
+    data.insert("code".to_owned(), Value::String(code.as_str().to_owned()));
+    data.extend(extra);
+    json!({"type": "error", "data": data}).to_string()
+}
+
+/// Per-observation metadata spade adds (OpenEnv's `Observation.metadata`).
+#[derive(Debug, Clone, Serialize)]
+pub struct ObservationMeta<'a> {
+    /// The registered environment's id.
+    pub env_id: &'a str,
+    /// The episode (and trajectory) id.
+    pub episode_id: &'a str,
+    /// Steps taken in this episode so far.
+    pub step_count: u64,
+    /// Fuel the call used (deterministic).
+    pub fuel: u64,
+}
+
+/// spade's observation (the `observation` object of a result).
+#[derive(Debug, Serialize)]
+pub struct SpadeObservation<'a> {
+    pub text: &'a str,
+    /// The environment's info dict, verbatim as the sandbox produced it.
+    pub info: &'a RawValue,
+    pub terminated: bool,
+    pub truncated: bool,
+    pub metadata: ObservationMeta<'a>,
+}
+
+/// The payload OpenEnv's `serialize_observation` produces: the observation without reward and
+/// done, which sit beside it, and its metadata repeated at the top level.
+#[derive(Debug, Serialize)]
+pub struct ObservationPayload<'a> {
+    pub observation: SpadeObservation<'a>,
+    pub reward: Option<f64>,
+    pub done: bool,
+    pub metadata: &'a ObservationMeta<'a>,
+}
+
+/// An `observation` frame around `payload`.
+pub fn observation_frame(payload: &ObservationPayload<'_>) -> String {
+    #[derive(Serialize)]
+    struct Frame<'a, 'b> {
+        r#type: &'static str,
+        data: &'a ObservationPayload<'b>,
+    }
+    serde_json::to_string(&Frame {
+        r#type: "observation",
+        data: payload,
+    })
+    .expect("observations serialise")
+}
+
+/// A `state` frame around `state`.
+pub fn state_frame(state: &Value) -> String {
+    json!({"type": "state", "data": state}).to_string()
+}
+
+/// The reset fields spade reads (OpenEnv's `ResetRequest` plus spade's extra fields).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ResetFields {
+    /// Seeds the sandbox and `reset(seed=...)`; default 0, as `spade run`.
+    pub seed: Option<u64>,
+    /// A caller-chosen episode id (letters, digits, `-`, `_`, `.`; at most 128).
+    pub episode_id: Option<String>,
+    /// The registered environment; optional when exactly one is registered.
+    pub env_id: Option<String>,
+    /// Appended to the first observation as `"{obs}\n\nHINT: {hint}"`, as in self-play.
+    pub hint: Option<String>,
+    /// Passed to the environment's constructor as `max_turns=`.
+    pub max_turns: Option<u32>,
+}
+
+/// The reset fields a client may send.
+pub const RESET_FIELDS: &[&str] = &["seed", "episode_id", "env_id", "hint", "max_turns"];
+
+impl ResetFields {
+    /// Reads reset fields from a JSON object; unknown or mistyped fields are errors.
+    pub fn parse(data: &Map<String, Value>) -> Result<ResetFields, String> {
+        let mut fields = ResetFields::default();
+        for (key, value) in data {
+            match key.as_str() {
+                "seed" => {
+                    fields.seed = optional(value, key, Value::as_u64, "a non-negative integer")?
+                }
+                "episode_id" => {
+                    fields.episode_id = optional(value, key, as_string, "a string")?;
+                    if let Some(id) = &fields.episode_id {
+                        check_id(id, "episode_id")?;
+                    }
+                }
+                "env_id" => fields.env_id = optional(value, key, as_string, "a string")?,
+                "hint" => fields.hint = optional(value, key, as_string, "a string")?,
+                "max_turns" => {
+                    fields.max_turns = optional(
+                        value,
+                        key,
+                        |v| v.as_u64().and_then(|n| u32::try_from(n).ok()),
+                        "an integer from 0 to 4294967295",
+                    )?
+                }
+                other => {
+                    return Err(format!(
+                        "unknown reset field '{other}' (spade accepts {})",
+                        RESET_FIELDS.join(", ")
+                    ));
+                }
+            }
+        }
+        Ok(fields)
+    }
+}
+
+/// The action: one text field, `message`, and OpenEnv's optional `metadata`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SpadeAction {
+    pub message: String,
+}
+
+impl SpadeAction {
+    /// Reads an action from a JSON object; unknown or mistyped fields are errors.
+    pub fn parse(data: &Value) -> Result<SpadeAction, String> {
+        let Some(object) = data.as_object() else {
+            return Err(format!(
+                "the action must be an object like {{\"message\": \"...\"}}, not {}",
+                type_name(data)
+            ));
+        };
+        let mut message = None;
+        for (key, value) in object {
+            match key.as_str() {
+                "message" => match value {
+                    Value::String(s) => message = Some(s.clone()),
+                    other => {
+                        return Err(format!(
+                            "action field 'message' must be a string, not {}",
+                            type_name(other)
+                        ));
+                    }
+                },
+                "metadata" if value.is_object() => {}
+                "metadata" => return Err("action field 'metadata' must be an object".to_owned()),
+                other => {
+                    return Err(format!(
+                        "unknown action field '{other}' (the action is {{\"message\": \"<the model's reply>\"}})"
+                    ));
+                }
+            }
+        }
+        match message {
+            Some(message) => Ok(SpadeAction { message }),
+            None => Err(
+                "the action has no 'message' field (the action is {\"message\": \"<the model's reply>\"})"
+                    .to_owned(),
+            ),
+        }
+    }
+}
+
+fn as_string(value: &Value) -> Option<String> {
+    value.as_str().map(str::to_owned)
+}
+
+fn optional<T>(
+    value: &Value,
+    key: &str,
+    get: impl Fn(&Value) -> Option<T>,
+    what: &str,
+) -> Result<Option<T>, String> {
+    if value.is_null() {
+        return Ok(None);
+    }
+    get(value)
+        .map(Some)
+        .ok_or_else(|| format!("reset field '{key}' must be {what}, not {}", show(value)))
+}
+
+/// Checks an id used in URLs and file names: 1 to 128 of `A-Z a-z 0-9 - _ .`, not starting
+/// with a dot.
+pub fn check_id(id: &str, what: &str) -> Result<(), String> {
+    let ok = !id.is_empty()
+        && id.len() <= 128
+        && !id.starts_with('.')
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{what} '{}' is not valid: use 1 to 128 letters, digits, '-', '_' or '.', not starting with '.'",
+            truncate(id, 60)
+        ))
+    }
+}
+
+/// The JSON type of a value, for messages.
+pub fn type_name(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+fn show(value: &Value) -> String {
+    truncate(&value.to_string(), 60)
+}
+
+fn truncate(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        text.to_owned()
+    } else {
+        let cut: String = text.chars().take(max).collect();
+        format!("{cut}...")
+    }
+}
+
+/// The `/schema` response: JSON schemas of the action, observation and state.
+pub fn schema() -> Value {
+    let meta = json!({
+        "type": "object",
+        "properties": {
+            "env_id": {"type": "string"},
+            "episode_id": {"type": "string"},
+            "step_count": {"type": "integer"},
+            "fuel": {"type": "integer", "description": "fuel the call used (deterministic)"}
+        }
+    });
+    let observation = json!({
+        "title": "SpadeObservation",
+        "type": "object",
+        "properties": {
+            "text": {"type": "string", "description": "the environment's observation"},
+            "info": {"type": "object", "description": "the environment's info dict"},
+            "terminated": {"type": "boolean"},
+            "truncated": {"type": "boolean"},
+            "done": {"type": "boolean", "description": "terminated or truncated"},
+            "reward": {"anyOf": [{"type": "number"}, {"type": "null"}], "description": "null after reset"},
+            "metadata": meta
+        },
+        "required": ["text", "info", "terminated", "truncated"]
+    });
+    json!({
+        "action": {
+            "title": "SpadeAction",
+            "type": "object",
+            "properties": {
+                "message": {"type": "string", "description": "the model's reply, passed to step()"},
+                "metadata": {"type": "object"}
+            },
+            "required": ["message"],
+            "additionalProperties": false
+        },
+        "observation": observation,
+        "reset_observation": observation,
+        "state": {
+            "title": "SpadeState",
+            "type": "object",
+            "properties": {
+                "episode_id": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+                "step_count": {"type": "integer", "minimum": 0},
+                "env_id": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+                "seed": {"anyOf": [{"type": "integer"}, {"type": "null"}]},
+                "done": {"type": "boolean"},
+                "session_id": {"type": "string"}
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reset_fields_reject_unknown_and_mistyped() {
+        let parse = |v: Value| ResetFields::parse(v.as_object().unwrap());
+        assert_eq!(
+            parse(json!({"seed": 3, "env_id": "a", "hint": "h"})).unwrap(),
+            ResetFields {
+                seed: Some(3),
+                env_id: Some("a".into()),
+                hint: Some("h".into()),
+                ..ResetFields::default()
+            }
+        );
+        assert_eq!(
+            parse(json!({"sede": 3})).unwrap_err(),
+            "unknown reset field 'sede' (spade accepts seed, episode_id, env_id, hint, max_turns)"
+        );
+        assert_eq!(
+            parse(json!({"seed": -1})).unwrap_err(),
+            "reset field 'seed' must be a non-negative integer, not -1"
+        );
+        assert!(
+            parse(json!({"episode_id": "../x"}))
+                .unwrap_err()
+                .contains("is not valid")
+        );
+    }
+
+    #[test]
+    fn action_is_one_message_field() {
+        assert_eq!(
+            SpadeAction::parse(&json!({"message": "hi", "metadata": {}})).unwrap(),
+            SpadeAction {
+                message: "hi".into()
+            }
+        );
+        assert!(
+            SpadeAction::parse(&json!({}))
+                .unwrap_err()
+                .contains("no 'message' field")
+        );
+        assert!(
+            SpadeAction::parse(&json!({"message": 3}))
+                .unwrap_err()
+                .contains("must be a string, not a number")
+        );
+        assert!(
+            SpadeAction::parse(&json!({"code": "x", "message": "y"}))
+                .unwrap_err()
+                .contains("unknown action field 'code'")
+        );
+    }
+}

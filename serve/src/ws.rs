@@ -1,0 +1,297 @@
+//! The WebSocket session endpoint (`/ws`): one session per connection, one sandbox per
+//! episode, one answer per message.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::ws::{CloseFrame, Message, WebSocket, close_code};
+use serde_json::{Map, Value, json};
+use tokio::sync::OwnedSemaphorePermit;
+
+use crate::protocol::{
+    ErrorCode, ResetFields, SpadeAction, error_frame, observation_frame, state_frame, type_name,
+};
+use crate::server::AppState;
+use crate::session::{Session, SessionError};
+
+/// What the loop does after answering a message.
+enum Next {
+    Continue,
+    /// Close the connection with this code and reason.
+    Close(u16, String),
+}
+
+/// Refuses a connection when the server is full: OpenEnv's capacity error, then a close.
+pub async fn refuse(mut socket: WebSocket, active: usize, max: usize) {
+    let mut extra = Map::new();
+    extra.insert("active_sessions".to_owned(), json!(active));
+    extra.insert("max_sessions".to_owned(), json!(max));
+    let message = format!(
+        "Server at capacity: {active}/{max} sessions active. Cannot accept new connections."
+    );
+    let _ = socket
+        .send(Message::Text(
+            error_frame(ErrorCode::CapacityReached, &message, extra).into(),
+        ))
+        .await;
+    close(&mut socket, close_code::AGAIN, "server at capacity").await;
+}
+
+/// Runs one session until the client closes it, it idles out, its sandbox dies or the server
+/// shuts down.
+pub async fn run(mut socket: WebSocket, state: Arc<AppState>, _permit: OwnedSemaphorePermit) {
+    let mut session = Session::new(state.new_session_id(), state.sessions.clone());
+    let mut shutdown = state.shutdown.clone();
+    let idle = state.config.idle_timeout;
+    let next = loop {
+        if *shutdown.borrow() {
+            break shutting_down(&mut socket).await;
+        }
+        let received = tokio::select! {
+            received = recv(&mut socket, idle) => Some(received),
+            _ = shutdown.changed() => None,
+        };
+        let Some(received) = received else {
+            break shutting_down(&mut socket).await;
+        };
+        let text = match received {
+            Received::Idle => {
+                let seconds = idle.map(|d| d.as_secs_f64()).unwrap_or(0.0);
+                let message = format!(
+                    "session idle for more than {seconds} s (--session-idle-timeout); it is closed"
+                );
+                send(
+                    &mut socket,
+                    error_frame(ErrorCode::SessionError, &message, Map::new()),
+                )
+                .await;
+                break Next::Close(close_code::NORMAL, "idle timeout".to_owned());
+            }
+            Received::Gone => break Next::Continue,
+            Received::Text(text) => text,
+            Received::Binary => {
+                let message =
+                    "binary frames are not supported: send each message as a JSON text frame";
+                send(
+                    &mut socket,
+                    error_frame(ErrorCode::InvalidJson, message, Map::new()),
+                )
+                .await;
+                continue;
+            }
+        };
+        let (answer, next) = handle(&mut session, &text, state.config.max_message_bytes).await;
+        if let Some(answer) = answer {
+            send(&mut socket, answer).await;
+        }
+        match next {
+            Next::Continue => {}
+            close => break close,
+        }
+    };
+    let finished = session.finish();
+    if let Next::Close(code, reason) = next {
+        if let Err(err) = finished {
+            send(
+                &mut socket,
+                error_frame(ErrorCode::SessionError, &err.to_string(), Map::new()),
+            )
+            .await;
+        }
+        close(&mut socket, code, &reason).await;
+    }
+}
+
+async fn shutting_down(socket: &mut WebSocket) -> Next {
+    let message = "the server is shutting down; this session is closed";
+    send(
+        socket,
+        error_frame(ErrorCode::SessionError, message, Map::new()),
+    )
+    .await;
+    Next::Close(close_code::AWAY, "server shutting down".to_owned())
+}
+
+enum Received {
+    Text(String),
+    Binary,
+    Idle,
+    /// The client closed the connection or it broke (including a frame over the hard size cap).
+    Gone,
+}
+
+async fn recv(socket: &mut WebSocket, idle: Option<Duration>) -> Received {
+    loop {
+        let next = match idle {
+            Some(limit) => match tokio::time::timeout(limit, socket.recv()).await {
+                Ok(next) => next,
+                Err(_) => return Received::Idle,
+            },
+            None => socket.recv().await,
+        };
+        match next {
+            Some(Ok(Message::Text(text))) => return Received::Text(text.as_str().to_owned()),
+            Some(Ok(Message::Binary(_))) => return Received::Binary,
+            Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
+            Some(Ok(Message::Close(_))) | Some(Err(_)) | None => return Received::Gone,
+        }
+    }
+}
+
+async fn send(socket: &mut WebSocket, text: String) {
+    let _ = socket.send(Message::Text(text.into())).await;
+}
+
+async fn close(socket: &mut WebSocket, code: u16, reason: &str) {
+    let _ = socket
+        .send(Message::Close(Some(CloseFrame {
+            code,
+            reason: reason.to_owned().into(),
+        })))
+        .await;
+}
+
+/// Answers one message.
+async fn handle(session: &mut Session, text: &str, limit: usize) -> (Option<String>, Next) {
+    let error = |code, message: String| {
+        (
+            Some(error_frame(code, &message, Map::new())),
+            Next::Continue,
+        )
+    };
+    if text.len() > limit {
+        return error(
+            ErrorCode::ValidationError,
+            format!(
+                "message of {} bytes is over the limit of {limit} bytes (--max-message-bytes)",
+                text.len()
+            ),
+        );
+    }
+    let value: Value = match serde_json::from_str(text) {
+        Ok(value) => value,
+        Err(err) => return error(ErrorCode::InvalidJson, format!("Invalid JSON: {err}")),
+    };
+    let Some(object) = value.as_object() else {
+        return error(
+            ErrorCode::ValidationError,
+            format!(
+                "a message must be a JSON object with a 'type', not {}",
+                type_name(&value)
+            ),
+        );
+    };
+    let kind = match object.get("type") {
+        Some(Value::String(kind)) => kind.as_str(),
+        Some(other) => {
+            return error(
+                ErrorCode::ValidationError,
+                format!(
+                    "the message's 'type' must be a string, not {}",
+                    type_name(other)
+                ),
+            );
+        }
+        None => {
+            return error(
+                ErrorCode::UnknownType,
+                "Unknown message type: (no 'type' field)".to_owned(),
+            );
+        }
+    };
+    if !matches!(kind, "reset" | "step" | "state" | "close") {
+        return error(
+            ErrorCode::UnknownType,
+            format!("Unknown message type: {kind} (expected reset, step, state or close)"),
+        );
+    }
+    let allowed: &[&str] = if matches!(kind, "reset" | "step") {
+        &["type", "data"]
+    } else {
+        &["type"]
+    };
+    if let Some(extra) = object.keys().find(|k| !allowed.contains(&k.as_str())) {
+        return error(
+            ErrorCode::ValidationError,
+            format!("Invalid message: unknown field '{extra}' in a {kind} message"),
+        );
+    }
+    match kind {
+        "reset" => {
+            let empty = Map::new();
+            let data = match object.get("data") {
+                None | Some(Value::Null) => &empty,
+                Some(Value::Object(data)) => data,
+                Some(other) => {
+                    return error(
+                        ErrorCode::ValidationError,
+                        format!(
+                            "Invalid message: reset 'data' must be an object, not {}",
+                            type_name(other)
+                        ),
+                    );
+                }
+            };
+            let fields = match ResetFields::parse(data) {
+                Ok(fields) => fields,
+                Err(message) => {
+                    return error(
+                        ErrorCode::ValidationError,
+                        format!("Invalid message: {message}"),
+                    );
+                }
+            };
+            answer(session.reset(fields).await)
+        }
+        "step" => {
+            let Some(data) = object.get("data") else {
+                return error(
+                    ErrorCode::ValidationError,
+                    "Invalid message: a step message needs 'data' (the action, {\"message\": \"...\"})".to_owned(),
+                );
+            };
+            let action = match SpadeAction::parse(data) {
+                Ok(action) => action,
+                Err(message) => {
+                    return error(
+                        ErrorCode::ValidationError,
+                        format!("Invalid message: {message}"),
+                    );
+                }
+            };
+            answer(session.step(action).await)
+        }
+        "state" => (Some(state_frame(&session.state())), Next::Continue),
+        _ => (
+            None,
+            Next::Close(close_code::NORMAL, "closed by the client".to_owned()),
+        ),
+    }
+}
+
+fn answer(result: Result<crate::session::Outcome, SessionError>) -> (Option<String>, Next) {
+    match result {
+        Ok(outcome) => (
+            Some(outcome.with_payload(observation_frame)),
+            Next::Continue,
+        ),
+        Err(err) => {
+            let mut extra = Map::new();
+            if let Some(kind) = err.kind() {
+                extra.insert("kind".to_owned(), json!(kind.as_str()));
+            }
+            let code = match &err {
+                SessionError::Invalid(_) => ErrorCode::ValidationError,
+                _ => ErrorCode::ExecutionError,
+            };
+            let frame = error_frame(code, &err.to_string(), extra);
+            let next = match (&err, err.kind()) {
+                (SessionError::Dead { .. }, Some(kind)) => {
+                    Next::Close(close_code::NORMAL, format!("sandbox died: {kind}"))
+                }
+                _ => Next::Continue,
+            };
+            (Some(frame), next)
+        }
+    }
+}
