@@ -13,18 +13,18 @@ pub const PLAYABLE: &[&str] = &[
     "arithmetic_puzzle",
     "fraction_answer",
     "grid_walk",
+    "print_flood",
     "reward_hack",
     "tool_inventory",
 ];
 
 /// Fixtures with actions that `spade check` rejects, with the error code (from the README's
 /// probe table: `never_ends` never ends, `brace_crash` raises on a brace, `nondeterminism`
-/// only shows its noise and `print_flood` only prints: their solutions do not win).
+/// keeps state across resets).
 pub const REJECTED: &[(&str, &str)] = &[
     ("brace_crash", "step_failed"),
     ("never_ends", "no_end"),
-    ("nondeterminism", "solution_does_not_win"),
-    ("print_flood", "solution_does_not_win"),
+    ("nondeterminism", "reset_not_reproducible"),
 ];
 
 /// `tests/serve/<name>`.

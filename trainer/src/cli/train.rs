@@ -33,7 +33,8 @@ pub struct TrainArgs {
     #[arg(long)]
     resume: bool,
     /// Seed the pool with the environments in DIR (<name>/env.py, not validated). Default:
-    /// the three bundled examples (a single-answer, a multi-turn and a tool-use game).
+    /// the six bundled examples (three at the default model's edge, and a single-answer, a
+    /// multi-turn and a tool-use fixture).
     #[arg(long, value_name = "DIR", conflicts_with = "no_seed_envs")]
     seed_envs: Option<PathBuf>,
     /// Start with an empty pool: every environment played comes from the designer.
