@@ -134,13 +134,15 @@ def compile_source(source):
     return marshal.dumps(code)
 
 
-def load_code(source, code, max_turns, seed):
-    """Execute compiled environment code as the environment module and construct its class.
+def exec_module(source, code, seed):
+    """Execute compiled environment code as the environment module; return its environment class.
 
-    Raises `LoadError` (with a traceback for errors raised by the source) when the module cannot
-    be loaded; exceptions raised by the constructor propagate unchanged.
+    `seed` seeds the module-global `random` first; with `None` it is left as it is (the host
+    seeds it later with `reseed`). Raises `LoadError` (with a traceback for errors raised by the
+    source) when the module cannot be loaded or does not define exactly one environment class.
     """
-    random.seed(seed)
+    if seed is not None:
+        random.seed(seed)
     module = types.ModuleType(ENV_MODULE)
     module.__file__ = ENV_FILENAME
     module.__dict__.update(INJECTED)
@@ -154,9 +156,28 @@ def load_code(source, code, max_turns, seed):
         raise LoadError(
             f"the environment module raised while loading:\n{traceback.format_exc().rstrip()}"
         ) from None
-    cls = _find_env_class(module)
+    return _find_env_class(module)
+
+
+def construct(cls, max_turns):
+    """Construct the environment class; exceptions raised by the constructor propagate."""
     env = cls(max_turns=max_turns) if max_turns is not None else cls()
     return env, cls.__name__
+
+
+def load_code(source, code, max_turns, seed):
+    """`exec_module` then `construct`."""
+    return construct(exec_module(source, code, seed), max_turns)
+
+
+def random_state():
+    """The state of the module-global `random` (to tell whether loading used it)."""
+    return random.getstate()
+
+
+def reseed(seed):
+    """Seeds the module-global `random`: for a source loaded without a seed."""
+    random.seed(seed)
 
 
 def load(source, max_turns, seed):

@@ -249,6 +249,7 @@ pub fn loaded(
             class_name,
             max_turns,
             tools,
+            used_random: false,
         },
     ))
 }

@@ -66,6 +66,8 @@ pub struct State {
     interpreter: Interpreter,
     prelude: PyObjectRef,
     env: Option<PyObjectRef>,
+    /// The environment class and `max_turns` of a load that has not constructed it yet.
+    pending: Option<(PyObjectRef, Option<u32>)>,
 }
 
 thread_local! {
@@ -145,6 +147,7 @@ impl State {
             interpreter,
             prelude,
             env: None,
+            pending: None,
         }
     }
 
@@ -176,38 +179,87 @@ impl State {
         code: &[u8],
         options: LoadOptions,
     ) -> Result<EnvInfo, EnvError> {
-        if self.env.is_some() {
+        if self.env.is_some() || self.pending.is_some() {
             return Err(EnvError::Usage(
                 "an environment is already loaded in this sandbox; create a new sandbox".to_owned(),
             ));
         }
         limits::set(options.limits);
         let prelude = self.prelude.clone();
-        let result = self.interpreter.enter(|vm| {
-            let max_turns = options
-                .max_turns
+        let class = self.interpreter.enter(|vm| {
+            let seed = options
+                .random_seed
                 .map_or_else(|| vm.ctx.none(), |n| vm.ctx.new_int(n).into());
-            let loaded = vm
+            // Without a seed, the state of `random` before and after tells the host whether
+            // the module used it (then it must be seeded before the module runs).
+            let before = match options.random_seed {
+                None => Some(random_state(vm, &prelude)?),
+                Some(_) => None,
+            };
+            let class = vm
                 .call_method(
                     &prelude,
-                    "load_code",
+                    "exec_module",
                     (
                         vm.ctx.new_str(source),
                         vm.ctx.new_bytes(code.to_vec()),
-                        max_turns,
-                        vm.ctx.new_int(options.random_seed),
+                        seed,
                     ),
                 )
                 .map_err(|exc| env_error(vm, &prelude, &exc))?;
-            convert::loaded(vm, &prelude, loaded)
+            let used_random = match before {
+                Some(before) => random_changed(vm, &prelude, &before)?,
+                None => false,
+            };
+            Ok((class, used_random))
         });
-        match result {
-            Ok((env, info)) => {
-                self.env = Some(env);
-                Ok(info)
-            }
-            Err(err) => Err(err),
+        let (class, used_random) = class?;
+        self.pending = Some((class, options.max_turns));
+        if !options.construct {
+            return Ok(EnvInfo {
+                class_name: String::new(),
+                max_turns: None,
+                tools: None,
+                used_random,
+            });
         }
+        let mut info = self.construct()?;
+        info.used_random = used_random;
+        Ok(info)
+    }
+
+    pub fn construct(&mut self) -> Result<EnvInfo, EnvError> {
+        let Some((class, max_turns)) = self.pending.take() else {
+            return Err(EnvError::Usage(
+                "construct needs a load that did not construct the environment".to_owned(),
+            ));
+        };
+        let prelude = self.prelude.clone();
+        let result = self.interpreter.enter(|vm| {
+            let before = random_state(vm, &prelude)?;
+            let max_turns = max_turns.map_or_else(|| vm.ctx.none(), |n| vm.ctx.new_int(n).into());
+            let loaded = vm
+                .call_method(&prelude, "construct", (class, max_turns))
+                .map_err(|exc| env_error(vm, &prelude, &exc))?;
+            let (env, mut info) = convert::loaded(vm, &prelude, loaded)?;
+            info.used_random = random_changed(vm, &prelude, &before)?;
+            Ok((env, info))
+        });
+        let (env, info) = result?;
+        self.env = Some(env);
+        Ok(info)
+    }
+
+    pub fn reseed(&mut self, seed: u64) -> Result<(), EnvError> {
+        if self.pending.is_none() {
+            self.env()?;
+        }
+        let prelude = self.prelude.clone();
+        self.interpreter.enter(|vm| {
+            vm.call_method(&prelude, "reseed", (vm.ctx.new_int(seed),))
+                .map(drop)
+                .map_err(|exc| env_error(vm, &prelude, &exc))
+        })
     }
 
     pub fn reset(&mut self, seed: Option<u64>) -> Result<ResetResult, EnvError> {
@@ -278,6 +330,24 @@ impl State {
         });
         result
     }
+}
+
+/// The state of the module-global `random`.
+fn random_state(vm: &VirtualMachine, prelude: &PyObjectRef) -> Result<PyObjectRef, EnvError> {
+    vm.call_method(prelude, "random_state", ())
+        .map_err(|exc| env_error(vm, prelude, &exc))
+}
+
+/// Whether the state of `random` differs from `before`.
+fn random_changed(
+    vm: &VirtualMachine,
+    prelude: &PyObjectRef,
+    before: &PyObjectRef,
+) -> Result<bool, EnvError> {
+    let after = random_state(vm, prelude)?;
+    vm.bool_eq(before, &after)
+        .map(|same| !same)
+        .map_err(|exc| env_error(vm, prelude, &exc))
 }
 
 /// Classifies a Python exception raised by environment code.

@@ -7,6 +7,7 @@
 mod convert;
 mod interpreter;
 mod limits;
+mod snapshot;
 
 wit_bindgen::generate!({ world: "sandbox", path: "../wit" });
 
@@ -33,6 +34,22 @@ impl env::Guest for Component {
         options: env::LoadOptions,
     ) -> Result<env::EnvInfo, env::EnvError> {
         interpreter::with(|s| s.load(&source, &code, options))
+    }
+
+    fn construct() -> Result<env::EnvInfo, env::EnvError> {
+        interpreter::with(|s| s.construct())
+    }
+
+    fn reseed(seed: u64) -> Result<(), env::EnvError> {
+        interpreter::with(|s| s.reseed(seed))
+    }
+
+    fn snapshot() {
+        snapshot::capture();
+    }
+
+    fn restore(pages: u32) {
+        snapshot::restore(pages);
     }
 
     fn reset(seed: Option<u64>) -> Result<env::ResetResult, env::EnvError> {

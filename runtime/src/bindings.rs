@@ -4,6 +4,12 @@ wasmtime::component::bindgen!({
     path: "../wit",
     world: "sandbox",
     exports: { default: async },
+    // The snapshot host functions trap when called out of turn (only the host's own snapshot
+    // and restore calls make the guest call them).
+    imports: { default: trappable },
 });
 
-pub use exports::spade::env::environment::{EnvError, LoadOptions, SizeLimits};
+pub use exports::spade::env::environment::{
+    EnvError, EnvInfo as GuestEnvInfo, LoadOptions, SizeLimits,
+};
+pub use spade::env::snapshot_host;

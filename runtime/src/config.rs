@@ -19,6 +19,45 @@ pub struct Config {
     /// compiles the guest, which takes tens of seconds. Default: `$SPADE_CACHE_DIR`, else
     /// `$XDG_CACHE_HOME/spade`, else `~/.cache/spade`.
     pub cache_dir: Option<PathBuf>,
+    /// Pre-reserved sandbox slots (wasmtime's pooling allocator). `None` maps and unmaps
+    /// every sandbox's memory, tables and stack afresh. Default: `Some(Pool::default())`.
+    pub pool: Option<Pool>,
+    /// Start every sandbox of a source from a snapshot of the loaded environment, taken once
+    /// per source, `max_turns` and limits (see [`Runtime::sandbox_from`]). Default `true`;
+    /// `false` runs the source in every sandbox, with the same results.
+    ///
+    /// [`Runtime::sandbox_from`]: crate::Runtime::sandbox_from
+    pub snapshots: bool,
+}
+
+/// Sizes of the pooling allocator: sandboxes get pre-reserved slots (virtual memory for a
+/// linear memory, tables, instance state and a fiber stack) that are reset, not unmapped, when
+/// a sandbox is dropped, so creating a sandbox costs microseconds of bookkeeping instead of a
+/// round of `mmap`/`munmap` calls and page faults.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pool {
+    /// Sandboxes that can be alive at once in one runtime (including the short-lived ones that
+    /// compile and snapshot sources). One more is refused with [`CallError::Capacity`]. Each
+    /// slot reserves address space only (about 6 GiB for its memory and guard region, untouched
+    /// until used), so the default costs no memory. Default 1,024: well above the sandboxes
+    /// a 2-core machine can keep busy, and the 1,000 live sandboxes `spade bench` measures.
+    ///
+    /// [`CallError::Capacity`]: crate::CallError::Capacity
+    pub sandboxes: u32,
+    /// Bytes of a freed sandbox's linear memory kept mapped and reset by `memset` instead of
+    /// `madvise`, so that the next sandbox in the slot does not fault them in again. Default
+    /// 1 MiB: about what a step touches; more would make dropping a sandbox cost more than
+    /// faulting the pages back.
+    pub keep_resident: usize,
+}
+
+impl Default for Pool {
+    fn default() -> Self {
+        Pool {
+            sandboxes: 1024,
+            keep_resident: 1 << 20,
+        }
+    }
 }
 
 /// Limits of one sandbox and of each call into it.
@@ -100,6 +139,8 @@ impl Default for Config {
             limits: Limits::default(),
             max_wasm_stack: 16 << 20,
             cache_dir: default_cache_dir(),
+            pool: Some(Pool::default()),
+            snapshots: true,
         }
     }
 }

@@ -42,6 +42,13 @@ pub enum CallError {
     /// The call was made in the wrong order (for example `step` after `close`).
     #[error("usage error: {0}")]
     Usage(String),
+    /// No sandbox slot was free: the runtime's pool ([`Config::pool`]) holds as many live
+    /// sandboxes as it has slots. Nothing ran; drop sandboxes, or build the runtime with more
+    /// slots.
+    ///
+    /// [`Config::pool`]: crate::Config::pool
+    #[error("no free sandbox slot: {0}")]
+    Capacity(String),
 }
 
 /// The kind of a [`CallError`], stable for machines (`spade run --json`, trajectory files).
@@ -58,6 +65,7 @@ pub enum ErrorKind {
     GuestTrap,
     Dead,
     Usage,
+    Capacity,
     /// A call whose future was dropped before it finished (only ever the reason of a `Dead`).
     Cancelled,
 }
@@ -86,6 +94,7 @@ impl ErrorKind {
             ErrorKind::GuestTrap => "guest_trap",
             ErrorKind::Dead => "dead",
             ErrorKind::Usage => "usage",
+            ErrorKind::Capacity => "capacity",
             ErrorKind::Cancelled => "cancelled",
         }
     }
@@ -111,6 +120,7 @@ impl CallError {
             CallError::GuestTrap(_) => ErrorKind::GuestTrap,
             CallError::Dead(_) => ErrorKind::Dead,
             CallError::Usage(_) => ErrorKind::Usage,
+            CallError::Capacity(_) => ErrorKind::Capacity,
         }
     }
 
@@ -123,6 +133,7 @@ impl CallError {
                 | CallError::MemoryLimit { .. }
                 | CallError::StackOverflow
                 | CallError::GuestTrap(_)
+                | CallError::Capacity(_)
         )
     }
 
@@ -132,7 +143,8 @@ impl CallError {
             CallError::Load(s)
             | CallError::Contract(s)
             | CallError::Exception(s)
-            | CallError::Usage(s) => s.clone(),
+            | CallError::Usage(s)
+            | CallError::Capacity(s) => s.clone(),
             CallError::GuestTrap(s) => s.clone(),
             other => other.to_string(),
         }

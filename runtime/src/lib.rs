@@ -35,11 +35,12 @@ pub mod fuzz;
 mod outcome;
 mod runtime;
 mod sandbox;
+pub mod snapshot;
 mod source;
 pub mod trajectory;
 mod wasi;
 
-pub use config::{Config, Limits, default_cache_dir};
+pub use config::{Config, Limits, Pool, default_cache_dir};
 pub use error::{CallError, ErrorKind, RuntimeError};
 pub use runtime::Runtime;
 pub use sandbox::{CallOutput, EnvInfo, Reset, Sandbox, SandboxOptions, Step};

@@ -65,6 +65,12 @@ pub(crate) fn classify_trap(
             exit.0
         ));
     }
+    if let Some(limit) = err.downcast_ref::<wasmtime::PoolConcurrencyLimitError>() {
+        return CallError::Capacity(format!(
+            "{limit}; every slot of the runtime's pool (Config::pool.sandboxes) holds a live \
+             sandbox. Drop sandboxes that are done, or build the runtime with more slots"
+        ));
+    }
     let trap = err.downcast_ref::<Trap>().copied();
     match trap {
         Some(Trap::OutOfFuel) => CallError::OutOfFuel { budget },
@@ -102,7 +108,7 @@ pub(crate) fn check_sizes(reply: Reply, limits: &Limits) -> Result<Reply, CallEr
         }
     };
     match &reply {
-        Reply::Loaded(info) => {
+        Reply::Loaded(info, _) => {
             if let Some(tools) = &info.tools {
                 check(
                     "get_tools(): the tool schemas",
@@ -146,7 +152,7 @@ pub(crate) fn check_sizes(reply: Reply, limits: &Limits) -> Result<Reply, CallEr
             text.len(),
             limits.solution_limit,
         )?,
-        Reply::Code(_) | Reply::Closed => {}
+        Reply::Code(_) | Reply::Memory(_) | Reply::Done => {}
     }
     Ok(reply)
 }

@@ -4,15 +4,17 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use tokio::sync::OnceCell;
 use wasmtime::Engine;
 use wasmtime::component::Linker;
 
 use crate::artifact;
 use crate::bindings::SandboxPre;
-use crate::config::{Config, Limits};
+use crate::config::{Config, Limits, Pool};
 use crate::error::{CallError, RuntimeError};
-use crate::sandbox::{Sandbox, SandboxOptions, SandboxState};
-use crate::source::{EnvSource, SourceCache};
+use crate::sandbox::{EnvInfo, Sandbox, SandboxOptions, SandboxState};
+use crate::snapshot::{self, LoadPlan, Snapshot};
+use crate::source::{EnvSource, PlanKey, SourceCache};
 use crate::wasi;
 
 /// How often the engine's epoch advances: a long-running call yields to the async executor (and
@@ -34,6 +36,9 @@ struct Inner {
     stop_ticker: Arc<AtomicBool>,
     linked: Vec<String>,
     trapped: Vec<String>,
+    /// A fresh interpreter's memory, the base snapshots are taken against (captured when the
+    /// first snapshot is taken).
+    base_memory: OnceCell<Arc<Vec<u8>>>,
 }
 
 /// Compiled sources kept per runtime.
@@ -59,8 +64,51 @@ pub(crate) fn engine_config(config: &Config) -> wasmtime::Config {
         .async_stack_size(config.max_wasm_stack + (1 << 20))
         // Copy-on-write mapping of the snapshot's memory: the heart of fast instantiation.
         .memory_init_cow(true);
+    if let Some(pool) = &config.pool {
+        wasm.allocation_strategy(wasmtime::InstanceAllocationStrategy::Pooling(
+            pooling_config(pool, config),
+        ));
+    }
     wasm
 }
+
+/// The pooling allocator for `pool`: one slot per sandbox. A sandbox is one component
+/// instance with a handful of core instances (the interpreter, wit-component's shims), one
+/// linear memory, a few tables and one fiber stack.
+fn pooling_config(pool: &Pool, config: &Config) -> wasmtime::PoolingAllocationConfig {
+    let n = pool.sandboxes;
+    let mut p = wasmtime::PoolingAllocationConfig::new();
+    p.total_component_instances(n)
+        .total_core_instances(n.saturating_mul(CORE_INSTANCES_PER_SANDBOX))
+        .max_core_instances_per_component(CORE_INSTANCES_PER_SANDBOX)
+        .total_memories(n)
+        .max_memories_per_component(1)
+        .max_memories_per_module(1)
+        .total_tables(n.saturating_mul(TABLES_PER_SANDBOX))
+        .max_tables_per_component(TABLES_PER_SANDBOX)
+        .max_tables_per_module(TABLES_PER_SANDBOX)
+        .table_elements(TABLE_ELEMENTS)
+        .total_stacks(n)
+        // A slot holds the largest memory a sandbox may have; a runtime derived with
+        // `with_limits` and a larger memory limit is still capped by its slot.
+        .max_memory_size(config.limits.memory_limit)
+        .max_core_instance_size(CORE_INSTANCE_BYTES)
+        .max_component_instance_size(CORE_INSTANCE_BYTES)
+        .linear_memory_keep_resident(pool.keep_resident)
+        .table_keep_resident(pool.keep_resident);
+    p
+}
+
+/// Core instances in one instance of the guest component (the interpreter, wit-component's
+/// indirect-call shim and its fixup module, with room to spare).
+const CORE_INSTANCES_PER_SANDBOX: u32 = 8;
+/// Tables per sandbox: the interpreter's function table and the shim's.
+const TABLES_PER_SANDBOX: u32 = 4;
+/// Elements of the largest table (RustPython's function table has tens of thousands).
+const TABLE_ELEMENTS: usize = 1 << 17;
+/// Bytes of one instance's host-side state (its vmctx: imports, globals, table and memory
+/// pointers).
+const CORE_INSTANCE_BYTES: usize = 1 << 20;
 
 impl Runtime {
     /// Whether the compiled guest for `config` is already in its cache, so that
@@ -102,6 +150,7 @@ impl Runtime {
                 stop_ticker,
                 linked,
                 trapped,
+                base_memory: OnceCell::new(),
             }),
             limits,
         })
@@ -119,12 +168,122 @@ impl Runtime {
     }
 
     /// Creates a sandbox from an already compiled source.
+    ///
+    /// The first sandbox of a source (for each `max_turns` and set of limits) decides how
+    /// all of them are loaded, and with [`Config::snapshots`] takes the snapshot they start
+    /// from: see [`crate::snapshot`] for what runs when. Every way gives the same state, fuel
+    /// and output as running the source in the sandbox.
     pub async fn sandbox_from(
         &self,
         source: &EnvSource,
         options: SandboxOptions,
     ) -> Result<Sandbox, CallError> {
-        Sandbox::load(&self.inner.pre, self.limits.clone(), source, options).await
+        let key = PlanKey {
+            max_turns: options.max_turns,
+            limits: (*self.limits).clone(),
+            snapshots: self.inner.config.snapshots,
+        };
+        let cell = source.plan_cell(key);
+        let plan = cell
+            .get_or_try_init(|| self.plan(source, options.max_turns))
+            .await?;
+        Sandbox::load(&self.inner.pre, self.limits.clone(), source, options, plan).await
+    }
+
+    /// Probes how `source` loads and takes its snapshot (see [`crate::snapshot`]).
+    async fn plan(
+        &self,
+        source: &EnvSource,
+        max_turns: Option<u32>,
+    ) -> Result<LoadPlan, CallError> {
+        let snapshots = self.inner.config.snapshots;
+        let mut probe = Sandbox::fresh(self.limits.clone(), &self.inner.pre, 0);
+        // A probe that fails leaves the error to each sandbox's own load, which runs the
+        // stage as it always ran (seeded first).
+        let Ok((_, used_random)) = probe.load_source(source, max_turns, None, false).await else {
+            return Ok(LoadPlan::Seeded);
+        };
+        if used_random || !probe.seed_independent() {
+            return Ok(LoadPlan::Seeded);
+        }
+        let module_fuel = probe.last_fuel();
+        let mut snapshot = None;
+        if snapshots && probe.can_snapshot() {
+            snapshot = Some(self.take_snapshot(&mut probe, module_fuel, None).await?);
+        }
+        let seeded_construct = |snapshot| LoadPlan::Deferred {
+            seed_before_construct: true,
+            snapshot,
+        };
+        let Ok((info, used_random)) = probe.construct_probe().await else {
+            return Ok(seeded_construct(snapshot));
+        };
+        if used_random || !probe.seed_independent() {
+            return Ok(seeded_construct(snapshot));
+        }
+        let fuel = module_fuel.saturating_add(probe.last_fuel());
+        if snapshot.is_some() && probe.can_snapshot() {
+            snapshot = Some(self.take_snapshot(&mut probe, fuel, Some(info)).await?);
+        }
+        Ok(LoadPlan::Deferred {
+            seed_before_construct: false,
+            snapshot,
+        })
+    }
+
+    /// The snapshot of `probe` as it is now: its pages that differ from a fresh interpreter's.
+    async fn take_snapshot(
+        &self,
+        probe: &mut Sandbox,
+        load_fuel: u64,
+        constructed: Option<EnvInfo>,
+    ) -> Result<Arc<Snapshot>, CallError> {
+        let clock_nanos = probe.state().map_or(0, |state| state.clock.peek());
+        let memory = probe.capture().await?;
+        let base = self.base_memory().await?;
+        let (chunks, dirty_pages) = snapshot::diff(&base, &memory);
+        Ok(Arc::new(Snapshot {
+            wasm_pages: (memory.len() / 65536) as u32,
+            chunks,
+            dirty_pages,
+            constructed,
+            load_fuel,
+            clock_nanos,
+        }))
+    }
+
+    /// A fresh interpreter's memory (captured once per runtime).
+    async fn base_memory(&self) -> Result<Arc<Vec<u8>>, CallError> {
+        self.inner
+            .base_memory
+            .get_or_try_init(|| async {
+                let mut fresh = Sandbox::fresh(self.limits.clone(), &self.inner.pre, 0);
+                fresh.capture().await.map(Arc::new)
+            })
+            .await
+            .cloned()
+    }
+
+    /// How sandboxes of `source` with `max_turns` are loaded under this runtime's limits,
+    /// once a sandbox has decided it: `Some(dirty pages, bytes)` when they start from a
+    /// snapshot, `None` when each runs the source (or nothing is decided yet).
+    pub fn snapshot_size(
+        &self,
+        source: &EnvSource,
+        max_turns: Option<u32>,
+    ) -> Option<(usize, usize)> {
+        let key = PlanKey {
+            max_turns,
+            limits: (*self.limits).clone(),
+            snapshots: self.inner.config.snapshots,
+        };
+        match source.plan_cell(key).get() {
+            Some(LoadPlan::Deferred {
+                snapshot: Some(snapshot),
+                ..
+            }) => Some((snapshot.dirty_pages, snapshot.bytes())),
+            _ => None,
+        }
     }
 
     /// Compiles `source` once (in a throwaway sandbox, within the load fuel budget) and caches

@@ -12,8 +12,9 @@ use crate::config::Limits;
 use crate::deadline::{self, YieldFlag};
 use crate::error::{CallError, ErrorKind};
 use crate::outcome;
+use crate::snapshot::{LoadPlan, Snapshot, SnapshotIo};
 use crate::source::EnvSource;
-use crate::wasi::{CappedOutput, VirtualClock, deterministic_ctx};
+use crate::wasi::{CappedOutput, EntropyReads, VirtualClock, deterministic_ctx};
 
 /// How a sandbox is set up. Everything that could make two runs differ is here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -123,6 +124,12 @@ pub struct SandboxState {
     pub(crate) stdout: CappedOutput,
     pub(crate) stderr: CappedOutput,
     yields: YieldFlag,
+    /// The sandbox's seed (for `wasi:random/insecure-seed`).
+    pub(crate) seed: u64,
+    /// Reads of WASI entropy so far.
+    pub(crate) entropy: EntropyReads,
+    /// The host side of snapshot capture and restore.
+    pub(crate) snapshot: SnapshotIo,
 }
 
 impl SandboxState {
@@ -131,8 +138,15 @@ impl SandboxState {
         let stdout = CappedOutput::new(config.output_limit);
         let stderr = CappedOutput::new(config.output_limit);
         let clock = VirtualClock::default();
+        let entropy = EntropyReads::default();
         SandboxState {
-            wasi: deterministic_ctx(seed, clock.clone(), stdout.clone(), stderr.clone()),
+            wasi: deterministic_ctx(
+                seed,
+                clock.clone(),
+                stdout.clone(),
+                stderr.clone(),
+                &entropy,
+            ),
             table: ResourceTable::new(),
             clock,
             limiter: MemoryLimiter {
@@ -142,6 +156,9 @@ impl SandboxState {
             stdout,
             stderr,
             yields: YieldFlag::default(),
+            seed,
+            entropy,
+            snapshot: SnapshotIo::default(),
         }
     }
 
@@ -163,23 +180,30 @@ impl WasiView for SandboxState {
 /// The store and guest instance of a sandbox that is alive.
 struct Live {
     store: Store<SandboxState>,
-    /// Set once the guest is instantiated (by the first call, `load` or `compile`).
+    pre: bindings::SandboxPre<SandboxState>,
+    /// Set once the guest is instantiated (by the sandbox's first call).
     bindings: Option<bindings::Sandbox>,
 }
 
 /// One guest call, with its arguments.
 enum Call<'a> {
-    /// Instantiate the guest and compile `source` to bytecode.
-    Compile {
-        pre: &'a bindings::SandboxPre<SandboxState>,
-        source: &'a str,
-    },
-    /// Instantiate the guest and load `source` into it.
+    /// Compile `source` to bytecode.
+    Compile(&'a str),
+    /// Load `source`, seeding `random` first with `seed` when there is one.
     Load {
-        pre: &'a bindings::SandboxPre<SandboxState>,
         source: &'a EnvSource,
-        options: SandboxOptions,
+        max_turns: Option<u32>,
+        seed: Option<u64>,
+        construct: bool,
     },
+    /// Construct the environment class (after a load without `construct`).
+    Construct,
+    /// Seed `random` (after a load without a seed).
+    Reseed(u64),
+    /// Hand the linear memory to the host.
+    Capture,
+    /// Write a snapshot's pages into this (fresh) instance.
+    Restore(&'a Arc<Snapshot>),
     Reset(Option<u64>),
     Step(&'a str),
     Solution,
@@ -189,11 +213,14 @@ enum Call<'a> {
 /// What a guest call returned.
 pub(crate) enum Reply {
     Code(Vec<u8>),
-    Loaded(EnvInfo),
+    /// What the load found, and whether a load without a seed changed `random`.
+    Loaded(EnvInfo, bool),
+    Memory(Vec<u8>),
     Reset(Reset),
     Step(Step),
     Solution(String),
-    Closed,
+    /// A call without a value (`reseed`, `restore`, `close`).
+    Done,
 }
 
 /// A loaded environment in its own WebAssembly instance.
@@ -215,8 +242,12 @@ pub struct Sandbox {
 
 impl Sandbox {
     /// A sandbox with a fresh store (the guest is instantiated by its first call).
-    fn fresh(limits: Arc<Limits>, engine: &wasmtime::Engine, seed: u64) -> Sandbox {
-        let mut store = Store::new(engine, SandboxState::new(seed, &limits));
+    pub(crate) fn fresh(
+        limits: Arc<Limits>,
+        pre: &bindings::SandboxPre<SandboxState>,
+        seed: u64,
+    ) -> Sandbox {
+        let mut store = Store::new(pre.engine(), SandboxState::new(seed, &limits));
         store.limiter(|state| &mut state.limiter);
         store.epoch_deadline_callback(|ctx| {
             // Deadlines are decided by `deadline::bounded` around the call; an epoch tick only
@@ -228,6 +259,7 @@ impl Sandbox {
         Sandbox {
             live: Some(Live {
                 store,
+                pre: pre.clone(),
                 bindings: None,
             }),
             info: EnvInfo {
@@ -242,28 +274,122 @@ impl Sandbox {
         }
     }
 
-    /// Instantiates the guest and loads the compiled `source` into it.
+    /// Loads `source` into a fresh sandbox the way `plan` says (see [`crate::snapshot`]).
+    /// Whatever the plan, the sandbox ends up in the same state, and `last_fuel` and
+    /// `last_output` report the load as if every stage ran here.
     pub(crate) async fn load(
         pre: &bindings::SandboxPre<SandboxState>,
         limits: Arc<Limits>,
         source: &EnvSource,
         options: SandboxOptions,
+        plan: &LoadPlan,
     ) -> Result<Sandbox, CallError> {
-        let mut sandbox = Sandbox::fresh(limits, pre.engine(), options.seed);
-        match sandbox
+        let mut sandbox = Sandbox::fresh(limits, pre, options.seed);
+        let max_turns = options.max_turns;
+        let LoadPlan::Deferred {
+            seed_before_construct,
+            snapshot,
+        } = plan
+        else {
+            let (info, _) = sandbox
+                .load_source(source, max_turns, Some(options.seed), true)
+                .await?;
+            sandbox.info = info;
+            return Ok(sandbox);
+        };
+        let mut load = Stages::default();
+        let mut info = None;
+        match snapshot {
+            Some(snapshot) => {
+                sandbox.call(Call::Restore(snapshot)).await?;
+                load.fuel = snapshot.load_fuel;
+                info = snapshot.constructed.clone();
+            }
+            None => {
+                sandbox.load_source(source, max_turns, None, false).await?;
+                load.add(&sandbox);
+            }
+        }
+        if info.is_none() && !seed_before_construct {
+            info = Some(sandbox.construct().await?);
+            load.add(&sandbox);
+        }
+        sandbox.call(Call::Reseed(options.seed)).await?;
+        load.add(&sandbox);
+        if info.is_none() {
+            info = Some(sandbox.construct().await?);
+            load.add(&sandbox);
+        }
+        sandbox.info = info.expect("constructed above");
+        sandbox.last_fuel = load.fuel;
+        sandbox.last_output = load.output;
+        Ok(sandbox)
+    }
+
+    /// Runs the load call: what it found, and whether a load without a seed changed the
+    /// state of `random`. Without `construct` the module runs and [`Sandbox::construct`]
+    /// finishes the load.
+    pub(crate) async fn load_source(
+        &mut self,
+        source: &EnvSource,
+        max_turns: Option<u32>,
+        seed: Option<u64>,
+        construct: bool,
+    ) -> Result<(EnvInfo, bool), CallError> {
+        match self
             .call(Call::Load {
-                pre,
                 source,
-                options,
+                max_turns,
+                seed,
+                construct,
             })
             .await?
         {
-            Reply::Loaded(info) => {
-                sandbox.info = info;
-                Ok(sandbox)
-            }
+            Reply::Loaded(info, used_random) => Ok((info, used_random)),
             _ => unreachable!("load replies with Loaded"),
         }
+    }
+
+    /// Constructs the environment class after a load without `construct`.
+    pub(crate) async fn construct(&mut self) -> Result<EnvInfo, CallError> {
+        self.construct_probe().await.map(|(info, _)| info)
+    }
+
+    /// [`Sandbox::construct`], and whether the constructor changed the state of `random`.
+    pub(crate) async fn construct_probe(&mut self) -> Result<(EnvInfo, bool), CallError> {
+        match self.call(Call::Construct).await? {
+            Reply::Loaded(info, used_random) => Ok((info, used_random)),
+            _ => unreachable!("construct replies with Loaded"),
+        }
+    }
+
+    /// The guest's whole linear memory (a fresh instance's, or after a load).
+    pub(crate) async fn capture(&mut self) -> Result<Vec<u8>, CallError> {
+        match self.call(Call::Capture).await? {
+            Reply::Memory(memory) => Ok(memory),
+            _ => unreachable!("capture replies with Memory"),
+        }
+    }
+
+    /// The host state of the live store (`None` once the sandbox is dead).
+    pub(crate) fn state(&self) -> Option<&SandboxState> {
+        self.live.as_ref().map(|live| live.store.data())
+    }
+
+    /// Whether the sandbox is alive and has not read WASI entropy.
+    pub(crate) fn seed_independent(&self) -> bool {
+        self.state().is_some_and(|state| state.entropy.get() == 0)
+    }
+
+    /// Whether the state after the last call can be snapshotted: the sandbox is alive, the
+    /// call printed nothing and the guest holds no host resource (a cached stdout stream would
+    /// not exist in the instance the snapshot is restored into).
+    pub(crate) fn can_snapshot(&self) -> bool {
+        let out = &self.last_output;
+        self.state().is_some_and(|state| state.table.is_empty())
+            && out.stdout.is_empty()
+            && out.stderr.is_empty()
+            && out.dropped_bytes == 0
     }
 
     /// Compiles `source` to bytecode in a throwaway instance (budget: the load fuel).
@@ -272,8 +398,8 @@ impl Sandbox {
         limits: Arc<Limits>,
         source: &str,
     ) -> Result<Vec<u8>, CallError> {
-        let mut sandbox = Sandbox::fresh(limits, pre.engine(), 0);
-        match sandbox.call(Call::Compile { pre, source }).await? {
+        let mut sandbox = Sandbox::fresh(limits, pre, 0);
+        match sandbox.call(Call::Compile(source)).await? {
             Reply::Code(code) => Ok(code),
             _ => unreachable!("compile replies with Code"),
         }
@@ -327,7 +453,7 @@ impl Sandbox {
     /// Calls `close()` if the environment defines it.
     pub async fn close(&mut self) -> Result<(), CallError> {
         match self.call(Call::Close).await? {
-            Reply::Closed => Ok(()),
+            Reply::Done => Ok(()),
             _ => unreachable!("close replies with Closed"),
         }
     }
@@ -348,7 +474,11 @@ impl Sandbox {
         self.dead = Some(ErrorKind::Cancelled);
         let limits = self.limits.clone();
         let budget = match call {
-            Call::Compile { .. } | Call::Load { .. } => limits.load_fuel,
+            Call::Compile(_)
+            | Call::Load { .. }
+            | Call::Construct
+            | Call::Capture
+            | Call::Restore(_) => limits.load_fuel,
             _ => limits.fuel_per_call,
         };
         begin(&mut live.store, budget);
@@ -412,44 +542,95 @@ fn size_limits(limits: &Limits) -> SizeLimits {
     }
 }
 
-/// Runs the guest function `call` names.
+/// The reply to a `load` or `construct`.
+fn loaded(info: bindings::GuestEnvInfo) -> Reply {
+    Reply::Loaded(
+        EnvInfo {
+            class_name: info.class_name,
+            max_turns: info.max_turns,
+            tools: info.tools,
+        },
+        info.used_random,
+    )
+}
+
+/// Fuel and output of the stages of a load, added up.
+#[derive(Default)]
+struct Stages {
+    fuel: u64,
+    output: CallOutput,
+}
+
+impl Stages {
+    /// Adds the last call of `sandbox`.
+    fn add(&mut self, sandbox: &Sandbox) {
+        self.fuel = self.fuel.saturating_add(sandbox.last_fuel);
+        let out = &sandbox.last_output;
+        self.output.stdout.push_str(&out.stdout);
+        self.output.stderr.push_str(&out.stderr);
+        self.output.dropped_bytes += out.dropped_bytes;
+    }
+}
+
+/// Runs the guest function `call` names (instantiating the guest first if this is the
+/// sandbox's first call).
 async fn dispatch(
     live: &mut Live,
     call: Call<'_>,
     limits: &Limits,
 ) -> wasmtime::Result<Result<Reply, EnvError>> {
     let store = &mut live.store;
-    if let Call::Compile { pre, .. } | Call::Load { pre, .. } = &call {
-        live.bindings = Some(pre.instantiate_async(&mut *store).await?);
+    if live.bindings.is_none() {
+        live.bindings = Some(live.pre.instantiate_async(&mut *store).await?);
     }
     let Some(guest) = &live.bindings else {
-        return Ok(Err(EnvError::Usage(
-            "internal: the guest is not instantiated".to_owned(),
-        )));
+        unreachable!("instantiated above");
     };
     let env = guest.spade_env_environment();
     Ok(match call {
-        Call::Compile { source, .. } => env
+        Call::Compile(source) => env
             .call_compile(store, source, size_limits(limits))
             .await?
             .map(Reply::Code),
         Call::Load {
-            source, options, ..
+            source,
+            max_turns,
+            seed,
+            construct,
         } => {
             let load_options = bindings::LoadOptions {
-                max_turns: options.max_turns,
-                random_seed: options.seed,
+                max_turns,
+                random_seed: seed,
+                construct,
                 limits: size_limits(limits),
             };
             env.call_load(store, source.text(), source.code(), load_options)
                 .await?
-                .map(|info| {
-                    Reply::Loaded(EnvInfo {
-                        class_name: info.class_name,
-                        max_turns: info.max_turns,
-                        tools: info.tools,
-                    })
-                })
+                .map(loaded)
+        }
+        Call::Construct => env.call_construct(store).await?.map(loaded),
+        Call::Reseed(seed) => env.call_reseed(store, seed).await?.map(|()| Reply::Done),
+        Call::Capture => {
+            store.data_mut().snapshot.capture = Some(None);
+            let ran = env.call_snapshot(&mut *store).await;
+            let memory = store.data_mut().snapshot.capture.take().flatten();
+            ran?;
+            match memory {
+                Some(memory) => Ok(Reply::Memory(memory)),
+                None => wasmtime::bail!("the guest's snapshot did not pass its memory"),
+            }
+        }
+        Call::Restore(snapshot) => {
+            let queue = (0..snapshot.chunks.len()).collect();
+            store.data_mut().snapshot.restore = Some((snapshot.clone(), queue));
+            let ran = env.call_restore(&mut *store, snapshot.wasm_pages).await;
+            let left = store.data_mut().snapshot.restore.take();
+            ran?;
+            if left.is_some_and(|(_, queue)| !queue.is_empty()) {
+                wasmtime::bail!("the guest's restore stopped before the last chunk");
+            }
+            store.data().clock.advance_to(snapshot.clock_nanos);
+            Ok(Reply::Done)
         }
         Call::Reset(seed) => env.call_reset(store, seed).await?.map(|r| {
             Reply::Reset(Reset {
@@ -467,6 +648,6 @@ async fn dispatch(
             })
         }),
         Call::Solution => env.call_solution(store).await?.map(Reply::Solution),
-        Call::Close => env.call_close(store).await?.map(|()| Reply::Closed),
+        Call::Close => env.call_close(store).await?.map(|()| Reply::Done),
     })
 }

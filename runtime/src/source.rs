@@ -3,6 +3,10 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
+use tokio::sync::OnceCell;
+
+use crate::config::Limits;
+use crate::snapshot::LoadPlan;
 use crate::trajectory::sha256_hex;
 
 /// An environment source and its compiled bytecode.
@@ -21,6 +25,16 @@ struct Inner {
     text: String,
     sha256: String,
     code: Vec<u8>,
+    /// How sandboxes are loaded, decided once per `max_turns`, limits and snapshot setting.
+    plans: Mutex<Vec<(PlanKey, Arc<OnceCell<LoadPlan>>)>>,
+}
+
+/// What a load plan depends on besides the source.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct PlanKey {
+    pub max_turns: Option<u32>,
+    pub limits: Limits,
+    pub snapshots: bool,
 }
 
 impl EnvSource {
@@ -30,8 +44,20 @@ impl EnvSource {
                 text: text.to_owned(),
                 sha256,
                 code,
+                plans: Mutex::new(Vec::new()),
             }),
         }
+    }
+
+    /// The cell holding the load plan for `key` (empty until the first sandbox decides it).
+    pub(crate) fn plan_cell(&self, key: PlanKey) -> Arc<OnceCell<LoadPlan>> {
+        let mut plans = self.inner.plans.lock().expect("plan lock");
+        if let Some((_, cell)) = plans.iter().find(|(k, _)| *k == key) {
+            return cell.clone();
+        }
+        let cell = Arc::new(OnceCell::new());
+        plans.push((key, cell.clone()));
+        cell
     }
 
     /// The Python source.

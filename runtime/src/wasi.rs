@@ -30,20 +30,27 @@ const CLOCK_STEP: Duration = Duration::from_micros(1000);
 /// Largest single request for random bytes (`os.urandom`): the host allocates it.
 const MAX_RANDOM_BYTES: u64 = 1 << 20;
 
-/// Builds the WASI context of one sandbox from its seed, reading time from `clock`.
+/// Builds the WASI context of one sandbox from its seed, reading time from `clock` and
+/// counting every read of entropy in `entropy`.
 pub fn deterministic_ctx(
     seed: u64,
     clock: VirtualClock,
     stdout: CappedOutput,
     stderr: CappedOutput,
+    entropy: &EntropyReads,
 ) -> WasiCtx {
     let mut builder = WasiCtxBuilder::new();
     builder
         .stdout(stdout)
         .stderr(stderr)
-        .secure_random(SplitMix64::new(seed ^ 0x5EC0_5EC0_5EC0_5EC0))
-        .insecure_random(SplitMix64::new(seed ^ 0x1A5E_C0DE_1A5E_C0DE))
-        .insecure_random_seed(u128::from(seed) << 64 | u128::from(!seed))
+        .secure_random(Counted {
+            rng: SplitMix64::new(seed ^ 0x5EC0_5EC0_5EC0_5EC0),
+            reads: entropy.clone(),
+        })
+        .insecure_random(Counted {
+            rng: SplitMix64::new(seed ^ 0x1A5E_C0DE_1A5E_C0DE),
+            reads: entropy.clone(),
+        })
         .max_random_size(MAX_RANDOM_BYTES)
         .wall_clock(clock.clone())
         .monotonic_clock(clock)
@@ -51,6 +58,71 @@ pub fn deterministic_ctx(
         .allow_udp(false)
         .allow_ip_name_lookup(false);
     builder.build()
+}
+
+/// The seed `wasi:random/insecure-seed` returns for a sandbox seeded with `seed`.
+pub(crate) fn insecure_seed(seed: u64) -> (u64, u64) {
+    (seed, !seed)
+}
+
+/// Reads of a sandbox's entropy (WASI random bytes and the insecure seed). A load that reads
+/// none is independent of the sandbox's seed as far as WASI goes.
+#[derive(Clone, Default)]
+pub struct EntropyReads(Arc<AtomicU64>);
+
+impl EntropyReads {
+    /// Reads so far.
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    fn count(&self) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// A generator whose every use is counted.
+struct Counted<R> {
+    rng: R,
+    reads: EntropyReads,
+}
+
+impl<R: rand_core::TryRng<Error = Infallible>> rand_core::TryRng for Counted<R> {
+    type Error = Infallible;
+
+    fn try_next_u32(&mut self) -> Result<u32, Infallible> {
+        self.reads.count();
+        self.rng.try_next_u32()
+    }
+
+    fn try_next_u64(&mut self) -> Result<u64, Infallible> {
+        self.reads.count();
+        self.rng.try_next_u64()
+    }
+
+    fn try_fill_bytes(&mut self, dst: &mut [u8]) -> Result<(), Infallible> {
+        self.reads.count();
+        self.rng.try_fill_bytes(dst)
+    }
+}
+
+/// `wasi:random/insecure-seed`, counted.
+pub(crate) struct SeedView<'a> {
+    seed: u64,
+    reads: &'a EntropyReads,
+}
+
+impl random::insecure_seed::Host for SeedView<'_> {
+    fn insecure_seed(&mut self) -> wasmtime::Result<(u64, u64)> {
+        self.reads.count();
+        Ok(insecure_seed(self.seed))
+    }
+}
+
+struct Seeds;
+
+impl HasData for Seeds {
+    type Data<'a> = SeedView<'a>;
 }
 
 /// SplitMix64 (Steele, Lea and Flood 2014): a tiny generator with a fixed, documented output
@@ -115,12 +187,12 @@ impl VirtualClock {
     }
 
     /// The clock without advancing it.
-    fn peek(&self) -> u64 {
+    pub(crate) fn peek(&self) -> u64 {
         self.nanos.load(Ordering::Relaxed)
     }
 
     /// Moves the clock forward to `nanos` (never back).
-    fn advance_to(&self, nanos: u64) {
+    pub(crate) fn advance_to(&self, nanos: u64) {
         self.nanos.fetch_max(nanos, Ordering::Relaxed);
     }
 }
@@ -230,6 +302,7 @@ pub(crate) const PROVIDED: &[&str] = &[
     "wasi:cli/terminal-stderr",
     "wasi:filesystem/types",
     "wasi:filesystem/preopens",
+    "spade:env/snapshot-host",
 ];
 
 /// The interfaces `component` imports, by name without version (`wasi:io/poll`).
@@ -275,7 +348,10 @@ pub(crate) fn add_to_linker(
                 random::insecure::add_to_linker::<T, WasiRandom>(l, T::random)?
             }
             "wasi:random/insecure-seed" => {
-                random::insecure_seed::add_to_linker::<T, WasiRandom>(l, T::random)?
+                random::insecure_seed::add_to_linker::<T, Seeds>(l, |t| SeedView {
+                    seed: t.seed,
+                    reads: &t.entropy,
+                })?
             }
             "wasi:cli/exit" => cli::exit::add_to_linker::<T, WasiCli>(l, T::cli)?,
             "wasi:cli/environment" => cli::environment::add_to_linker::<T, WasiCli>(l, T::cli)?,
@@ -306,6 +382,7 @@ pub(crate) fn add_to_linker(
             _ => {}
         }
     }
+    crate::snapshot::add_to_linker(l)?;
     let stubbed: Vec<String> = imported
         .into_iter()
         .filter(|name| !PROVIDED.contains(&name.as_str()))

@@ -23,4 +23,5 @@ mod report;
 mod sandbox;
 mod selfplay;
 mod serve;
+mod snapshots;
 mod unicode;

@@ -41,6 +41,10 @@ pub struct RunArgs {
     /// Write the episode to this trajectory file (JSON Lines), replayable with `spade replay`.
     #[arg(long, value_name = "FILE")]
     pub record: Option<PathBuf>,
+    /// Run the source in the sandbox instead of starting from a snapshot of the loaded
+    /// environment. The results are the same; this is for checking that they are.
+    #[arg(long)]
+    pub no_snapshots: bool,
 }
 
 /// Where actions come from.
@@ -55,7 +59,10 @@ impl RunArgs {
     pub fn execute(self) -> anyhow::Result<ExitCode> {
         let source = read_text(&self.env, "environment file")?;
         let actions = self.actions()?;
-        let runtime = start_runtime(Config::default())?;
+        let runtime = start_runtime(Config {
+            snapshots: !self.no_snapshots,
+            ..Config::default()
+        })?;
         tokio_runtime()?.block_on(self.play(&runtime, &source, actions))
     }
 

@@ -1,5 +1,10 @@
 //! `spade bench`: sandbox speed and memory, against CPython running the same environments
-//! in-process (the SPADE reference's way), measured in the same run.
+//! in-process (the SPADE reference's way), measured in the same run, and each lever of sandbox
+//! creation (pooled slots, snapshots) on and off.
+
+mod levers;
+mod memory;
+mod throughput;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -8,11 +13,11 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 use clap::Args;
 use spade_runtime::trajectory::{RecordMeta, Recorder, ReplayOptions, Trajectory, replay};
-use spade_runtime::{Config, GUEST_SHA256, PRELUDE_MODULES, Runtime, Sandbox, SandboxOptions};
+use spade_runtime::{Config, GUEST_SHA256, PRELUDE_MODULES, Runtime, SandboxOptions};
 
 use super::{read_text, tokio_runtime};
 
-const DRIVER: &str = include_str!("bench_driver.py");
+const DRIVER: &str = include_str!("driver.py");
 
 /// Measure sandbox creation, reset/step latency, steps/s against CPython, and memory.
 #[derive(Debug, Args)]
@@ -33,9 +38,15 @@ pub struct BenchArgs {
     /// Steps played per environment for the throughput.
     #[arg(long, default_value_t = 2000)]
     pub steps: usize,
-    /// Sandboxes kept alive together to measure resident memory per sandbox.
-    #[arg(long, default_value_t = 32)]
+    /// Sandboxes kept alive together to measure memory per sandbox.
+    #[arg(long, default_value_t = 1000)]
     pub live: usize,
+    /// Sandboxes created (and reset) from one task per core for the creation throughput.
+    #[arg(long, default_value_t = 2000)]
+    pub burst: usize,
+    /// Fresh sandboxes per environment and setting in the levers table.
+    #[arg(long, default_value_t = 100)]
+    pub lever_samples: usize,
     /// Process starts timed (spawning `spade` itself, warm artifact cache).
     #[arg(long, default_value_t = 5)]
     pub starts: usize,
@@ -47,14 +58,16 @@ pub struct BenchArgs {
     pub startup_probe: Option<PathBuf>,
 }
 
-struct Fixture {
+/// One fixture environment of the benchmark.
+pub struct Fixture {
     name: String,
     dir: PathBuf,
     source: String,
     actions: Vec<String>,
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
+/// The `p` quantile of sorted durations.
+pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
     let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted[index.min(sorted.len() - 1)]
 }
@@ -65,22 +78,6 @@ fn ms(d: Duration) -> String {
 
 fn us(d: Duration) -> String {
     format!("{:.0} µs", d.as_secs_f64() * 1e6)
-}
-
-/// Resident set size of this process, from /proc.
-fn rss_bytes() -> anyhow::Result<u64> {
-    let status =
-        std::fs::read_to_string("/proc/self/status").context("reading /proc/self/status")?;
-    let line = status
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .context("no VmRSS line")?;
-    let kb: u64 = line
-        .split_whitespace()
-        .nth(1)
-        .context("malformed VmRSS")?
-        .parse()?;
-    Ok(kb * 1024)
 }
 
 impl BenchArgs {
@@ -120,16 +117,10 @@ impl BenchArgs {
             "ratio"
         );
         let tokio = tokio_runtime()?;
-        let mut ratios = Vec::new();
-        let mut fresh_medians = Vec::new();
-        let mut plain_rates = Vec::new();
+        let mut rows = Vec::new();
         for fixture in &fixtures {
             let row = tokio.block_on(self.measure(&runtime, fixture))?;
             let cpython = self.cpython(&prelude_dir, fixture)?;
-            let ratio = row.steps_per_s / cpython.0;
-            ratios.push(ratio);
-            plain_rates.push(row.steps_per_s);
-            fresh_medians.push(row.fresh_with_reset);
             say!(
                 "{:<18} {:>22} {:>11} {:>11} {:>9} {:>9} {:>10.0} {:>12.0} {:>6.2}x",
                 fixture.name,
@@ -137,12 +128,40 @@ impl BenchArgs {
                 ms(row.fresh_with_reset),
                 us(row.reset_median),
                 us(row.step_median),
-                us(cpython.1),
+                us(cpython.step),
                 row.steps_per_s,
-                cpython.0,
-                ratio
+                cpython.steps_per_s,
+                row.steps_per_s / cpython.steps_per_s
+            );
+            rows.push((row, cpython));
+        }
+        say!(
+            "\n{:<18} {:>16} {:>22} {:>8} {:>16}",
+            "start an episode",
+            "spade fresh+reset",
+            "CPython compile+exec+",
+            "ratio",
+            "snapshot"
+        );
+        say!("{:<18} {:>16} {:>22} {:>8}", "", "", "construct+reset", "");
+        for (fixture, (row, cpython)) in fixtures.iter().zip(&rows) {
+            let snapshot = tokio.block_on(runtime.prepare(&fixture.source))?;
+            let snapshot = match runtime.snapshot_size(&snapshot, None) {
+                Some((pages, bytes)) => {
+                    format!("{pages} pages, {:.1} MiB", bytes as f64 / 1048576.0)
+                }
+                None => "none (seeded load)".to_owned(),
+            };
+            say!(
+                "{:<18} {:>16} {:>22} {:>7.2}x {:>16}",
+                fixture.name,
+                ms(row.fresh_with_reset),
+                ms(cpython.load_reset),
+                row.fresh_with_reset.as_secs_f64() / cpython.load_reset.as_secs_f64(),
+                snapshot
             );
         }
+        self.levers(&tokio, &fixtures)?;
         say!(
             "\n{:<18} {:>12} {:>14} {:>9} {:>12} {:>12} {:>9}",
             "recording",
@@ -153,40 +172,97 @@ impl BenchArgs {
             "replay",
             "ratio"
         );
-        for (fixture, plain) in fixtures.iter().zip(&plain_rates) {
+        for (fixture, (row, _)) in fixtures.iter().zip(&rows) {
             let rec = tokio.block_on(self.record_and_replay(&runtime, fixture, &prelude_dir))?;
             say!(
                 "{:<18} {:>12.0} {:>14.0} {:>8.2}x {:>12} {:>12} {:>8.2}x",
                 fixture.name,
-                plain,
+                row.steps_per_s,
                 rec.steps_per_s,
-                rec.steps_per_s / plain,
+                rec.steps_per_s / row.steps_per_s,
                 ms(rec.record),
                 ms(rec.replay),
                 rec.replay.as_secs_f64() / rec.record.as_secs_f64()
             );
         }
-        let rss = tokio.block_on(self.live_memory(&runtime, &fixtures[0]))?;
+        let (burst, tasks) = tokio.block_on(throughput::sandboxes_per_second(
+            &runtime,
+            &fixtures[0],
+            self.burst,
+        ))?;
         say!(
-            "\nresident memory per live sandbox: {:.2} MiB ({} sandboxes of {})",
-            rss / 1048576.0,
-            self.live,
+            "\nsandboxes created and reset per second, {tasks} tasks on {tasks} cores: {burst:.0} ({})",
             fixtures[0].name
         );
-        let worst_ratio = ratios.iter().cloned().fold(f64::INFINITY, f64::min);
-        let worst_fresh = fresh_medians.iter().max().copied().unwrap_or_default();
-        say!("\ntargets (median over envs, worst env shown):");
+        let (before, with) = tokio.block_on(memory::live_sandboxes(
+            &runtime,
+            &fixtures[0],
+            self.live.max(1),
+        ))?;
+        let (rss, pss, private) = with.per(&before, self.live.max(1));
         say!(
-            "  fresh sandbox + first reset: {} (target 3 ms, goal 1 ms)",
-            ms(worst_fresh)
+            "memory per live sandbox ({} sandboxes of {}): private dirty {private:.2} MiB, \
+             Pss {pss:.2} MiB, RSS {rss:.2} MiB; all {} together: {:.2} GiB private dirty",
+            self.live,
+            fixtures[0].name,
+            self.live,
+            private * self.live as f64 / 1024.0
         );
-        say!("  steps/s vs CPython: {worst_ratio:.2}x (target 0.20x, goal 0.50x)");
+        let worst_ratio = rows
+            .iter()
+            .map(|(row, cpython)| row.steps_per_s / cpython.steps_per_s)
+            .fold(f64::INFINITY, f64::min);
+        let worst_start = rows
+            .iter()
+            .map(|(row, cpython)| {
+                row.fresh_with_reset.as_secs_f64() / cpython.load_reset.as_secs_f64()
+            })
+            .fold(0.0, f64::max);
+        say!("\ntargets (worst env shown):");
         say!(
-            "  memory per live sandbox: {:.2} MiB (target 8 MiB)",
-            rss / 1048576.0
+            "  fresh sandbox + first reset vs CPython's exec path: {worst_start:.2}x (target 2x, goal 1x)"
+        );
+        say!("  steps/s vs CPython: {worst_ratio:.2}x (target 0.20x)");
+        say!("  private memory per live sandbox: {private:.2} MiB (target 4 MiB)");
+        say!(
+            "  process start to first reset: {} (target 5 ms)",
+            ms(startup)
         );
         let _ = std::fs::remove_dir_all(&prelude_dir);
         Ok(ExitCode::SUCCESS)
+    }
+
+    /// Fresh sandbox + first reset with each lever on and off.
+    fn levers(&self, tokio: &tokio::runtime::Runtime, fixtures: &[Fixture]) -> anyhow::Result<()> {
+        let settings = levers::settings();
+        let mut header = format!("\n{:<28}", "fresh sandbox + 1st reset");
+        for fixture in fixtures {
+            header.push_str(&format!(" {:>18}", fixture.name));
+        }
+        say!("{header}");
+        let mut baseline = Vec::new();
+        for (i, setting) in settings.iter().enumerate() {
+            let mut line = format!("{:<28}", setting.name);
+            for (j, fixture) in fixtures.iter().enumerate() {
+                let median = tokio.block_on(levers::fresh_with_reset(
+                    setting,
+                    fixture,
+                    self.lever_samples,
+                ))?;
+                if i == 0 {
+                    baseline.push(median);
+                    line.push_str(&format!(" {:>18}", ms(median)));
+                } else {
+                    let speedup = baseline[j].as_secs_f64() / median.as_secs_f64();
+                    line.push_str(&format!(
+                        " {:>18}",
+                        format!("{} ({speedup:.2}x)", ms(median))
+                    ));
+                }
+            }
+            say!("{line}");
+        }
+        Ok(())
     }
 
     fn fixtures(&self) -> anyhow::Result<Vec<Fixture>> {
@@ -341,7 +417,7 @@ impl BenchArgs {
         })
     }
 
-    fn cpython(&self, prelude_dir: &Path, fixture: &Fixture) -> anyhow::Result<(f64, Duration)> {
+    fn cpython(&self, prelude_dir: &Path, fixture: &Fixture) -> anyhow::Result<CPython> {
         let output = Command::new(&self.python)
             .arg(prelude_dir.join("bench_driver.py"))
             .arg(prelude_dir)
@@ -349,6 +425,7 @@ impl BenchArgs {
             .arg(fixture.dir.join("actions.txt"))
             .arg(self.steps.to_string())
             .arg("0")
+            .arg(self.samples.max(1).to_string())
             .output()
             .with_context(|| format!("running {}", self.python))?;
         if !output.status.success() {
@@ -360,31 +437,22 @@ impl BenchArgs {
         }
         let result: serde_json::Value = serde_json::from_slice(&output.stdout)
             .context("reading the CPython driver's output")?;
-        let steps_per_s = result["steps_per_s"].as_f64().context("steps_per_s")?;
-        let step_us = result["step_us_median"]
-            .as_f64()
-            .context("step_us_median")?;
-        Ok((steps_per_s, Duration::from_secs_f64(step_us / 1e6)))
-    }
-
-    async fn live_memory(&self, runtime: &Runtime, fixture: &Fixture) -> anyhow::Result<f64> {
-        let before = rss_bytes()?;
-        let mut live: Vec<Sandbox> = Vec::new();
-        for i in 0..self.live.max(1) {
-            let mut sandbox = runtime
-                .sandbox(&fixture.source, SandboxOptions::seeded(i as u64))
-                .await?;
-            sandbox.reset(Some(i as u64)).await?;
-            sandbox.step(&fixture.actions[0]).await?;
-            live.push(sandbox);
-        }
-        let after = rss_bytes()?;
-        let per = after.saturating_sub(before) as f64 / live.len() as f64;
-        drop(live);
-        Ok(per)
+        let field = |name: &str| result[name].as_f64().with_context(|| name.to_owned());
+        Ok(CPython {
+            steps_per_s: field("steps_per_s")?,
+            step: Duration::from_secs_f64(field("step_us_median")? / 1e6),
+            load_reset: Duration::from_secs_f64(field("load_reset_us_median")? / 1e6),
+        })
     }
 }
 
+/// What CPython measured for one environment.
+struct CPython {
+    steps_per_s: f64,
+    step: Duration,
+    /// Compile, exec, construct and reset, from the source text (median).
+    load_reset: Duration,
+}
 struct Recording {
     steps_per_s: f64,
     record: Duration,

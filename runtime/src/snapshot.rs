@@ -1,0 +1,192 @@
+//! Per-environment snapshots: the interpreter's memory after an environment is loaded, so that
+//! every sandbox of a source starts from it instead of running the module and the constructor.
+//!
+//! What runs when (for each source, `max_turns` and set of limits, once per runtime, in the
+//! first sandbox's creation):
+//! 1. A probe sandbox runs the module *without* seeding `random` first, then constructs the
+//!    environment class, still unseeded. Each stage is seed-independent when it neither changed
+//!    the state of `random` nor read WASI entropy (`os.urandom`, an unseeded
+//!    `random.Random()`).
+//! 2. The plan follows ([`LoadPlan`]): a module that used randomness is loaded as it always
+//!    was, seed first, in every sandbox ([`LoadPlan::Seeded`]). Otherwise `random` is seeded
+//!    after the module ran, and, when the constructor is seed-independent too, after the
+//!    constructor ([`LoadPlan::Deferred`]). Either way `random` is seeded before anything that
+//!    draws from it runs, so the environment sees what it saw when seeded first.
+//! 3. The probe hands its memory to the host after the last seed-independent stage that
+//!    printed nothing and left no host resource open (a stdout stream, say); the host keeps the
+//!    4 KiB pages that differ from a fresh interpreter's ([`Snapshot`]). Every sandbox, the
+//!    first included, then instantiates a fresh interpreter, writes those pages back
+//!    (`restore`) and runs the rest: seed, and construct if the snapshot was taken before the
+//!    constructor. Its memory is byte for byte that of a sandbox that ran every stage itself.
+//!
+//! The fuel of the stages a snapshot holds is measured once, in the probe; a sandbox from the
+//! snapshot reports it plus the fuel of the stages it runs, so fuel per call does not depend
+//! on whether a snapshot was used. [`Config::snapshots`](crate::Config::snapshots) off runs
+//! every stage in every sandbox, in the same order.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use crate::bindings::snapshot_host;
+use crate::sandbox::{EnvInfo, SandboxState};
+
+/// Bytes of one snapshot page.
+pub(crate) const PAGE: usize = 4096;
+/// One record of a restore chunk: the page index (u32, little-endian), then the page.
+const RECORD: usize = 4 + PAGE;
+/// Records per chunk: the guest's receive buffer holds exactly this many.
+const RECORDS_PER_CHUNK: usize = 256;
+
+/// A loaded environment's memory, as the pages that differ from a fresh interpreter's.
+#[derive(Debug)]
+pub(crate) struct Snapshot {
+    /// Size of the linear memory in wasm pages (64 KiB).
+    pub wasm_pages: u32,
+    /// Restore chunks, each at most [`RECORDS_PER_CHUNK`] records.
+    pub chunks: Vec<Vec<u8>>,
+    /// Pages that differ from the fresh interpreter's.
+    pub dirty_pages: usize,
+    /// What the constructor returned, when the snapshot was taken after it (`None`: taken
+    /// after the module ran, before construction).
+    pub constructed: Option<EnvInfo>,
+    /// Fuel the stages the snapshot holds used in the probe.
+    pub load_fuel: u64,
+    /// The sandbox's virtual clock after the load (nanoseconds).
+    pub clock_nanos: u64,
+}
+
+impl Snapshot {
+    /// Bytes the snapshot holds.
+    pub fn bytes(&self) -> usize {
+        self.chunks.iter().map(Vec::len).sum()
+    }
+}
+
+/// How the sandboxes of one source are loaded.
+#[derive(Debug, Clone)]
+pub(crate) enum LoadPlan {
+    /// Seed `random`, then run the module and the constructor (the module uses randomness, or
+    /// the probe could not run it).
+    Seeded,
+    /// Run the module unseeded; seed before the constructor (`seed_first_construct`, when the
+    /// constructor draws randomness or failed unseeded in the probe) or after it. Start from
+    /// `snapshot` when there is one.
+    Deferred {
+        seed_before_construct: bool,
+        snapshot: Option<Arc<Snapshot>>,
+    },
+}
+
+/// The chunks of `memory` (a whole linear memory, from address 0) whose 4 KiB pages differ
+/// from `base` (the fresh interpreter's memory; pages past its end compare against zeros).
+pub(crate) fn diff(base: &[u8], memory: &[u8]) -> (Vec<Vec<u8>>, usize) {
+    let zeros = [0u8; PAGE];
+    let mut chunks = Vec::new();
+    let mut chunk = Vec::new();
+    let mut dirty = 0;
+    for (index, page) in memory.chunks(PAGE).enumerate() {
+        let start = index * PAGE;
+        let before = base
+            .get(start..start + page.len())
+            .unwrap_or(&zeros[..page.len()]);
+        if page == before {
+            continue;
+        }
+        dirty += 1;
+        chunk.extend_from_slice(&(index as u32).to_le_bytes());
+        chunk.extend_from_slice(page);
+        chunk.resize(chunk.len() + PAGE - page.len(), 0);
+        if chunk.len() == RECORD * RECORDS_PER_CHUNK {
+            chunks.push(std::mem::take(&mut chunk));
+        }
+    }
+    if !chunk.is_empty() {
+        chunks.push(chunk);
+    }
+    (chunks, dirty)
+}
+
+/// The host side of `spade:env/snapshot-host` for one sandbox.
+#[derive(Default)]
+pub(crate) struct SnapshotIo {
+    /// Set while the host asks the guest for its memory; the memory lands here.
+    pub capture: Option<Option<Vec<u8>>>,
+    /// Chunks still to hand over while a restore runs.
+    pub restore: Option<(Arc<Snapshot>, VecDeque<usize>)>,
+}
+
+impl snapshot_host::Host for SnapshotIo {
+    fn capture_memory(&mut self, memory: Vec<u8>) -> wasmtime::Result<()> {
+        match &mut self.capture {
+            Some(slot @ None) => {
+                // Byte 0 is not passed (see the WIT); it is zero in every fresh interpreter.
+                let mut whole = Vec::with_capacity(memory.len() + 1);
+                whole.push(0);
+                whole.extend_from_slice(&memory);
+                *slot = Some(whole);
+                Ok(())
+            }
+            _ => wasmtime::bail!("capture-memory called outside a snapshot"),
+        }
+    }
+
+    fn next_chunk(&mut self) -> wasmtime::Result<Vec<u8>> {
+        match &mut self.restore {
+            Some((snapshot, queue)) => Ok(queue
+                .pop_front()
+                .map(|i| snapshot.chunks[i].clone())
+                .unwrap_or_default()),
+            None => wasmtime::bail!("next-chunk called outside a restore"),
+        }
+    }
+}
+
+struct Io;
+
+impl wasmtime::component::HasData for Io {
+    type Data<'a> = &'a mut SnapshotIo;
+}
+
+/// Links `spade:env/snapshot-host`.
+pub(crate) fn add_to_linker(
+    linker: &mut wasmtime::component::Linker<SandboxState>,
+) -> wasmtime::Result<()> {
+    snapshot_host::add_to_linker::<SandboxState, Io>(linker, |state| &mut state.snapshot)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn diff_keeps_exactly_the_changed_pages_including_growth() {
+        let base = vec![0u8; 3 * PAGE];
+        let mut memory = vec![0u8; 5 * PAGE];
+        memory[PAGE + 7] = 1; // page 1 changed
+        memory[4 * PAGE] = 9; // page 4 is past the base: compared with zeros
+        let (chunks, dirty) = diff(&base, &memory);
+        assert_eq!(dirty, 2);
+        assert_eq!(chunks.len(), 1);
+        let chunk = &chunks[0];
+        assert_eq!(chunk.len(), 2 * RECORD);
+        assert_eq!(&chunk[..4], &1u32.to_le_bytes());
+        assert_eq!(chunk[4 + 7], 1);
+        assert_eq!(&chunk[RECORD..RECORD + 4], &4u32.to_le_bytes());
+        assert_eq!(chunk[RECORD + 4], 9);
+    }
+
+    #[test]
+    fn diff_splits_into_chunks_the_guest_can_receive() {
+        let base = vec![0u8; 600 * PAGE];
+        let memory = vec![1u8; 600 * PAGE];
+        let (chunks, dirty) = diff(&base, &memory);
+        assert_eq!(dirty, 600);
+        let sizes: Vec<usize> = chunks.iter().map(Vec::len).collect();
+        assert_eq!(
+            sizes,
+            [256 * RECORD, 256 * RECORD, 88 * RECORD],
+            "records per chunk must match the guest's SCRATCH_BYTES"
+        );
+        assert!(diff(&memory, &memory).0.is_empty());
+    }
+}

@@ -1,0 +1,304 @@
+//! Per-environment snapshots and pooled sandboxes: a sandbox started from a snapshot is the
+//! sandbox that ran the source itself, call for call and byte for byte; a full pool refuses a
+//! sandbox with a clear error and frees its slot when a sandbox is dropped.
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use spade_runtime::trajectory::{RecordMeta, Recorder};
+use spade_runtime::{CallError, Config, Pool, Runtime, SandboxOptions};
+
+use crate::common::{env_actions, env_dir, env_source, fixtures, repo_root, spade, test_limits};
+
+/// A runtime that runs the source in every sandbox.
+fn without_snapshots() -> Runtime {
+    static RUNTIME: OnceLock<Runtime> = OnceLock::new();
+    RUNTIME
+        .get_or_init(|| {
+            Runtime::new(Config {
+                snapshots: false,
+                ..Config::default()
+            })
+            .expect("runtime")
+        })
+        .with_limits(test_limits())
+}
+
+/// A runtime whose sandboxes start from snapshots (the default).
+fn with_snapshots() -> Runtime {
+    static RUNTIME: OnceLock<Runtime> = OnceLock::new();
+    RUNTIME
+        .get_or_init(|| Runtime::new(Config::default()).expect("runtime"))
+        .with_limits(test_limits())
+}
+
+/// The trajectory file of: load, `reset(seed)`, the actions (until the episode ends or a call
+/// fails), then `solution()`.
+async fn trajectory(runtime: &Runtime, source: &str, seed: u64, actions: &[String]) -> String {
+    let mut recorder = Recorder::start(
+        runtime,
+        source,
+        SandboxOptions::seeded(seed),
+        RecordMeta::default(),
+        Vec::new(),
+    )
+    .await
+    .unwrap();
+    if recorder.info().is_ok() && recorder.reset(Some(seed)).await.is_ok() {
+        for action in actions {
+            match recorder.step(action).await {
+                Ok(step) if !(step.terminated || step.truncated) => {}
+                _ => break,
+            }
+        }
+        let _ = recorder.solution().await;
+    }
+    let (_, bytes) = recorder.finish().unwrap();
+    String::from_utf8(bytes).unwrap()
+}
+
+fn fixture_actions(name: &str) -> Vec<String> {
+    if env_dir(name).join("actions.txt").exists() {
+        env_actions(name)
+    } else {
+        vec!["\\boxed{1}".to_owned(), "hello".to_owned()]
+    }
+}
+
+fn escape_programs() -> Vec<(String, PathBuf)> {
+    let dir = repo_root().join("tests").join("escape");
+    let mut programs: Vec<(String, PathBuf)> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "py"))
+        .map(|p| (p.file_stem().unwrap().to_string_lossy().into_owned(), p))
+        .collect();
+    programs.sort();
+    programs
+}
+
+#[tokio::test]
+async fn every_fixture_gives_the_same_trajectory_with_and_without_snapshots() {
+    let (on, off) = (with_snapshots(), without_snapshots());
+    let mut snapshotted = 0;
+    for name in fixtures(false).into_iter().chain(fixtures(true)) {
+        let source = env_source(&name);
+        let actions = fixture_actions(&name);
+        for seed in [3, 4] {
+            let expected = trajectory(&off, &source, seed, &actions).await;
+            let got = trajectory(&on, &source, seed, &actions).await;
+            assert_eq!(got, expected, "{name}, seed {seed}");
+        }
+        let prepared = on.prepare(&source).await;
+        if let Ok(prepared) = prepared
+            && on.snapshot_size(&prepared, None).is_some()
+        {
+            eprintln!("snapshotted: {name}");
+            snapshotted += 1;
+        }
+    }
+    // Most fixtures load without randomness, output or open resources: those start from a
+    // snapshot (the others run the source, which the comparison above covers just the same).
+    assert!(
+        snapshotted >= 20,
+        "only {snapshotted} fixtures were snapshotted"
+    );
+}
+
+#[tokio::test]
+async fn every_escape_program_gives_the_same_trajectory_with_and_without_snapshots() {
+    let (on, off) = (with_snapshots(), without_snapshots());
+    let actions = ["\\boxed{1}".to_owned()];
+    for (name, path) in escape_programs() {
+        let source = std::fs::read_to_string(&path).unwrap();
+        let expected = trajectory(&off, &source, 1, &actions).await;
+        let got = trajectory(&on, &source, 1, &actions).await;
+        assert_eq!(got, expected, "{name}");
+    }
+}
+
+#[test]
+fn a_snapshotted_run_in_another_process_equals_one_without_snapshots() {
+    for name in ["grid_walk", "tool_inventory", "reset_init_random"] {
+        let dir = env_dir(name);
+        let (env, actions) = (dir.join("env.py"), dir.join("actions.txt"));
+        let run = |extra: Option<&str>| {
+            let mut args = vec![
+                "run",
+                env.to_str().unwrap(),
+                "--seed",
+                "5",
+                "--actions",
+                actions.to_str().unwrap(),
+                "--json",
+            ];
+            args.extend(extra);
+            let output = spade(&args);
+            assert!(
+                output.status.success(),
+                "{name}: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            String::from_utf8(output.stdout).unwrap()
+        };
+        assert_eq!(run(None), run(Some("--no-snapshots")), "{name}");
+    }
+}
+
+const MODULE_RANDOM: &str = r#"
+import random
+
+DRAWN = random.randint(0, 10**9)
+
+class DrawEnv:
+    def reset(self, seed=None):
+        return f"drawn {DRAWN}", {}
+
+    def step(self, action):
+        return "done", 0.0, True, False, {}
+
+    def solution(self):
+        return "x"
+"#;
+
+const CONSTRUCTOR_WORK: &str = r#"
+class SumEnv:
+    def __init__(self):
+        self.table = [i * i for i in range(5000)]
+
+    def reset(self, seed=None):
+        return f"sum {sum(self.table)}", {}
+
+    def step(self, action):
+        return "done", 1.0, True, False, {}
+
+    def solution(self):
+        return "x"
+"#;
+
+#[tokio::test]
+async fn a_source_that_draws_randomness_while_loading_is_seeded_first_and_never_snapshotted() {
+    let runtime = with_snapshots();
+    let observation = |seed| {
+        let runtime = runtime.clone();
+        async move {
+            let mut sandbox = runtime
+                .sandbox(MODULE_RANDOM, SandboxOptions::seeded(seed))
+                .await
+                .unwrap();
+            sandbox.reset(Some(seed)).await.unwrap().observation
+        }
+    };
+    let (a, b, a_again) = (
+        observation(1).await,
+        observation(2).await,
+        observation(1).await,
+    );
+    assert_ne!(a, b, "module-level randomness must follow the sandbox seed");
+    assert_eq!(a, a_again);
+    let prepared = runtime.prepare(MODULE_RANDOM).await.unwrap();
+    assert_eq!(runtime.snapshot_size(&prepared, None), None);
+
+    let mut off = without_snapshots()
+        .sandbox(MODULE_RANDOM, SandboxOptions::seeded(1))
+        .await
+        .unwrap();
+    assert_eq!(off.reset(Some(1)).await.unwrap().observation, a);
+}
+
+#[tokio::test]
+async fn fuel_per_call_is_the_same_for_the_first_and_the_hundredth_sandbox() {
+    let runtime = with_snapshots();
+    // Its constructor builds the puzzle without drawing randomness: a snapshot holds it.
+    let source = env_source("arithmetic_puzzle");
+    let actions = env_actions("arithmetic_puzzle");
+    let mut fuels = Vec::new();
+    for i in 0..100 {
+        let mut sandbox = runtime
+            .sandbox(&source, SandboxOptions::seeded(7))
+            .await
+            .unwrap();
+        if i == 0 || i == 99 {
+            let mut fuel = vec![sandbox.last_fuel()];
+            sandbox.reset(Some(7)).await.unwrap();
+            fuel.push(sandbox.last_fuel());
+            sandbox.step(&actions[0]).await.unwrap();
+            fuel.push(sandbox.last_fuel());
+            fuels.push(fuel);
+        }
+    }
+    assert_eq!(fuels[0], fuels[1]);
+    let off = without_snapshots()
+        .sandbox(&source, SandboxOptions::seeded(7))
+        .await
+        .unwrap();
+    assert_eq!(
+        off.last_fuel(),
+        fuels[0][0],
+        "load fuel with and without snapshots"
+    );
+    assert!(fuels[0].iter().all(|&f| f > 0), "{fuels:?}");
+    let prepared = runtime.prepare(&source).await.unwrap();
+    let (pages, bytes) = runtime.snapshot_size(&prepared, None).unwrap();
+    assert!(
+        pages > 0 && bytes >= pages * 4096,
+        "{pages} pages, {bytes} bytes"
+    );
+}
+
+#[tokio::test]
+async fn a_constructor_that_works_runs_once_per_source_not_once_per_sandbox() {
+    let runtime = with_snapshots();
+    let mut first = runtime
+        .sandbox(CONSTRUCTOR_WORK, SandboxOptions::seeded(1))
+        .await
+        .unwrap();
+    let mut second = runtime
+        .sandbox(CONSTRUCTOR_WORK, SandboxOptions::seeded(2))
+        .await
+        .unwrap();
+    let expected = format!("sum {}", (0..5000u64).map(|i| i * i).sum::<u64>());
+    assert_eq!(first.reset(None).await.unwrap().observation, expected);
+    assert_eq!(second.reset(None).await.unwrap().observation, expected);
+    // Each sandbox was loaded from the snapshot: mutating one's table leaves the other's.
+    assert_eq!(first.info().class_name, "SumEnv");
+}
+
+#[tokio::test]
+async fn a_full_pool_refuses_a_sandbox_until_one_is_dropped() {
+    let runtime = Runtime::new(Config {
+        pool: Some(Pool {
+            sandboxes: 3,
+            ..Pool::default()
+        }),
+        ..Config::default()
+    })
+    .unwrap()
+    .with_limits(test_limits());
+    let source = env_source("arithmetic_puzzle");
+    let mut live = Vec::new();
+    for seed in 0..3 {
+        live.push(
+            runtime
+                .sandbox(&source, SandboxOptions::seeded(seed))
+                .await
+                .unwrap(),
+        );
+    }
+    let err = runtime
+        .sandbox(&source, SandboxOptions::seeded(3))
+        .await
+        .err()
+        .expect("a fourth sandbox in a pool of three");
+    assert!(matches!(err, CallError::Capacity(_)), "{err:?}");
+    let message = err.to_string();
+    assert!(message.starts_with("no free sandbox slot: "), "{message}");
+    assert!(message.contains("Config::pool.sandboxes"), "{message}");
+    assert_eq!(err.kind().as_str(), "capacity");
+    drop(live.pop());
+    let mut sandbox = runtime
+        .sandbox(&source, SandboxOptions::seeded(3))
+        .await
+        .unwrap();
+    assert!(sandbox.reset(Some(3)).await.is_ok());
+}
