@@ -66,7 +66,7 @@ pub(crate) fn engine_config(config: &Config) -> wasmtime::Config {
         .memory_init_cow(true);
     if let Some(pool) = &config.pool {
         wasm.allocation_strategy(wasmtime::InstanceAllocationStrategy::Pooling(
-            pooling_config(pool, config),
+            pooling_config(pool),
         ));
     }
     wasm
@@ -75,7 +75,7 @@ pub(crate) fn engine_config(config: &Config) -> wasmtime::Config {
 /// The pooling allocator for `pool`: one slot per sandbox. A sandbox is one component
 /// instance with a handful of core instances (the interpreter, wit-component's shims), one
 /// linear memory, a few tables and one fiber stack.
-fn pooling_config(pool: &Pool, config: &Config) -> wasmtime::PoolingAllocationConfig {
+fn pooling_config(pool: &Pool) -> wasmtime::PoolingAllocationConfig {
     let n = pool.sandboxes;
     let mut p = wasmtime::PoolingAllocationConfig::new();
     p.total_component_instances(n)
@@ -89,9 +89,9 @@ fn pooling_config(pool: &Pool, config: &Config) -> wasmtime::PoolingAllocationCo
         .max_tables_per_module(TABLES_PER_SANDBOX)
         .table_elements(TABLE_ELEMENTS)
         .total_stacks(n)
-        // A slot holds the largest memory a sandbox may have; a runtime derived with
-        // `with_limits` and a larger memory limit is still capped by its slot.
-        .max_memory_size(config.limits.memory_limit)
+        // A slot can hold any 32-bit memory: the memory limit is the limiter's to enforce
+        // (so `with_limits` can raise it), and the reservation is address space only.
+        .max_memory_size(MAX_MEMORY_BYTES)
         .max_core_instance_size(CORE_INSTANCE_BYTES)
         .max_component_instance_size(CORE_INSTANCE_BYTES)
         .linear_memory_keep_resident(pool.keep_resident)
@@ -99,6 +99,8 @@ fn pooling_config(pool: &Pool, config: &Config) -> wasmtime::PoolingAllocationCo
     p
 }
 
+/// The largest 32-bit linear memory.
+const MAX_MEMORY_BYTES: usize = 1 << 32;
 /// Core instances in one instance of the guest component (the interpreter, wit-component's
 /// indirect-call shim and its fixup module, with room to spare).
 const CORE_INSTANCES_PER_SANDBOX: u32 = 8;
@@ -209,7 +211,7 @@ impl Runtime {
         let module_fuel = probe.last_fuel();
         let mut snapshot = None;
         if snapshots && probe.can_snapshot() {
-            snapshot = Some(self.take_snapshot(&mut probe, module_fuel, None).await?);
+            snapshot = self.take_snapshot(&mut probe, module_fuel, None).await?;
         }
         let seeded_construct = |snapshot| LoadPlan::Deferred {
             seed_before_construct: true,
@@ -223,7 +225,10 @@ impl Runtime {
         }
         let fuel = module_fuel.saturating_add(probe.last_fuel());
         if snapshot.is_some() && probe.can_snapshot() {
-            snapshot = Some(self.take_snapshot(&mut probe, fuel, Some(info)).await?);
+            // A constructor that leaves too much behind keeps the snapshot before it.
+            if let Some(after) = self.take_snapshot(&mut probe, fuel, Some(info)).await? {
+                snapshot = Some(after);
+            }
         }
         Ok(LoadPlan::Deferred {
             seed_before_construct: false,
@@ -231,25 +236,30 @@ impl Runtime {
         })
     }
 
-    /// The snapshot of `probe` as it is now: its pages that differ from a fresh interpreter's.
+    /// The snapshot of `probe` as it is now: its pages that differ from a fresh interpreter's
+    /// (`None` when they are too many to be worth keeping).
     async fn take_snapshot(
         &self,
         probe: &mut Sandbox,
         load_fuel: u64,
         constructed: Option<EnvInfo>,
-    ) -> Result<Arc<Snapshot>, CallError> {
+    ) -> Result<Option<Arc<Snapshot>>, CallError> {
         let clock_nanos = probe.state().map_or(0, |state| state.clock.peek());
         let memory = probe.capture().await?;
         let base = self.base_memory().await?;
         let (chunks, dirty_pages) = snapshot::diff(&base, &memory);
-        Ok(Arc::new(Snapshot {
-            wasm_pages: (memory.len() / 65536) as u32,
+        if dirty_pages * snapshot::PAGE > snapshot::MAX_SNAPSHOT_BYTES {
+            return Ok(None);
+        }
+        // The capture starts at address 1.
+        Ok(Some(Arc::new(Snapshot {
+            wasm_pages: ((memory.len() + 1) / 65536) as u32,
             chunks,
             dirty_pages,
             constructed,
             load_fuel,
             clock_nanos,
-        }))
+        })))
     }
 
     /// A fresh interpreter's memory (captured once per runtime).

@@ -482,17 +482,19 @@ impl Sandbox {
             _ => limits.fuel_per_call,
         };
         begin(&mut live.store, budget);
+        // Capture and restore run only spade's own code on memory the load already sized;
+        // they get a deadline of their own rather than the environment's.
+        let call_deadline = match call {
+            Call::Capture | Call::Restore(_) => limits.call_deadline.max(SNAPSHOT_DEADLINE),
+            _ => limits.call_deadline,
+        };
         let yields = live.store.data().yields.clone();
-        let ran = deadline::bounded(
-            limits.call_deadline,
-            &yields,
-            dispatch(&mut live, call, &limits),
-        )
-        .await;
+        let ran =
+            deadline::bounded(call_deadline, &yields, dispatch(&mut live, call, &limits)).await;
         self.last_fuel = budget.saturating_sub(live.store.get_fuel().unwrap_or(0));
         let denied = live.store.data_mut().limiter.denied.take();
         let result = match ran {
-            Err(deadline::Elapsed) => Err(CallError::Deadline(limits.call_deadline)),
+            Err(deadline::Elapsed) => Err(CallError::Deadline(call_deadline)),
             Ok(Err(trap)) => Err(outcome::classify_trap(&live.store, &limits, budget, trap)),
             Ok(Ok(Err(env_error))) => {
                 Err(outcome::check_error(outcome::env_error(env_error), &limits))
@@ -518,6 +520,9 @@ impl Sandbox {
         result
     }
 }
+
+/// The least deadline of a snapshot's capture or restore: they copy at most the memory limit.
+const SNAPSHOT_DEADLINE: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Sets a call's fuel budget and clears what the previous call left behind.
 fn begin(store: &mut Store<SandboxState>, budget: u64) {
@@ -612,7 +617,11 @@ async fn dispatch(
         Call::Reseed(seed) => env.call_reseed(store, seed).await?.map(|()| Reply::Done),
         Call::Capture => {
             store.data_mut().snapshot.capture = Some(None);
+            // The guest hands over its whole memory in one host call.
+            let hostcall_fuel = store.hostcall_fuel();
+            store.set_hostcall_fuel(limits.memory_limit.saturating_add(1 << 20));
             let ran = env.call_snapshot(&mut *store).await;
+            store.set_hostcall_fuel(hostcall_fuel);
             let memory = store.data_mut().snapshot.capture.take().flatten();
             ran?;
             match memory {

@@ -32,6 +32,10 @@ use crate::sandbox::{EnvInfo, SandboxState};
 
 /// Bytes of one snapshot page.
 pub(crate) const PAGE: usize = 4096;
+/// The largest snapshot kept, in bytes of changed pages. A load that leaves more behind (a
+/// constructor that built and dropped hundreds of megabytes) is cheaper to run than to copy,
+/// and holding its pages for every source would cost the host that much memory per source.
+pub(crate) const MAX_SNAPSHOT_BYTES: usize = 64 << 20;
 /// One record of a restore chunk: the page index (u32, little-endian), then the page.
 const RECORD: usize = 4 + PAGE;
 /// Records per chunk: the guest's receive buffer holds exactly this many.
@@ -77,25 +81,30 @@ pub(crate) enum LoadPlan {
     },
 }
 
-/// The chunks of `memory` (a whole linear memory, from address 0) whose 4 KiB pages differ
-/// from `base` (the fresh interpreter's memory; pages past its end compare against zeros).
+/// The chunks of `memory` whose 4 KiB pages differ from `base`'s (the fresh interpreter's;
+/// pages past its end compare against zeros). Both are linear memories as the guest hands
+/// them over: from address 1 (address 0 is always zero in both).
 pub(crate) fn diff(base: &[u8], memory: &[u8]) -> (Vec<Vec<u8>>, usize) {
     let zeros = [0u8; PAGE];
+    let size = memory.len() + 1;
     let mut chunks = Vec::new();
     let mut chunk = Vec::new();
     let mut dirty = 0;
-    for (index, page) in memory.chunks(PAGE).enumerate() {
-        let start = index * PAGE;
-        let before = base
-            .get(start..start + page.len())
-            .unwrap_or(&zeros[..page.len()]);
+    for index in 0..size.div_ceil(PAGE) {
+        // Addresses `start..end` of the page are bytes `start - 1..end - 1` of the captures.
+        let (start, end) = ((index * PAGE).max(1), ((index + 1) * PAGE).min(size));
+        let page = &memory[start - 1..end - 1];
+        let before = base.get(start - 1..end - 1).unwrap_or(&zeros[..page.len()]);
         if page == before {
             continue;
         }
         dirty += 1;
         chunk.extend_from_slice(&(index as u32).to_le_bytes());
+        if index == 0 {
+            chunk.push(0);
+        }
         chunk.extend_from_slice(page);
-        chunk.resize(chunk.len() + PAGE - page.len(), 0);
+        chunk.resize(RECORD * (chunk.len().div_ceil(RECORD)), 0);
         if chunk.len() == RECORD * RECORDS_PER_CHUNK {
             chunks.push(std::mem::take(&mut chunk));
         }
@@ -119,11 +128,7 @@ impl snapshot_host::Host for SnapshotIo {
     fn capture_memory(&mut self, memory: Vec<u8>) -> wasmtime::Result<()> {
         match &mut self.capture {
             Some(slot @ None) => {
-                // Byte 0 is not passed (see the WIT); it is zero in every fresh interpreter.
-                let mut whole = Vec::with_capacity(memory.len() + 1);
-                whole.push(0);
-                whole.extend_from_slice(&memory);
-                *slot = Some(whole);
+                *slot = Some(memory);
                 Ok(())
             }
             _ => wasmtime::bail!("capture-memory called outside a snapshot"),
@@ -158,27 +163,40 @@ pub(crate) fn add_to_linker(
 mod tests {
     use super::*;
 
+    /// A memory of `pages` pages as the guest captures it (from address 1), with `set`
+    /// (address, value) applied.
+    fn captured(pages: usize, set: &[(usize, u8)]) -> Vec<u8> {
+        let mut memory = vec![0u8; pages * PAGE - 1];
+        for &(address, value) in set {
+            memory[address - 1] = value;
+        }
+        memory
+    }
+
     #[test]
     fn diff_keeps_exactly_the_changed_pages_including_growth() {
-        let base = vec![0u8; 3 * PAGE];
-        let mut memory = vec![0u8; 5 * PAGE];
-        memory[PAGE + 7] = 1; // page 1 changed
-        memory[4 * PAGE] = 9; // page 4 is past the base: compared with zeros
+        let base = captured(3, &[(5, 3)]);
+        // Page 0 changed at address 1, page 1 at address PAGE + 7; page 4 is past the base and
+        // compared with zeros.
+        let memory = captured(5, &[(1, 2), (5, 3), (PAGE + 7, 1), (4 * PAGE, 9)]);
         let (chunks, dirty) = diff(&base, &memory);
-        assert_eq!(dirty, 2);
+        assert_eq!(dirty, 3);
         assert_eq!(chunks.len(), 1);
         let chunk = &chunks[0];
-        assert_eq!(chunk.len(), 2 * RECORD);
-        assert_eq!(&chunk[..4], &1u32.to_le_bytes());
-        assert_eq!(chunk[4 + 7], 1);
-        assert_eq!(&chunk[RECORD..RECORD + 4], &4u32.to_le_bytes());
-        assert_eq!(chunk[RECORD + 4], 9);
+        assert_eq!(chunk.len(), 3 * RECORD);
+        // Page 0's record holds address 0 (always zero) too.
+        assert_eq!(&chunk[..4], &0u32.to_le_bytes());
+        assert_eq!(&chunk[4..10], &[0, 2, 0, 0, 0, 3]);
+        assert_eq!(&chunk[RECORD..RECORD + 4], &1u32.to_le_bytes());
+        assert_eq!(chunk[RECORD + 4 + 7], 1);
+        assert_eq!(&chunk[2 * RECORD..2 * RECORD + 4], &4u32.to_le_bytes());
+        assert_eq!(chunk[2 * RECORD + 4], 9);
     }
 
     #[test]
     fn diff_splits_into_chunks_the_guest_can_receive() {
-        let base = vec![0u8; 600 * PAGE];
-        let memory = vec![1u8; 600 * PAGE];
+        let base = captured(600, &[]);
+        let memory = vec![1u8; 600 * PAGE - 1];
         let (chunks, dirty) = diff(&base, &memory);
         assert_eq!(dirty, 600);
         let sizes: Vec<usize> = chunks.iter().map(Vec::len).collect();
