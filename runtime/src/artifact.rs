@@ -201,12 +201,12 @@ async fn preinitialize() -> anyhow::Result<Vec<u8>> {
 }
 
 /// The cache's privacy: created private, refused when others could write it.
-mod private {
+pub(crate) mod private {
     use std::fs::OpenOptions;
     use std::path::Path;
 
     /// Creates `dir` (and missing parents) readable and writable by its user only.
-    pub(super) fn create_dir(dir: &Path) -> std::io::Result<()> {
+    pub(crate) fn create_dir(dir: &Path) -> std::io::Result<()> {
         let mut builder = std::fs::DirBuilder::new();
         builder.recursive(true);
         #[cfg(unix)]
@@ -215,7 +215,7 @@ mod private {
     }
 
     /// Options that create files readable and writable by their user only.
-    pub(super) fn open_options() -> OpenOptions {
+    pub(crate) fn open_options() -> OpenOptions {
         let mut options = OpenOptions::new();
         #[cfg(unix)]
         std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
@@ -225,7 +225,7 @@ mod private {
     /// `Ok` when only the current user can write the artifact at `path`: the file and the
     /// directory holding it are owned by this user and not writable by group or others.
     #[cfg(unix)]
-    pub(super) fn check(path: &Path) -> Result<(), String> {
+    pub(crate) fn check(path: &Path) -> Result<(), String> {
         use std::os::unix::fs::MetadataExt;
         // SAFETY: geteuid has no preconditions and cannot fail.
         #[allow(unsafe_code)]
@@ -265,7 +265,7 @@ mod private {
 
     /// Elsewhere there are no unix permissions to check.
     #[cfg(not(unix))]
-    pub(super) fn check(_path: &Path) -> Result<(), String> {
+    pub(crate) fn check(_path: &Path) -> Result<(), String> {
         Ok(())
     }
 

@@ -36,6 +36,7 @@ mod outcome;
 mod runtime;
 mod sandbox;
 pub mod snapshot;
+mod snapshot_cache;
 mod source;
 pub mod trajectory;
 mod wasi;

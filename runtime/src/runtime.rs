@@ -1,5 +1,6 @@
 //! The per-process runtime: engine, linker, pre-instantiated guest, epoch ticker.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -14,6 +15,7 @@ use crate::config::{Config, Limits, Pool};
 use crate::error::{CallError, RuntimeError};
 use crate::sandbox::{EnvInfo, Sandbox, SandboxOptions, SandboxState};
 use crate::snapshot::{self, LoadPlan, Snapshot};
+use crate::snapshot_cache;
 use crate::source::{EnvSource, PlanKey, SourceCache};
 use crate::wasi;
 
@@ -185,11 +187,46 @@ impl Runtime {
             limits: (*self.limits).clone(),
             snapshots: self.inner.config.snapshots,
         };
-        let cell = source.plan_cell(key);
+        let cell = source.plan_cell(key.clone());
         let plan = cell
-            .get_or_try_init(|| self.plan(source, options.max_turns))
+            .get_or_try_init(|| self.cached_plan(source, &key))
             .await?;
         Sandbox::load(&self.inner.pre, self.limits.clone(), source, options, plan).await
+    }
+
+    /// The file that caches how sandboxes of `source` with `max_turns` are loaded under this
+    /// runtime's limits, and their snapshot (`None` without a cache directory). It is written
+    /// by the first sandbox; deleting it only costs the next process a probe.
+    pub fn snapshot_file(&self, source: &EnvSource, max_turns: Option<u32>) -> Option<PathBuf> {
+        let key = PlanKey {
+            max_turns,
+            limits: (*self.limits).clone(),
+            snapshots: self.inner.config.snapshots,
+        };
+        self.snapshot_path(source, &key)
+    }
+
+    fn snapshot_path(&self, source: &EnvSource, key: &PlanKey) -> Option<PathBuf> {
+        self.inner
+            .config
+            .cache_dir
+            .as_deref()
+            .map(|dir| snapshot_cache::path(dir, &self.artifact_key(), source.sha256(), key))
+    }
+
+    /// The plan for `source` from the disk cache, or probed and then cached.
+    async fn cached_plan(&self, source: &EnvSource, key: &PlanKey) -> Result<LoadPlan, CallError> {
+        let path = self.snapshot_path(source, key);
+        if let Some(plan) = path.as_deref().and_then(snapshot_cache::read) {
+            return Ok(plan);
+        }
+        let plan = self.plan(source, key.max_turns).await?;
+        if let Some(path) = &path {
+            // A plan that cannot be cached is probed again by the next process; nothing else
+            // depends on the file.
+            let _ = snapshot_cache::write(path, &plan);
+        }
+        Ok(plan)
     }
 
     /// Probes how `source` loads and takes its snapshot (see [`crate::snapshot`]).

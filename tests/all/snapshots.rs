@@ -302,3 +302,59 @@ async fn a_full_pool_refuses_a_sandbox_until_one_is_dropped() {
         .unwrap();
     assert!(sandbox.reset(Some(3)).await.is_ok());
 }
+
+#[tokio::test]
+async fn a_new_runtime_starts_from_the_cached_snapshot_and_ignores_a_damaged_or_shared_file() {
+    // A source no other test uses, so that its cache file is this test's alone.
+    let source = format!(
+        "{CONSTRUCTOR_WORK}\n# {}-{:?}\n",
+        std::process::id(),
+        std::time::SystemTime::now()
+    );
+    let play = |runtime: Runtime| {
+        let source = source.clone();
+        async move {
+            let actions = ["x".to_owned()];
+            trajectory(&runtime, &source, 2, &actions).await
+        }
+    };
+    let expected = play(without_snapshots()).await;
+    let first = Runtime::new(Config::default())
+        .unwrap()
+        .with_limits(test_limits());
+    assert_eq!(play(first.clone()).await, expected);
+    let prepared = first.prepare(&source).await.unwrap();
+    let file = first.snapshot_file(&prepared, None).unwrap();
+    let cached = std::fs::read(&file).unwrap();
+    assert!(cached.starts_with(b"{\"format\":\"spade-snapshot-1\""));
+
+    // A new runtime (as in a new process) reads the file instead of probing.
+    let second = Runtime::new(Config::default())
+        .unwrap()
+        .with_limits(test_limits());
+    assert_eq!(play(second).await, expected);
+
+    // A damaged file is ignored, the source probed again and the file rewritten.
+    let mut damaged = cached.clone();
+    let last = damaged.len() - 1;
+    damaged[last] ^= 0xff;
+    std::fs::write(&file, &damaged).unwrap();
+    let third = Runtime::new(Config::default())
+        .unwrap()
+        .with_limits(test_limits());
+    assert_eq!(play(third).await, expected);
+    assert_eq!(std::fs::read(&file).unwrap(), cached);
+
+    // A file others could write is never read.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::write(&file, &damaged).unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let fourth = Runtime::new(Config::default())
+            .unwrap()
+            .with_limits(test_limits());
+        assert_eq!(play(fourth).await, expected);
+        std::fs::remove_file(&file).unwrap();
+    }
+}

@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use clap::Args;
 use spade_runtime::check::CheckOptions;
-use spade_runtime::{Config, Runtime};
+use spade_runtime::{Config, Pool, Runtime};
 use spade_serve::{Registry, ServeConfig, Server};
 
 use super::{read_text, tokio_runtime};
@@ -48,12 +48,27 @@ pub struct ServeArgs {
     pub validation_fuel: u64,
 }
 
+/// Pool slots beyond one per session: checks of registered sources and snapshot probes.
+const CHECK_SLOTS: u32 = 64;
+
 impl ServeArgs {
     pub fn execute(self) -> anyhow::Result<std::process::ExitCode> {
         let config = self.config()?;
         let sources = self.sources()?;
-        let mut runtime =
-            Runtime::new(Config::default()).context("starting the sandbox runtime")?;
+        // One slot per session, and room for the short-lived sandboxes that check sources and
+        // take snapshots.
+        let pool = Pool {
+            sandboxes: u32::try_from(self.max_sessions)
+                .unwrap_or(u32::MAX)
+                .saturating_add(CHECK_SLOTS)
+                .max(Pool::default().sandboxes),
+            ..Pool::default()
+        };
+        let mut runtime = Runtime::new(Config {
+            pool: Some(pool),
+            ..Config::default()
+        })
+        .context("starting the sandbox runtime")?;
         if let Some(fuel) = self.fuel {
             if fuel == 0 {
                 bail!("--fuel must be positive");

@@ -46,6 +46,16 @@ pub fn settings() -> Vec<Setting> {
     ]
 }
 
+/// How long building a runtime with `setting` takes (warm artifact cache).
+pub fn runtime_ready(setting: &Setting) -> anyhow::Result<Duration> {
+    let start = Instant::now();
+    let runtime = Runtime::new(setting.config.clone())
+        .with_context(|| format!("starting a runtime with {}", setting.name))?;
+    let ready = start.elapsed();
+    drop(runtime);
+    Ok(ready)
+}
+
 /// The median of fresh sandbox + first reset over `samples` sandboxes, for one setting.
 pub async fn fresh_with_reset(
     setting: &Setting,

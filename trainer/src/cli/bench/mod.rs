@@ -235,14 +235,21 @@ impl BenchArgs {
     /// Fresh sandbox + first reset with each lever on and off.
     fn levers(&self, tokio: &tokio::runtime::Runtime, fixtures: &[Fixture]) -> anyhow::Result<()> {
         let settings = levers::settings();
-        let mut header = format!("\n{:<28}", "fresh sandbox + 1st reset");
+        let mut header = format!(
+            "\n{:<28} {:>14}",
+            "fresh sandbox + 1st reset", "runtime ready"
+        );
         for fixture in fixtures {
             header.push_str(&format!(" {:>18}", fixture.name));
         }
         say!("{header}");
         let mut baseline = Vec::new();
         for (i, setting) in settings.iter().enumerate() {
-            let mut line = format!("{:<28}", setting.name);
+            let mut line = format!(
+                "{:<28} {:>14}",
+                setting.name,
+                ms(levers::runtime_ready(setting)?)
+            );
             for (j, fixture) in fixtures.iter().enumerate() {
                 let median = tokio.block_on(levers::fresh_with_reset(
                     setting,
