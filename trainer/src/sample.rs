@@ -161,7 +161,12 @@ struct Row {
     rng: StdRng,
     tokens: Vec<u32>,
     logprobs: Vec<f32>,
+    /// The text of `tokens[..read]`.
     text: String,
+    /// Where the decoding window of [`Sampler::extend_text`] starts.
+    prefix: usize,
+    /// Tokens whose text is in `text`.
+    read: usize,
     emitted: usize,
     finish: Option<FinishReason>,
 }
@@ -351,6 +356,8 @@ impl<'a> Sampler<'a> {
                 tokens: Vec::new(),
                 logprobs: Vec::new(),
                 text: String::new(),
+                prefix: 0,
+                read: 0,
                 emitted: 0,
                 finish: None,
             })
@@ -411,7 +418,10 @@ impl<'a> Sampler<'a> {
             .collect())
     }
 
-    /// Re-decodes row `i`, checks EOS, stop strings and length, and streams new text.
+    /// Extends row `i`'s text by its new token, checks EOS, stop strings and length, and
+    /// streams new text. The work per token does not grow with the completion: only a window
+    /// of the last tokens is decoded ([`Sampler::extend_text`]) and only the text that the new
+    /// token could have completed a stop string in is searched.
     fn update(
         &self,
         i: usize,
@@ -420,21 +430,19 @@ impl<'a> Sampler<'a> {
         on_text: &mut dyn FnMut(usize, &str),
     ) -> Result<()> {
         let last = *row.tokens.last().expect("a token was just pushed");
-        let mut text = self.decode(&row.tokens)?;
-        if self.eos_ids.contains(&last) {
+        let eos = self.eos_ids.contains(&last);
+        let at_length = row.tokens.len() >= params.max_new_tokens;
+        let before = row.text.len();
+        self.extend_text(row, eos || at_length)?;
+        if eos {
             row.finish = Some(FinishReason::Eos);
-        } else if let Some(cut) = params
-            .stop
-            .iter()
-            .filter(|s| !s.is_empty())
-            .filter_map(|s| text.find(s.as_str()))
-            .min()
-        {
-            text.truncate(cut);
+        } else if let Some(cut) = find_stop(&row.text, before, &params.stop) {
+            row.text.truncate(cut);
             row.finish = Some(FinishReason::Stop);
-        } else if row.tokens.len() >= params.max_new_tokens {
+        } else if at_length {
             row.finish = Some(FinishReason::Length);
         }
+        let text = &row.text;
         // Stream what is final: not an incomplete UTF-8 sequence, not a possible stop prefix.
         let mut safe = text.len();
         if row.finish.is_none() {
@@ -454,9 +462,52 @@ impl<'a> Sampler<'a> {
             on_text(i, &text[row.emitted..safe]);
             row.emitted = safe;
         }
-        row.text = text;
         Ok(())
     }
+
+    /// Appends the text of the row's tokens after `read` (decoded in a window that starts a
+    /// few tokens earlier, at `prefix`, so that a tokenizer whose decoding of a token depends
+    /// on its left neighbours gives the same text as decoding the whole row). While the new
+    /// bytes end in an incomplete UTF-8 sequence the tokens wait, up to [`MAX_PENDING`] of
+    /// them; `flush` appends whatever is pending (the completion ends).
+    fn extend_text(&self, row: &mut Row, flush: bool) -> Result<()> {
+        let window = &row.tokens[row.prefix..];
+        let old = self.decode(&window[..row.read - row.prefix])?;
+        let new = self.decode(window)?;
+        let pending = row.tokens.len() - row.read;
+        if !flush && new.ends_with('\u{FFFD}') && pending < MAX_PENDING {
+            return Ok(());
+        }
+        // The common prefix of the two decodings, in whole characters.
+        let common = old
+            .char_indices()
+            .zip(new.chars())
+            .find(|((_, a), b)| a != b)
+            .map_or(old.len().min(new.len()), |((at, _), _)| at);
+        row.text.push_str(&new[common..]);
+        row.prefix = row.read;
+        row.read = row.tokens.len();
+        Ok(())
+    }
+}
+
+/// Most tokens held back while their bytes are not yet valid UTF-8 (a model can emit bytes
+/// that never become valid; their replacement characters are then kept).
+const MAX_PENDING: usize = 8;
+
+/// The start of the first stop string in `text` that ends after `checked` (the length of the
+/// text already searched without a match), searching only where such a match can start.
+pub fn find_stop(text: &str, checked: usize, stop: &[String]) -> Option<usize> {
+    stop.iter()
+        .filter(|s| !s.is_empty())
+        .filter_map(|s| {
+            let mut from = checked.saturating_sub(s.len() - 1).min(text.len());
+            while !text.is_char_boundary(from) {
+                from -= 1;
+            }
+            text[from..].find(s.as_str()).map(|at| from + at)
+        })
+        .min()
 }
 
 fn finish(r: Row, f: FinishReason) -> Completion {
