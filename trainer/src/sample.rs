@@ -96,26 +96,15 @@ pub fn pick(logits: &[f32], params: &SamplingParams, rng: &mut StdRng) -> (u32, 
             cand.truncate(params.top_k);
         }
         let truncate_p = params.top_p < 1.0;
-        if truncate_p {
-            cand.sort_unstable_by(order);
-        }
-        let weights: Vec<f64> = cand
-            .iter()
-            .map(|&i| f64::from((logits[i] - max) * inv_t).exp())
-            .collect();
-        let mut total: f64 = weights.iter().sum();
-        let mut keep = weights.len();
-        if truncate_p {
-            let mut acc = 0.0;
-            for (n, w) in weights.iter().enumerate() {
-                acc += w;
-                if acc >= params.top_p * total {
-                    keep = n + 1;
-                    break;
-                }
-            }
-            total = weights[..keep].iter().sum();
-        }
+        let weight = |i: usize| f64::from((logits[i] - max) * inv_t).exp();
+        let (weights, total, keep) = if truncate_p {
+            nucleus(&mut cand, params.top_p, order, weight)
+        } else {
+            let weights: Vec<f64> = cand.iter().map(|&i| weight(i)).collect();
+            let total: f64 = weights.iter().sum();
+            let keep = weights.len();
+            (weights, total, keep)
+        };
         let mut u = rng.random::<f64>() * total;
         let mut chosen = cand[keep - 1];
         for (n, w) in weights[..keep].iter().enumerate() {
@@ -128,6 +117,40 @@ pub fn pick(logits: &[f32], params: &SamplingParams, rng: &mut StdRng) -> (u32, 
         chosen
     };
     (chosen as u32, logits[chosen] - lse)
+}
+
+/// The nucleus of `cand`: sorts its most likely tokens to the front (by `order`) until their
+/// weights reach `top_p` of the total, without sorting the whole vocabulary (the front is
+/// grown by doubling, each round one selection over the candidates). Returns the weights of
+/// the sorted front, the total weight of the kept tokens and how many are kept; the kept
+/// tokens and their order are those a full sort gives.
+fn nucleus(
+    cand: &mut [usize],
+    top_p: f64,
+    order: impl Fn(&usize, &usize) -> std::cmp::Ordering + Copy,
+    weight: impl Fn(usize) -> f64,
+) -> (Vec<f64>, f64, usize) {
+    let all: f64 = cand.iter().map(|&i| weight(i)).sum();
+    let mut front = 64.min(cand.len());
+    loop {
+        if front < cand.len() {
+            cand.select_nth_unstable_by(front - 1, order);
+        }
+        cand[..front].sort_unstable_by(order);
+        let weights: Vec<f64> = cand[..front].iter().map(|&i| weight(i)).collect();
+        let mut acc = 0.0;
+        for (n, w) in weights.iter().enumerate() {
+            acc += w;
+            if acc >= top_p * all {
+                return (weights[..=n].to_vec(), weights[..=n].iter().sum(), n + 1);
+            }
+        }
+        if front == cand.len() {
+            let total = weights.iter().sum();
+            return (weights, total, front);
+        }
+        front = (2 * front).min(cand.len());
+    }
 }
 
 /// Samples from a decoder with its tokenizer.

@@ -323,3 +323,45 @@ fn find_stop_searches_only_where_a_new_match_can_start() {
     assert_eq!(find_stop("no match", 0, &stop), None);
     assert_eq!(find_stop("abc", 0, &["".to_string()]), None);
 }
+
+#[test]
+fn nucleus_sampling_draws_only_from_the_smallest_set_reaching_top_p() {
+    use rand::{Rng, SeedableRng, rngs::StdRng};
+    use spade_trainer::sample::pick;
+    let mut rng = StdRng::seed_from_u64(5);
+    for case in 0..20 {
+        let vocab = [3usize, 70, 500, 5000][case % 4];
+        let logits: Vec<f32> = (0..vocab).map(|_| rng.random_range(-4.0f32..4.0)).collect();
+        let top_p = [0.1, 0.5, 0.9, 0.99][case % 4];
+        // The definition: sort by probability (ties by index), keep the shortest prefix whose
+        // mass reaches top_p.
+        let mut order: Vec<usize> = (0..vocab).collect();
+        order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]).then(a.cmp(&b)));
+        let max = logits[order[0]];
+        let w: Vec<f64> = order
+            .iter()
+            .map(|&i| f64::from(logits[i] - max).exp())
+            .collect();
+        let total: f64 = w.iter().sum();
+        let mut acc = 0.0;
+        let mut keep = vocab;
+        for (n, x) in w.iter().enumerate() {
+            acc += x;
+            if acc >= top_p * total * (1.0 + 1e-12) {
+                keep = n + 1;
+                break;
+            }
+        }
+        let nucleus: std::collections::HashSet<usize> = order[..keep].iter().copied().collect();
+        let params = SamplingParams {
+            top_p,
+            ..SamplingParams::default()
+        };
+        let mut draw_rng = StdRng::seed_from_u64(case as u64);
+        for _ in 0..200 {
+            let (t, lp) = pick(&logits, &params, &mut draw_rng);
+            assert!(nucleus.contains(&(t as usize)), "case {case}: {t} outside");
+            assert!(lp <= 0.0);
+        }
+    }
+}

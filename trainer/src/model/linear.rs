@@ -138,7 +138,11 @@ impl Linear {
         let x2 = xs.reshape((rows, in_dim))?;
         let mut y = if pass.train && !pass.grad_base {
             super::frozen::frozen_matmul(&x2, &self.weight)?
-        } else if let (false, Some(q)) = (pass.train, &self.quant) {
+        } else if let (false, Some(q), true) = (
+            pass.train,
+            &self.quant,
+            rows <= super::quant_matmul::MAX_ROWS,
+        ) {
             q.matmul_t(&x2)?
         } else if !pass.train && super::small_matmul::applies(&x2, &self.weight, rows) {
             super::small_matmul::matmul_t(&x2, &self.weight.detach())?
