@@ -39,8 +39,9 @@ case "$archive" in
     *) echo "error: unknown archive type: $archive" >&2; exit 1 ;;
 esac
 
-# The package's llama.cpp tree is the directory holding ggml/ and tools/ (or examples/).
-src="$(dirname "$(find "$work" -maxdepth 6 -type d -name ggml -path '*/ggml' | head -n 1)")"
+# The package's llama.cpp tree is the shallowest directory holding ggml/CMakeLists.txt.
+ggml_cmake="$(find "$work" -maxdepth 5 -path '*/ggml/CMakeLists.txt' | awk '{ print length($0), $0 }' | sort -n | head -n 1 | cut -d' ' -f2-)"
+src="$(dirname "$(dirname "$ggml_cmake")")"
 if [[ ! -f "$src/CMakeLists.txt" ]]; then
     echo "error: no llama.cpp source tree (CMakeLists.txt beside ggml/) in $archive" >&2
     exit 1

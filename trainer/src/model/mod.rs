@@ -1,4 +1,5 @@
-//! The decoder: configuration, layers, KV cache, LoRA and seeded initialisation.
+//! The decoder: configuration, layers, KV cache, LoRA, seeded initialisation, and the
+//! quantised base weights the inference path can read.
 pub mod cache;
 pub mod config;
 pub mod decode_attention;

@@ -75,15 +75,19 @@ impl QuantWeight {
             );
         }
         let q = QTensor::quantize(&weight.contiguous()?, format.ggml())?;
-        Self::from_qtensor(&q)?.ok_or_else(|| candle_core::Error::Msg("unreachable".into()))
+        Self::from_blocks(&q, format)
     }
 
     /// The blocks of a 2-D GGUF tensor (GGUF dims `[cols, rows]`, i.e. shape `(rows, cols)`),
     /// or `None` when its type has no kernel here.
     pub fn from_qtensor(q: &QTensor) -> Result<Option<Self>> {
-        let Some(format) = BlockFormat::from_ggml(q.dtype()) else {
-            return Ok(None);
-        };
+        match BlockFormat::from_ggml(q.dtype()) {
+            Some(format) => Self::from_blocks(q, format).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    fn from_blocks(q: &QTensor, format: BlockFormat) -> Result<Self> {
         let (rows, cols) = q.shape().dims2()?;
         let data = q.data()?.into_owned();
         let want = rows * cols / BlockFormat::VALUES * format.block_bytes();
@@ -94,12 +98,12 @@ impl QuantWeight {
                 data.len()
             );
         }
-        Ok(Some(Self {
+        Ok(Self {
             format,
             rows,
             cols,
             data,
-        }))
+        })
     }
 
     /// The block format.
