@@ -14,8 +14,8 @@ pub enum DecodeWeights {
     /// Every projection quantised to `Q8_0` at load time (a quarter of the f32 bytes).
     #[serde(rename = "q8_0")]
     Q8_0,
-    /// A GGUF file's own `Q8_0`/`Q4_1` blocks where it has them, `Q8_0` elsewhere (a model
-    /// that is not a GGUF gets `Q8_0` everywhere).
+    /// A GGUF file's own `Q8_0`/`Q4_1` blocks where it has them, f32 elsewhere (so a model
+    /// that is not a GGUF decodes in f32, exactly as it trains).
     #[default]
     Gguf,
 }

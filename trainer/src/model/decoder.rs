@@ -382,7 +382,9 @@ impl Decoder {
     /// Chooses the base weights the inference path reads ([`Decoder::forward`]); the training
     /// path keeps reading f32. Quantised blocks are a copy of the base weights taken now, so
     /// use them only while the base is frozen (LoRA): a step of full fine-tuning does not
-    /// reach them. A projection whose input width is not a multiple of 32 stays f32.
+    /// reach them. With [`DecodeWeights::Q8_0`] a projection whose input width is not a
+    /// multiple of 32 stays f32; with [`DecodeWeights::Gguf`] every projection without GGUF
+    /// blocks does.
     pub fn set_decode_weights(&mut self, weights: DecodeWeights) -> Result<DecodePath> {
         let mut formats: BTreeMap<String, usize> = BTreeMap::new();
         let mut bytes = 0;
@@ -399,10 +401,7 @@ impl Decoder {
             let q = match weights {
                 DecodeWeights::F32 => None,
                 DecodeWeights::Q8_0 => q8(linear)?,
-                DecodeWeights::Gguf => match linear.native() {
-                    Some(n) => Some(n.clone()),
-                    None => q8(linear)?,
-                },
+                DecodeWeights::Gguf => linear.native().cloned(),
             };
             match &q {
                 Some(q) => {

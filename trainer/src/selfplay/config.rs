@@ -175,8 +175,8 @@ pub struct TrainConfig {
     /// The decay's floor as a fraction of `lr`.
     pub lr_min_ratio: f64,
     /// Base weights that sampling reads: `gguf` (the default: a GGUF's own `Q8_0`/`Q4_1`
-    /// blocks, `Q8_0` for other tensors and models), `q8_0`, or `f32` (the training path's
-    /// weights). Quantised decoding needs `lora` (a frozen base); with full fine-tuning
+    /// blocks where it has them, f32 for other tensors and for models that are not GGUFs),
+    /// `q8_0` (every projection quantised at load), or `f32` (the training path's weights). Quantised decoding needs `lora` (a frozen base); with full fine-tuning
     /// sampling reads f32 whatever this says. Training always reads f32.
     pub decode_weights: DecodeWeights,
     /// Recompute the sampled tokens' old log-probabilities on the training path at the start
