@@ -30,6 +30,20 @@ pub struct LlamaTimings {
     pub generated_secs: f64,
 }
 
+/// Checks a `--llama-server` value before anything runs: an `http://` URL or an existing file.
+pub fn check_spec(spec: &str) -> anyhow::Result<()> {
+    if spec.starts_with("http://") {
+        return Ok(());
+    }
+    if spec.starts_with("https://") {
+        bail!("--llama-server takes an http:// URL or a binary path, not https: {spec}");
+    }
+    if !Path::new(spec).is_file() {
+        bail!("--llama-server '{spec}' is neither an http:// URL nor an existing file");
+    }
+    Ok(())
+}
+
 impl LlamaServer {
     /// `spec` is `http://host:port` (a server already running on the same GGUF) or the path
     /// of a `llama-server` binary, started here on `gguf` with `threads` threads and
@@ -51,13 +65,8 @@ impl LlamaServer {
             server.wait_healthy(Duration::from_secs(10))?;
             return Ok(server);
         }
-        if spec.starts_with("https://") {
-            bail!("--llama-server takes an http:// URL or a binary path, not https: {spec}");
-        }
+        check_spec(spec)?;
         let bin = Path::new(spec);
-        if !bin.is_file() {
-            bail!("--llama-server '{spec}' is neither an http:// URL nor an existing file");
-        }
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .context("finding a free port for llama-server")?

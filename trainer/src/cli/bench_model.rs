@@ -91,8 +91,11 @@ impl BenchModel {
         let is_gguf = path
             .as_ref()
             .is_some_and(|p| p.extension().is_some_and(|e| e == "gguf"));
-        if self.llama_server.is_some() && !is_gguf {
-            anyhow::bail!("--llama-server needs a GGUF model (--model FILE.gguf)");
+        if let Some(spec) = &self.llama_server {
+            if !is_gguf {
+                anyhow::bail!("--llama-server needs a GGUF model (--model FILE.gguf)");
+            }
+            super::bench_llama::check_spec(spec)?;
         }
         let (model, what) = match &path {
             Some(p) => (super::load_model(Some(p))?.model, p.display().to_string()),
