@@ -315,3 +315,56 @@ fn train_runs_a_rollout_on_a_tiny_model_and_resumes() {
     let o = spade(&work, &refs);
     assert!(stderr(&o).contains("already holds a run"), "{}", stderr(&o));
 }
+
+#[test]
+fn bench_model_names_a_bad_llama_server_or_model_before_measuring() {
+    let models = tmp("bench-llama");
+    let dir = tiny_model_dir("bench-llama-model");
+    let out = spade(
+        &models,
+        &[
+            "bench-model",
+            "--model",
+            dir.to_str().unwrap(),
+            "--llama-server",
+            "http://127.0.0.1:9",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        stderr(&out),
+        "error: --llama-server needs a GGUF model (--model FILE.gguf)"
+    );
+    let gguf = models.join("tiny.gguf");
+    std::fs::write(&gguf, b"not read: the flag is checked first").unwrap();
+    for (spec, want) in [
+        (
+            "/nonexistent/llama-server",
+            "error: --llama-server '/nonexistent/llama-server' is neither an http:// URL nor an existing file",
+        ),
+        (
+            "https://example.org",
+            "error: --llama-server takes an http:// URL or a binary path, not https: https://example.org",
+        ),
+    ] {
+        let out = spade(
+            &models,
+            &[
+                "bench-model",
+                "--model",
+                gguf.to_str().unwrap(),
+                "--llama-server",
+                spec,
+            ],
+        );
+        assert_eq!(out.status.code(), Some(1));
+        assert_eq!(stderr(&out), want);
+    }
+    let out = spade(&models, &["bench-model", "--decode-weights", "f32,q4"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("unknown decode weights `q4` (expected f32, q8_0 or gguf)"),
+        "{}",
+        stderr(&out)
+    );
+}

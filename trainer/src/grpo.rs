@@ -77,6 +77,12 @@ pub struct GrpoConfig {
     pub epochs: usize,
     /// The learning rate per optimiser step (`None` leaves the optimiser's rate alone).
     pub schedule: Option<LrSchedule>,
+    /// Replace the samples' old log-probabilities by the training path's at the start of
+    /// [`GrpoTrainer::update`] (the first step's forward pass, before any optimiser step,
+    /// is the sampling policy on the training path, so this costs no extra pass). Needed when
+    /// sampling read other weights or kernels than training (quantised decoding): the
+    /// importance ratio then compares the training path with itself and starts at exactly 1.
+    pub recompute_old_logprobs: bool,
 }
 
 impl Default for GrpoConfig {
@@ -89,6 +95,7 @@ impl Default for GrpoConfig {
             micro_batch_tokens: 0,
             epochs: 1,
             schedule: None,
+            recompute_old_logprobs: false,
         }
     }
 }
@@ -112,6 +119,10 @@ pub struct StepStats {
     pub lr: f64,
     /// Completion tokens trained on.
     pub tokens: usize,
+    /// Mean |training-path log-prob - the sample's old log-prob| per trained token. In the
+    /// first step of an update, before any optimiser step, this is the gap between the
+    /// sampling path (quantised weights, fused kernels) and the training path.
+    pub logprob_gap: f64,
 }
 
 /// What [`GrpoTrainer::update`] did: one [`StepStats`] per optimiser step.
@@ -154,6 +165,12 @@ impl UpdateStats {
     /// The last step's learning rate.
     pub fn lr(&self) -> f64 {
         self.steps.last().map_or(0.0, |s| s.lr)
+    }
+
+    /// The first step's mean |Δ log-prob| per token between the log-probs recorded when
+    /// sampling and the training path's (see [`StepStats::logprob_gap`]).
+    pub fn logprob_gap(&self) -> f64 {
+        self.steps.first().map_or(0.0, |s| s.logprob_gap)
     }
 
     /// Tokens trained per step.
@@ -211,20 +228,40 @@ impl<'a> GrpoTrainer<'a> {
     }
 
     /// [`GrpoConfig::epochs`] optimiser steps on `samples`, each at the schedule's rate.
+    /// With [`GrpoConfig::recompute_old_logprobs`], the first step's training-path
+    /// log-probabilities become every step's old log-probabilities.
     pub fn update(&mut self, samples: &[GrpoSample]) -> Result<UpdateStats> {
         let mut steps = Vec::with_capacity(self.cfg.epochs.max(1));
-        for _ in 0..self.cfg.epochs.max(1) {
+        let mut recomputed: Option<Vec<GrpoSample>> = None;
+        for epoch in 0..self.cfg.epochs.max(1) {
             if let Some(schedule) = self.cfg.schedule {
                 let lr = schedule.at(self.optimizer.steps());
                 self.optimizer.set_lr(lr);
             }
-            steps.push(self.step(samples)?);
+            let batch = recomputed.as_deref().unwrap_or(samples);
+            let recompute = self.cfg.recompute_old_logprobs && epoch == 0;
+            let (stats, fresh) = self.step_inner(batch, recompute)?;
+            if let Some(fresh) = fresh {
+                recomputed = Some(with_old_logprobs(samples, fresh));
+            }
+            steps.push(stats);
         }
         Ok(UpdateStats { steps })
     }
 
     /// One optimiser step on `samples`; the loss is the token mean over the whole batch.
+    /// The samples' old log-probabilities are used as given.
     pub fn step(&mut self, samples: &[GrpoSample]) -> Result<StepStats> {
+        Ok(self.step_inner(samples, false)?.0)
+    }
+
+    /// [`GrpoTrainer::step`]; with `recompute`, the old log-probabilities are this pass's own
+    /// (detached), returned in sample order (samples without trained tokens contribute none).
+    fn step_inner(
+        &mut self,
+        samples: &[GrpoSample],
+        recompute: bool,
+    ) -> Result<(StepStats, Option<Vec<f32>>)> {
         let total: usize = samples.iter().map(GrpoSample::trained_tokens).sum();
         if total == 0 {
             return Err(TrainerError::InvalidParameter(
@@ -250,6 +287,8 @@ impl<'a> GrpoTrainer<'a> {
         let (lo, hi) = (1.0 - self.cfg.clip_eps, 1.0 + self.cfg.clip_eps);
         let mut acc: Option<Vec<Option<Tensor>>> = None;
         let (mut loss_sum, mut ratio_sum, mut clipped, mut kl_sum) = (0.0, 0.0, 0.0, 0.0);
+        let mut gap_sum = 0.0;
+        let mut fresh: Vec<f32> = Vec::new();
         let chunks = micro_batches(samples, self.cfg.micro_batch, self.cfg.micro_batch_tokens);
         for (_, chunk) in chunks {
             let chunk: Vec<&GrpoSample> = chunk.iter().filter(|s| s.trained_tokens() > 0).collect();
@@ -276,6 +315,14 @@ impl<'a> GrpoTrainer<'a> {
             let old = Tensor::from_vec(old, n, &device)?;
             let a = Tensor::from_vec(a, n, &device)?;
             let lp = span_logprobs(self.policy, &rows)?;
+            let now = lp.detach();
+            gap_sum += f64::from((&now - &old)?.abs()?.sum_all()?.to_scalar::<f32>()?);
+            let old = if recompute {
+                fresh.extend(now.to_vec1::<f32>()?);
+                now
+            } else {
+                old
+            };
             let ratio = (&lp - &old)?.exp()?;
             let surr1 = ratio.mul(&a)?;
             let surr2 = ratio.clamp(lo, hi)?.mul(&a)?;
@@ -323,7 +370,7 @@ impl<'a> GrpoTrainer<'a> {
             .iter()
             .map(|s| s.advantage * s.trained_tokens() as f64)
             .sum();
-        Ok(StepStats {
+        let stats = StepStats {
             loss: loss_sum,
             mean_advantage: adv_tokens / t,
             mean_ratio: ratio_sum / t,
@@ -332,8 +379,26 @@ impl<'a> GrpoTrainer<'a> {
             grad_norm,
             lr,
             tokens: total,
-        })
+            logprob_gap: gap_sum / t,
+        };
+        Ok((stats, recompute.then_some(fresh)))
     }
+}
+
+/// `samples` with their old log-probabilities replaced, in order, from `fresh`.
+fn with_old_logprobs(samples: &[GrpoSample], fresh: Vec<f32>) -> Vec<GrpoSample> {
+    let mut rest = fresh.as_slice();
+    samples
+        .iter()
+        .map(|s| {
+            let (mine, tail) = rest.split_at(s.trained_tokens());
+            rest = tail;
+            GrpoSample {
+                old_logprobs: mine.to_vec(),
+                ..s.clone()
+            }
+        })
+        .collect()
 }
 
 /// Splits `samples` in order into micro-batches of at most `count` samples and, when

@@ -96,26 +96,15 @@ pub fn pick(logits: &[f32], params: &SamplingParams, rng: &mut StdRng) -> (u32, 
             cand.truncate(params.top_k);
         }
         let truncate_p = params.top_p < 1.0;
-        if truncate_p {
-            cand.sort_unstable_by(order);
-        }
-        let weights: Vec<f64> = cand
-            .iter()
-            .map(|&i| f64::from((logits[i] - max) * inv_t).exp())
-            .collect();
-        let mut total: f64 = weights.iter().sum();
-        let mut keep = weights.len();
-        if truncate_p {
-            let mut acc = 0.0;
-            for (n, w) in weights.iter().enumerate() {
-                acc += w;
-                if acc >= params.top_p * total {
-                    keep = n + 1;
-                    break;
-                }
-            }
-            total = weights[..keep].iter().sum();
-        }
+        let weight = |i: usize| f64::from((logits[i] - max) * inv_t).exp();
+        let (weights, total, keep) = if truncate_p {
+            nucleus(&mut cand, params.top_p, order, weight)
+        } else {
+            let weights: Vec<f64> = cand.iter().map(|&i| weight(i)).collect();
+            let total: f64 = weights.iter().sum();
+            let keep = weights.len();
+            (weights, total, keep)
+        };
         let mut u = rng.random::<f64>() * total;
         let mut chosen = cand[keep - 1];
         for (n, w) in weights[..keep].iter().enumerate() {
@@ -128,6 +117,40 @@ pub fn pick(logits: &[f32], params: &SamplingParams, rng: &mut StdRng) -> (u32, 
         chosen
     };
     (chosen as u32, logits[chosen] - lse)
+}
+
+/// The nucleus of `cand`: sorts its most likely tokens to the front (by `order`) until their
+/// weights reach `top_p` of the total, without sorting the whole vocabulary (the front is
+/// grown by doubling, each round one selection over the candidates). Returns the weights of
+/// the sorted front, the total weight of the kept tokens and how many are kept; the kept
+/// tokens and their order are those a full sort gives.
+fn nucleus(
+    cand: &mut [usize],
+    top_p: f64,
+    order: impl Fn(&usize, &usize) -> std::cmp::Ordering + Copy,
+    weight: impl Fn(usize) -> f64,
+) -> (Vec<f64>, f64, usize) {
+    let all: f64 = cand.iter().map(|&i| weight(i)).sum();
+    let mut front = 64.min(cand.len());
+    loop {
+        if front < cand.len() {
+            cand.select_nth_unstable_by(front - 1, order);
+        }
+        cand[..front].sort_unstable_by(order);
+        let weights: Vec<f64> = cand[..front].iter().map(|&i| weight(i)).collect();
+        let mut acc = 0.0;
+        for (n, w) in weights.iter().enumerate() {
+            acc += w;
+            if acc >= top_p * all {
+                return (weights[..=n].to_vec(), weights[..=n].iter().sum(), n + 1);
+            }
+        }
+        if front == cand.len() {
+            let total = weights.iter().sum();
+            return (weights, total, front);
+        }
+        front = (2 * front).min(cand.len());
+    }
 }
 
 /// Samples from a decoder with its tokenizer.
@@ -161,7 +184,12 @@ struct Row {
     rng: StdRng,
     tokens: Vec<u32>,
     logprobs: Vec<f32>,
+    /// The text of `tokens[..read]`.
     text: String,
+    /// Where the decoding window of [`Sampler::extend_text`] starts.
+    prefix: usize,
+    /// Tokens whose text is in `text`.
+    read: usize,
     emitted: usize,
     finish: Option<FinishReason>,
 }
@@ -351,6 +379,8 @@ impl<'a> Sampler<'a> {
                 tokens: Vec::new(),
                 logprobs: Vec::new(),
                 text: String::new(),
+                prefix: 0,
+                read: 0,
                 emitted: 0,
                 finish: None,
             })
@@ -411,7 +441,10 @@ impl<'a> Sampler<'a> {
             .collect())
     }
 
-    /// Re-decodes row `i`, checks EOS, stop strings and length, and streams new text.
+    /// Extends row `i`'s text by its new token, checks EOS, stop strings and length, and
+    /// streams new text. The work per token does not grow with the completion: only a window
+    /// of the last tokens is decoded ([`Sampler::extend_text`]) and only the text that the new
+    /// token could have completed a stop string in is searched.
     fn update(
         &self,
         i: usize,
@@ -420,21 +453,19 @@ impl<'a> Sampler<'a> {
         on_text: &mut dyn FnMut(usize, &str),
     ) -> Result<()> {
         let last = *row.tokens.last().expect("a token was just pushed");
-        let mut text = self.decode(&row.tokens)?;
-        if self.eos_ids.contains(&last) {
+        let eos = self.eos_ids.contains(&last);
+        let at_length = row.tokens.len() >= params.max_new_tokens;
+        let before = row.text.len();
+        self.extend_text(row, eos || at_length)?;
+        if eos {
             row.finish = Some(FinishReason::Eos);
-        } else if let Some(cut) = params
-            .stop
-            .iter()
-            .filter(|s| !s.is_empty())
-            .filter_map(|s| text.find(s.as_str()))
-            .min()
-        {
-            text.truncate(cut);
+        } else if let Some(cut) = find_stop(&row.text, before, &params.stop) {
+            row.text.truncate(cut);
             row.finish = Some(FinishReason::Stop);
-        } else if row.tokens.len() >= params.max_new_tokens {
+        } else if at_length {
             row.finish = Some(FinishReason::Length);
         }
+        let text = &row.text;
         // Stream what is final: not an incomplete UTF-8 sequence, not a possible stop prefix.
         let mut safe = text.len();
         if row.finish.is_none() {
@@ -454,9 +485,52 @@ impl<'a> Sampler<'a> {
             on_text(i, &text[row.emitted..safe]);
             row.emitted = safe;
         }
-        row.text = text;
         Ok(())
     }
+
+    /// Appends the text of the row's tokens after `read` (decoded in a window that starts a
+    /// few tokens earlier, at `prefix`, so that a tokenizer whose decoding of a token depends
+    /// on its left neighbours gives the same text as decoding the whole row). While the new
+    /// bytes end in an incomplete UTF-8 sequence the tokens wait, up to [`MAX_PENDING`] of
+    /// them; `flush` appends whatever is pending (the completion ends).
+    fn extend_text(&self, row: &mut Row, flush: bool) -> Result<()> {
+        let window = &row.tokens[row.prefix..];
+        let old = self.decode(&window[..row.read - row.prefix])?;
+        let new = self.decode(window)?;
+        let pending = row.tokens.len() - row.read;
+        if !flush && new.ends_with('\u{FFFD}') && pending < MAX_PENDING {
+            return Ok(());
+        }
+        // The common prefix of the two decodings, in whole characters.
+        let common = old
+            .char_indices()
+            .zip(new.chars())
+            .find(|((_, a), b)| a != b)
+            .map_or(old.len().min(new.len()), |((at, _), _)| at);
+        row.text.push_str(&new[common..]);
+        row.prefix = row.read;
+        row.read = row.tokens.len();
+        Ok(())
+    }
+}
+
+/// Most tokens held back while their bytes are not yet valid UTF-8 (a model can emit bytes
+/// that never become valid; their replacement characters are then kept).
+const MAX_PENDING: usize = 8;
+
+/// The start of the first stop string in `text` that ends after `checked` (the length of the
+/// text already searched without a match), searching only where such a match can start.
+pub fn find_stop(text: &str, checked: usize, stop: &[String]) -> Option<usize> {
+    stop.iter()
+        .filter(|s| !s.is_empty())
+        .filter_map(|s| {
+            let mut from = checked.saturating_sub(s.len() - 1).min(text.len());
+            while !text.is_char_boundary(from) {
+                from -= 1;
+            }
+            text[from..].find(s.as_str()).map(|at| from + at)
+        })
+        .min()
 }
 
 fn finish(r: Row, f: FinishReason) -> Completion {

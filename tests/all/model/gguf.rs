@@ -27,20 +27,20 @@ fn dtype_for(name: &str) -> GgmlDType {
     }
 }
 
-struct Spec<'a> {
+pub(super) struct Spec<'a> {
     arch: &'a str,
     ffn_len: usize,
     extra: Option<(&'a str, GgmlDType)>,
 }
 
-const OK: Spec = Spec {
+pub(super) const OK: Spec = Spec {
     arch: "llama",
     ffn_len: 64,
     extra: None,
 };
 
 /// Writes `model` as a llama GGUF at `path`; returns the dequantised HF tensors it holds.
-fn write_gguf(
+pub(super) fn write_gguf(
     path: &Path,
     model_vm: &candle_nn::VarMap,
     cfg: &Config,
@@ -116,7 +116,7 @@ fn write_gguf(
     expected
 }
 
-fn tmp(name: &str) -> std::path::PathBuf {
+pub(super) fn tmp(name: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("spade-gguf-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     dir.join(name)

@@ -533,3 +533,56 @@ fn the_kl_term_pulls_the_policy_toward_the_reference() {
         "KL held the policy closer: {held} vs {free}"
     );
 }
+
+#[test]
+fn recomputed_old_logprobs_replace_the_sampled_ones_and_the_gap_is_reported() {
+    let cfg = tiny_llama_with_vocab();
+    let (prompt, completion) = (vec![5u32, 60, 70], vec![8u32, 9, 10, 11]);
+    // Sampled log-probs off by 0.5 per token (as if another kernel had sampled).
+    let run = |recompute: bool| {
+        let (model, vm) = Decoder::random(&cfg, 1, 0.3, &Device::Cpu).unwrap();
+        let own = own_logprobs(&model, &prompt, &completion);
+        let shifted: Vec<f32> = own.iter().map(|x| x - 0.5).collect();
+        let batch = vec![GrpoSample::new(
+            prompt.clone(),
+            completion.clone(),
+            shifted,
+            1.0,
+        )];
+        let opt = AdamW::new(
+            vm.all_vars(),
+            AdamWConfig {
+                lr: 1e-6,
+                ..AdamWConfig::default()
+            },
+        )
+        .unwrap();
+        let grpo = GrpoConfig {
+            epochs: 2,
+            recompute_old_logprobs: recompute,
+            ..GrpoConfig::default()
+        };
+        GrpoTrainer::new(&model, None, opt, grpo)
+            .unwrap()
+            .update(&batch)
+            .unwrap()
+    };
+    let with = run(true);
+    // The gap is measured against the sampled log-probs either way.
+    assert!((with.logprob_gap() - 0.5).abs() < 1e-5, "{with:?}");
+    // Recomputed: the first step compares the training path with itself.
+    assert_eq!(with.steps[0].mean_ratio, 1.0);
+    assert_eq!(with.steps[0].clip_fraction, 0.0);
+    // The second step's old log-probs are the recomputed ones, not the shifted ones: its gap
+    // is how far one small step moved the policy, far below 0.5.
+    assert!(with.steps[1].logprob_gap < 0.05, "{with:?}");
+    let without = run(false);
+    // As given: exp(0.5) on every token, all clipped.
+    assert!(
+        (without.steps[0].mean_ratio - 0.5f64.exp()).abs() < 1e-4,
+        "{without:?}"
+    );
+    assert_eq!(without.steps[0].clip_fraction, 1.0);
+    assert!((without.logprob_gap() - 0.5).abs() < 1e-5);
+    assert!(without.steps[1].logprob_gap > 0.45, "{without:?}");
+}

@@ -4,5 +4,6 @@ mod common;
 mod decoder;
 mod gguf;
 mod grpo;
+mod quant;
 mod reference;
 mod sampling;

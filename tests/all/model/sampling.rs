@@ -250,3 +250,118 @@ fn batched_rows_equal_lone_samples_and_their_caches_continue() {
         "{err}"
     );
 }
+
+#[test]
+fn stop_strings_are_found_across_token_boundaries() {
+    let (m, tok) = setup();
+    let greedy = SamplingParams {
+        temperature: 0.0,
+        max_new_tokens: 16,
+        ..SamplingParams::default()
+    };
+    let s = Sampler::new(&m, &tok, &[]);
+    let prompt = s.encode("the north").unwrap();
+    let free = s
+        .sample(&prompt, 1, &greedy, &mut |_, _| {})
+        .unwrap()
+        .remove(0);
+    // The text is the decoding of all its tokens (built one token at a time).
+    assert_eq!(free.text, tok.decode(&free.tokens, true).unwrap());
+    // A stop string made of the last character of one token's text and the first of the
+    // next one's (a boundary where both are whole characters; the tiny random model also
+    // writes bytes that are not UTF-8).
+    let upto = |n: usize| tok.decode(&free.tokens[..n], true).unwrap();
+    let whole = |c: Option<char>| c.is_some_and(|c| c != '\u{FFFD}');
+    let k = (1..free.tokens.len())
+        .find(|&k| {
+            let (a, b) = (upto(k), upto(k + 1));
+            b.starts_with(&a) && whole(a.chars().last()) && whole(b[a.len()..].chars().next())
+        })
+        .expect("a boundary between two tokens with text");
+    let (a, b) = (upto(k), upto(k + 1));
+    let stop = format!(
+        "{}{}",
+        a.chars().last().unwrap(),
+        b[a.len()..].chars().next().unwrap()
+    );
+    let cut = free.text.find(&stop).unwrap();
+    let p = SamplingParams {
+        stop: vec![stop.clone(), "never appears ~~".into()],
+        ..greedy
+    };
+    let mut streamed = String::new();
+    let out = s
+        .sample(&prompt, 1, &p, &mut |_, d| streamed.push_str(d))
+        .unwrap()
+        .remove(0);
+    assert_eq!(
+        out.finish,
+        FinishReason::Stop,
+        "{stop:?} in {:?}",
+        free.text
+    );
+    assert_eq!(out.text, free.text[..cut]);
+    assert_eq!(streamed, out.text);
+    // It ended at the token that completed the stop string, not later.
+    let ends = (1..=free.tokens.len())
+        .find(|&n| upto(n).contains(&stop))
+        .unwrap();
+    assert_eq!(out.tokens, free.tokens[..ends].to_vec());
+}
+
+#[test]
+fn find_stop_searches_only_where_a_new_match_can_start() {
+    use spade_trainer::sample::find_stop;
+    let stop = vec!["</a>".to_string(), "xyz".to_string()];
+    // "</" was already searched; "a>" completes the string across the boundary.
+    assert_eq!(find_stop("hello </a>", 7, &stop), Some(6));
+    // A match wholly inside the searched text is not reported again (it was found then).
+    assert_eq!(find_stop("</a> and more", 13, &stop), None);
+    assert_eq!(find_stop("abxyz", 3, &stop), Some(2));
+    // Multi-byte characters: the window starts on a character boundary.
+    assert_eq!(find_stop("ééxyz", 5, &stop), Some(4));
+    assert_eq!(find_stop("no match", 0, &stop), None);
+    assert_eq!(find_stop("abc", 0, &["".to_string()]), None);
+}
+
+#[test]
+fn nucleus_sampling_draws_only_from_the_smallest_set_reaching_top_p() {
+    use rand::{Rng, SeedableRng, rngs::StdRng};
+    use spade_trainer::sample::pick;
+    let mut rng = StdRng::seed_from_u64(5);
+    for case in 0..20 {
+        let vocab = [3usize, 70, 500, 5000][case % 4];
+        let logits: Vec<f32> = (0..vocab).map(|_| rng.random_range(-4.0f32..4.0)).collect();
+        let top_p = [0.1, 0.5, 0.9, 0.99][case % 4];
+        // The definition: sort by probability (ties by index), keep the shortest prefix whose
+        // mass reaches top_p.
+        let mut order: Vec<usize> = (0..vocab).collect();
+        order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]).then(a.cmp(&b)));
+        let max = logits[order[0]];
+        let w: Vec<f64> = order
+            .iter()
+            .map(|&i| f64::from(logits[i] - max).exp())
+            .collect();
+        let total: f64 = w.iter().sum();
+        let mut acc = 0.0;
+        let mut keep = vocab;
+        for (n, x) in w.iter().enumerate() {
+            acc += x;
+            if acc >= top_p * total * (1.0 + 1e-12) {
+                keep = n + 1;
+                break;
+            }
+        }
+        let nucleus: std::collections::HashSet<usize> = order[..keep].iter().copied().collect();
+        let params = SamplingParams {
+            top_p,
+            ..SamplingParams::default()
+        };
+        let mut draw_rng = StdRng::seed_from_u64(case as u64);
+        for _ in 0..200 {
+            let (t, lp) = pick(&logits, &params, &mut draw_rng);
+            assert!(nucleus.contains(&(t as usize)), "case {case}: {t} outside");
+            assert!(lp <= 0.0);
+        }
+    }
+}

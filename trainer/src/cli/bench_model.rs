@@ -1,11 +1,16 @@
-//! `spade bench-model`: sampling and RL-update throughput, and peak memory.
+//! `spade bench-model`: sampling throughput (prefill and decode, G=1 and G=N) for each decode
+//! weights variant side by side, the log-prob gap to the training path, RL-update throughput,
+//! peak memory, and llama.cpp on the same GGUF when given a server.
 use std::path::PathBuf;
 use std::time::Instant;
 
 use clap::Args;
+
+use super::bench_llama::LlamaServer;
 use spade_trainer::fetch;
 use spade_trainer::grpo::{GrpoConfig, GrpoSample, GrpoTrainer};
-use spade_trainer::model::{Config, Decoder, LoraConfig, lora};
+use spade_trainer::logprob::{Pair, completion_logprobs};
+use spade_trainer::model::{Config, DecodeWeights, Decoder, LoraConfig, lora};
 use spade_trainer::optim::{AdamW, AdamWConfig};
 use spade_trainer::prefix_cache::PrefixCache;
 use spade_trainer::sample::{Sampler, SamplingParams};
@@ -43,6 +48,13 @@ pub struct BenchModel {
     /// Also time one full fine-tuning update.
     #[arg(long)]
     full: bool,
+    /// Decode weights to measure, in order; each is compared with the first.
+    #[arg(long, value_delimiter = ',', default_value = "f32,q8_0,gguf")]
+    decode_weights: Vec<DecodeWeights>,
+    /// llama.cpp's `llama-server` binary (started here on the same GGUF) or the `http://`
+    /// URL of one already serving it: measured on the same prompts and token counts.
+    #[arg(long, value_name = "PATH|URL")]
+    llama_server: Option<String>,
 }
 
 fn peak_rss_mib() -> f64 {
@@ -58,6 +70,17 @@ fn peak_rss_mib() -> f64 {
         .map_or(f64::NAN, |kib| kib / 1024.0)
 }
 
+/// One decode-weights variant's measurements.
+struct Measured {
+    label: String,
+    /// (tokens, seconds) of prefill at G=1, decode at G=1, prefill at G=group, decode at G=group.
+    runs: [(usize, f64); 4],
+    /// Mean and largest |Δ log-prob| between sampling and the training path.
+    gap: (f64, f64),
+}
+
+const RUN_NAMES: [&str; 4] = ["prefill G=1", "decode G=1", "prefill G=N", "decode G=N"];
+
 impl BenchModel {
     /// Runs the benchmark and prints a table.
     pub fn execute(self) -> anyhow::Result<()> {
@@ -65,6 +88,15 @@ impl BenchModel {
             let p = fetch::default_model_path();
             p.exists().then_some(p)
         });
+        let is_gguf = path
+            .as_ref()
+            .is_some_and(|p| p.extension().is_some_and(|e| e == "gguf"));
+        if let Some(spec) = &self.llama_server {
+            if !is_gguf {
+                anyhow::bail!("--llama-server needs a GGUF model (--model FILE.gguf)");
+            }
+            super::bench_llama::check_spec(spec)?;
+        }
         let (model, what) = match &path {
             Some(p) => (super::load_model(Some(p))?.model, p.display().to_string()),
             None => {
@@ -76,12 +108,18 @@ impl BenchModel {
                 )
             }
         };
-        println!("model: {what}");
-        println!("threads: {}", candle_core::utils::get_num_threads());
+        say!("model: {what}");
+        say!("threads: {}", candle_core::utils::get_num_threads());
+        say!("load average: {}", load_average());
         let vocab = model.config().vocab_size as u32;
-        let prompt: Vec<u32> = (0..self.prompt as u32)
-            .map(|i| 100 + (i * 37) % (vocab - 100))
+        let prompts: Vec<Vec<u32>> = (0..self.group.max(1) as u32)
+            .map(|e| {
+                (0..self.prompt as u32)
+                    .map(|i| 100 + (i * 37 + e * 101) % (vocab - 100))
+                    .collect()
+            })
             .collect();
+        let prompt = prompts[0].clone();
         let tokenizer = tokenizers::Tokenizer::new(tokenizers::models::bpe::BPE::default());
         let params = SamplingParams {
             temperature: 1.0,
@@ -89,23 +127,43 @@ impl BenchModel {
             seed: 1,
             ..SamplingParams::default()
         };
-        println!("| measurement | tokens | seconds | tokens/s |");
-        println!("|---|---|---|---|");
-        for g in [1, self.group] {
-            let sampler = Sampler::new(&model, &tokenizer, &[]);
-            let start = Instant::now();
-            let out = sampler.sample(&prompt, g, &params, &mut |_, _| {})?;
-            let secs = start.elapsed().as_secs_f64();
-            let n: usize = out.iter().map(|c| c.tokens.len()).sum();
-            println!(
-                "| sampling G={g} (prompt {}) | {n} | {secs:.2} | {:.1} |",
-                self.prompt,
-                n as f64 / secs
-            );
+        // Sampling runs with LoRA adapters attached, as `spade train` samples.
+        let lcfg = LoraConfig {
+            r: self.rank,
+            ..LoraConfig::default()
+        };
+        let mut lora_model = model.clone();
+        let adapters = lora::attach_new(&mut lora_model, &lcfg, 0)?;
+        say!(
+            "sampling: LoRA r={} on every projection; prompt {} tokens, {} new tokens, G=1 and G={}",
+            self.rank,
+            self.prompt,
+            self.tokens,
+            self.group
+        );
+        let mut measured = Vec::new();
+        for &w in &self.decode_weights {
+            if w == DecodeWeights::Gguf && !is_gguf {
+                say!("decode weights gguf: skipped (not a GGUF model; it would equal q8_0)");
+                continue;
+            }
+            let decode = lora_model.set_decode_weights(w)?;
+            say!("decode weights {decode}");
+            measured.push(measure(
+                &lora_model,
+                &tokenizer,
+                &prompts,
+                &params,
+                w.as_str(),
+            )?);
         }
+        print_sampling(&measured, self.group);
+        say!("peak RSS after sampling: {:.0} MiB", peak_rss_mib());
         if self.episodes > 0 {
+            say!("| measurement | tokens | seconds | tokens/s |");
+            say!("|---|---|---|---|");
             multi_turn(
-                &model,
+                &lora_model,
                 &tokenizer,
                 &prompt,
                 self.episodes,
@@ -131,21 +189,18 @@ impl BenchModel {
             micro_batch: self.batch,
             ..GrpoConfig::default()
         };
-        let lcfg = LoraConfig {
-            r: self.rank,
-            ..LoraConfig::default()
-        };
-        let mut lora_model = model.clone();
-        let adapters = lora::attach_new(&mut lora_model, &lcfg, 0)?;
         let opt = AdamW::new(adapters.all_vars(), AdamWConfig::default())?;
         let mut trainer = GrpoTrainer::new(&lora_model, None, opt, grpo.clone())?;
         let label = format!(
             "GRPO update, LoRA r={} ({}x{})",
             self.rank, self.batch, self.seq
         );
+        say!("| measurement | tokens | seconds | tokens/s |");
+        say!("|---|---|---|---|");
         time_updates(&label, total_tokens, || {
             Ok(trainer.step(&samples).map(|_| ())?)
         })?;
+        say!("peak RSS after the update: {:.0} MiB", peak_rss_mib());
         if self.full {
             drop(trainer);
             drop(model);
@@ -159,9 +214,148 @@ impl BenchModel {
             drop(trainer);
             optimizer_steps(&varmap)?;
         }
-        println!("peak RSS: {:.0} MiB", peak_rss_mib());
+        if let (Some(spec), Some(gguf)) = (&self.llama_server, &path) {
+            llama_comparison(spec, gguf, &prompts, self.tokens, measured.last())?;
+        }
+        say!("peak RSS: {:.0} MiB", peak_rss_mib());
+        say!("load average: {}", load_average());
         Ok(())
     }
+}
+
+/// The first line of `/proc/loadavg` (benchmarks on a shared machine say how loaded it was).
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+/// Prefill and decode at G=1 and G=`prompts.len()`, and the log-prob gap of the group's
+/// completions against the training path.
+fn measure(
+    model: &Decoder,
+    tokenizer: &tokenizers::Tokenizer,
+    prompts: &[Vec<u32>],
+    params: &SamplingParams,
+    label: &str,
+) -> anyhow::Result<Measured> {
+    let sampler = Sampler::new(model, tokenizer, &[]);
+    let mut runs = [(0, 0.0); 4];
+    let mut group_out = Vec::new();
+    for (k, g) in [1, prompts.len()].into_iter().enumerate() {
+        let start = Instant::now();
+        let mut rows = Vec::with_capacity(g);
+        for (i, p) in prompts[..g].iter().enumerate() {
+            rows.push((sampler.prefill(p, None)?, params.seed + i as u64));
+        }
+        runs[2 * k] = (g * prompts[0].len(), start.elapsed().as_secs_f64());
+        let start = Instant::now();
+        let out = sampler.sample_rows(rows, params, false, &mut |_, _| {})?;
+        let secs = start.elapsed().as_secs_f64();
+        let n: usize = out.iter().map(|(c, _)| c.tokens.len()).sum();
+        runs[2 * k + 1] = (n, secs);
+        group_out = out;
+    }
+    let pairs: Vec<Pair> = prompts
+        .iter()
+        .zip(&group_out)
+        .map(|(p, (c, _))| Pair {
+            prompt: p,
+            completion: &c.tokens,
+        })
+        .collect();
+    let train: Vec<f32> = completion_logprobs(&model.without_grad(), &pairs)?.to_vec1()?;
+    let sampled = group_out
+        .iter()
+        .flat_map(|(c, _)| c.logprobs.iter().copied());
+    let diffs: Vec<f64> = train
+        .iter()
+        .zip(sampled)
+        .map(|(&a, b)| f64::from((a - b).abs()))
+        .collect();
+    let mean = diffs.iter().sum::<f64>() / diffs.len().max(1) as f64;
+    let max = diffs.iter().copied().fold(0.0, f64::max);
+    Ok(Measured {
+        label: label.to_string(),
+        runs,
+        gap: (mean, max),
+    })
+}
+
+/// The sampling table: each variant's rates, its speed-up over the first, and its gap.
+fn print_sampling(measured: &[Measured], group: usize) {
+    say!("| decode weights | measurement | tokens | seconds | tokens/s | vs first |");
+    say!("|---|---|---|---|---|---|");
+    let rate = |(n, s): (usize, f64)| n as f64 / s;
+    for m in measured {
+        for (k, name) in RUN_NAMES.iter().enumerate() {
+            let name = name.replace('N', &group.to_string());
+            let (n, s) = m.runs[k];
+            let vs = rate(m.runs[k]) / rate(measured[0].runs[k]);
+            say!(
+                "| {} | {name} | {n} | {s:.2} | {:.1} | {vs:.2}x |",
+                m.label,
+                rate(m.runs[k])
+            );
+        }
+    }
+    say!("| decode weights | mean abs(Δ logprob) per token vs the training path | largest |");
+    say!("|---|---|---|");
+    for m in measured {
+        say!("| {} | {:.4} | {:.4} |", m.label, m.gap.0, m.gap.1);
+    }
+}
+
+/// llama.cpp on the same GGUF, prompts and token counts, and spade's ratio to it.
+fn llama_comparison(
+    spec: &str,
+    gguf: &std::path::Path,
+    prompts: &[Vec<u32>],
+    tokens: usize,
+    spade: Option<&Measured>,
+) -> anyhow::Result<()> {
+    let threads = candle_core::utils::get_num_threads();
+    let ctx = (prompts[0].len() + tokens + 64).next_multiple_of(256);
+    let server = LlamaServer::start(spec, gguf, threads, prompts.len(), ctx)?;
+    // A warm-up request (the first pays for page faults and graph setup).
+    server.complete(&prompts[0], 4, 0)?;
+    let one = server.complete(&prompts[0], tokens, 1)?;
+    let all = server.complete_all(prompts, tokens)?;
+    say!(
+        "llama.cpp server ({spec}), {threads} threads, {} slots:",
+        prompts.len()
+    );
+    say!(
+        "| measurement | llama.cpp tokens | seconds | tokens/s | spade tokens/s | spade / llama.cpp |"
+    );
+    say!("|---|---|---|---|---|---|");
+    let g = prompts.len();
+    let rows = [
+        ("prefill G=1", one.prompt_tokens, one.prompt_secs, 0),
+        ("decode G=1", one.generated_tokens, one.generated_secs, 1),
+        (
+            &*format!("prefill G={g}"),
+            all.prompt_tokens,
+            all.prompt_secs,
+            2,
+        ),
+        (
+            &*format!("decode G={g}"),
+            all.generated_tokens,
+            all.generated_secs,
+            3,
+        ),
+    ];
+    for (name, n, secs, k) in rows {
+        let llama = n as f64 / secs;
+        let (sn, ss) = spade.map_or((0, f64::NAN), |m| m.runs[k]);
+        let ours = sn as f64 / ss;
+        say!(
+            "| {name} | {n} | {secs:.2} | {llama:.1} | {ours:.1} | {:.2}x |",
+            ours / llama
+        );
+    }
+    Ok(())
 }
 
 /// The agent's play loop: `episodes` conversations of `turns` turns, each turn adding the
@@ -239,13 +433,13 @@ fn multi_turn(
         } else {
             "one by one, full prefill"
         };
-        println!(
+        say!(
             "| agent turns {episodes}x{turns}, {label} | {tokens} | {secs:.2} | {:.1} |",
             tokens as f64 / secs
         );
         results.push(secs);
     }
-    println!(
+    say!(
         "| agent turns speed-up (one by one / batched) | - | {:.2}x | - |",
         results[0] / results[1]
     );
@@ -262,7 +456,7 @@ fn time_updates(
         let start = Instant::now();
         step()?;
         let secs = start.elapsed().as_secs_f64();
-        println!(
+        say!(
             "| {label}, {run} | {tokens} | {secs:.2} | {:.1} |",
             tokens as f64 / secs
         );
@@ -294,7 +488,7 @@ fn optimizer_steps(varmap: &candle_nn::VarMap) -> anyhow::Result<()> {
         let start = Instant::now();
         step()?;
         let secs = start.elapsed().as_secs_f64();
-        println!(
+        say!(
             "| {name} step ({:.0}M params) | - | {secs:.2} | - |",
             params as f64 / 1e6
         );

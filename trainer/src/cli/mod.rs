@@ -9,6 +9,7 @@ macro_rules! say {
 
 pub mod actions;
 pub mod bench;
+pub mod bench_llama;
 pub mod bench_model;
 pub mod check;
 pub mod eval;

@@ -107,6 +107,9 @@ impl TrainArgs {
         }
         let loaded = super::load_model(self.model.as_deref())?;
         let mut policy = CandlePolicy::new(loaded, &cfg)?;
+        if let Some(path) = spade_trainer::selfplay::policy::Policy::decode_path(&policy) {
+            eprintln!("spade train: sampling reads {path}");
+        }
         let runtime = super::run::start_runtime(Config::default())?;
         let rollouts = self.rollouts.unwrap_or(cfg.rollouts);
         let rt = super::tokio_runtime()?;

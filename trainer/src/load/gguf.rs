@@ -1,5 +1,7 @@
 //! Loading a llama-architecture GGUF file: metadata to [`Config`], tensors dequantised to f32,
-//! q/k rows un-permuted back to the HF rotate-half layout.
+//! q/k rows un-permuted back to the HF rotate-half layout; the file's `Q8_0`/`Q4_1` blocks are
+//! kept beside them for the quantised decode path ([`Decoder::set_native_blocks`]).
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::BufReader;
 use std::path::Path;
@@ -13,6 +15,7 @@ use super::{LoadedModel, gguf_tokenizer, weights};
 use crate::chat::ChatTemplate;
 use crate::error::{Result, TrainerError};
 use crate::model::config::TokenIds;
+use crate::model::quant::QuantWeight;
 use crate::model::{Config, Decoder};
 
 /// Quantisation types the loader dequantises.
@@ -213,11 +216,13 @@ pub fn load_gguf(path: &Path, device: &Device) -> Result<LoadedModel> {
         .and_then(|v| v.to_string().ok());
     let chat = ChatTemplate::from_jinja(chat_src.map(String::as_str))?;
     let varmap = VarMap::new();
-    let model = Decoder::new(
+    let mut model = Decoder::new(
         &config,
         VarBuilder::from_varmap(&varmap, DType::F32, device),
     )?;
     let (heads, kv_heads) = (config.num_attention_heads, config.kv_heads());
+    // The file's own blocks of each 2-D weight, kept for the quantised decode path.
+    let mut blocks: HashMap<String, QuantWeight> = HashMap::new();
     weights::assign(&varmap, |hf| {
         let Some(name) = gguf_name(hf) else {
             return Ok(None);
@@ -225,16 +230,28 @@ pub fn load_gguf(path: &Path, device: &Device) -> Result<LoadedModel> {
         if !content.tensor_infos.contains_key(&name) {
             return Ok(None);
         }
-        let t = content
-            .tensor(&mut reader, &name, device)?
-            .dequantize(device)?;
-        let t = if name.ends_with("attn_q.weight") {
-            unpermute(&t, heads)?
+        let q = content.tensor(&mut reader, &name, device)?;
+        let t = q.dequantize(device)?;
+        let heads = if name.ends_with("attn_q.weight") {
+            Some(heads)
         } else if name.ends_with("attn_k.weight") {
-            unpermute(&t, kv_heads)?
+            Some(kv_heads)
         } else {
-            t
+            None
         };
+        let t = match heads {
+            Some(h) => unpermute(&t, h)?,
+            None => t,
+        };
+        if q.shape().rank() == 2
+            && let Some(b) = QuantWeight::from_qtensor(&q)?
+        {
+            let b = match heads {
+                Some(h) => b.unpermute_rows(h)?,
+                None => b,
+            };
+            blocks.insert(hf.to_string(), b);
+        }
         Ok(Some(t))
     })
     .map_err(|e| match e {
@@ -252,6 +269,7 @@ pub fn load_gguf(path: &Path, device: &Device) -> Result<LoadedModel> {
         },
         other => other,
     })?;
+    model.set_native_blocks(|hf| blocks.remove(hf))?;
     let eos_ids = config.eos_ids();
     Ok(LoadedModel::new(
         config, model, varmap, tokenizer, chat, eos_ids,

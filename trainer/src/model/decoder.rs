@@ -1,12 +1,17 @@
 //! The Llama / Qwen2 / Qwen3 decoder with a training path and a KV-cache inference path.
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
 use candle_core::{DType, Device, Result, Tensor};
 use candle_nn::{VarBuilder, VarMap};
 
 use super::cache::KvCache;
 use super::config::{Config, Family};
+use super::decode_weights::{DecodePath, DecodeWeights};
 use super::linear::{Linear, Pass, param};
 use super::lora::LoraConfig;
 use super::ops;
+use super::quant::{BlockFormat, QuantWeight};
 use super::rope::RotaryTables;
 
 /// RMSNorm with a learned scale.
@@ -333,6 +338,111 @@ impl Decoder {
         self.train_lora = true;
         self.train_base = false;
         Ok(n)
+    }
+
+    /// Every projection, the LM head last.
+    fn all_linears_mut(&mut self) -> impl Iterator<Item = &mut Linear> {
+        self.layers
+            .iter_mut()
+            .flat_map(|l| l.linears_mut())
+            .chain(std::iter::once(&mut self.lm_head))
+    }
+
+    /// Records the quantised blocks a GGUF file holds for each projection:
+    /// `fetch(name)` gets the HF weight name (`model.layers.0.self_attn.q_proj.weight`; the
+    /// tied LM head asks for `model.embed_tokens.weight`) and returns blocks that encode the
+    /// weight the model loaded, or `None`. [`Decoder::set_decode_weights`] with
+    /// [`DecodeWeights::Gguf`] uses them.
+    pub fn set_native_blocks(
+        &mut self,
+        mut fetch: impl FnMut(&str) -> Option<QuantWeight>,
+    ) -> Result<()> {
+        let tied = self.cfg.tie_word_embeddings;
+        for linear in self.all_linears_mut() {
+            let name = if tied && linear.name() == "lm_head" {
+                "model.embed_tokens.weight".to_string()
+            } else {
+                format!("{}.weight", linear.name())
+            };
+            let blocks = fetch(&name);
+            if let Some(b) = &blocks
+                && b.dims() != linear.dims()?
+            {
+                candle_core::bail!(
+                    "blocks of {name} are {:?}, the weight is {:?}",
+                    b.dims(),
+                    linear.dims()?
+                );
+            }
+            linear.set_native(blocks.map(Arc::new));
+        }
+        Ok(())
+    }
+
+    /// Chooses the base weights the inference path reads ([`Decoder::forward`]); the training
+    /// path keeps reading f32. Quantised blocks are a copy of the base weights taken now, so
+    /// use them only while the base is frozen (LoRA): a step of full fine-tuning does not
+    /// reach them. With [`DecodeWeights::Q8_0`] a projection whose input width is not a
+    /// multiple of 32 stays f32; with [`DecodeWeights::Gguf`] every projection without GGUF
+    /// blocks does.
+    pub fn set_decode_weights(&mut self, weights: DecodeWeights) -> Result<DecodePath> {
+        let mut formats: BTreeMap<String, usize> = BTreeMap::new();
+        let mut bytes = 0;
+        for linear in self.all_linears_mut() {
+            let (_, cols) = linear.dims()?;
+            let q8 = |l: &Linear| -> Result<Option<Arc<QuantWeight>>> {
+                if cols.is_multiple_of(BlockFormat::VALUES) {
+                    QuantWeight::quantize(&l.weight().detach(), BlockFormat::Q8_0)
+                        .map(|q| Some(Arc::new(q)))
+                } else {
+                    Ok(None)
+                }
+            };
+            let q = match weights {
+                DecodeWeights::F32 => None,
+                DecodeWeights::Q8_0 => q8(linear)?,
+                DecodeWeights::Gguf => linear.native().cloned(),
+            };
+            match &q {
+                Some(q) => {
+                    *formats.entry(q.format().name().into()).or_default() += 1;
+                    bytes += q.bytes();
+                }
+                None => {
+                    *formats.entry("f32".into()).or_default() += 1;
+                    bytes += linear.weight().elem_count() * 4;
+                }
+            }
+            linear.set_quant(q);
+        }
+        Ok(self.decode_path(weights, formats, bytes))
+    }
+
+    fn decode_path(
+        &self,
+        weights: DecodeWeights,
+        formats: BTreeMap<String, usize>,
+        weight_bytes: usize,
+    ) -> DecodePath {
+        let f32_kernel = if super::small_matmul::has_avx2_fma() {
+            "f32/avx2-fma"
+        } else {
+            "f32/portable"
+        };
+        let quant_kernel = format!("quant/{}", super::quant_matmul::kernel_name());
+        let mut kernels = Vec::new();
+        if formats.keys().any(|k| k != "f32") {
+            kernels.push(quant_kernel);
+        }
+        if formats.contains_key("f32") {
+            kernels.push(f32_kernel.to_string());
+        }
+        DecodePath {
+            weights,
+            formats,
+            weight_bytes,
+            kernel: kernels.join("+"),
+        }
     }
 
     /// Whether the training path tracks (and so differentiates) the base weights.

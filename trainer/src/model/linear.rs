@@ -1,6 +1,10 @@
 //! A linear projection with an optional bias and an optional LoRA adapter.
+use std::sync::Arc;
+
 use candle_core::{Result, Tensor};
 use candle_nn::VarBuilder;
+
+use super::quant::QuantWeight;
 
 /// Which weights a forward pass differentiates through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,12 +43,20 @@ pub struct LoraAdapter {
 }
 
 /// `y = x W^T + b (+ scale * x A^T B^T)`.
+///
+/// The inference path may read `W` from quantised blocks instead ([`Linear::set_quant`]); the
+/// training path always reads the f32 weight, so gradients stay exact. LoRA and the bias are
+/// applied in f32 on both paths.
 #[derive(Debug, Clone)]
 pub struct Linear {
     name: String,
     weight: Tensor,
     bias: Option<Tensor>,
     lora: Option<LoraAdapter>,
+    /// The blocks a GGUF file stored for this weight, if it has a kernel here.
+    native: Option<Arc<QuantWeight>>,
+    /// The blocks the inference path reads instead of `weight`, if any.
+    quant: Option<Arc<QuantWeight>>,
 }
 
 impl Linear {
@@ -61,6 +73,8 @@ impl Linear {
             weight,
             bias,
             lora: None,
+            native: None,
+            quant: None,
         })
     }
 
@@ -71,6 +85,8 @@ impl Linear {
             weight,
             bias: None,
             lora: None,
+            native: None,
+            quant: None,
         }
     }
 
@@ -89,6 +105,27 @@ impl Linear {
         &self.weight
     }
 
+    /// Records the blocks a GGUF file stored for this weight (they must encode it).
+    pub fn set_native(&mut self, blocks: Option<Arc<QuantWeight>>) {
+        self.native = blocks;
+    }
+
+    /// The blocks a GGUF file stored for this weight.
+    pub fn native(&self) -> Option<&Arc<QuantWeight>> {
+        self.native.as_ref()
+    }
+
+    /// Makes the inference path read `blocks` (`None`: the f32 weight). The blocks must
+    /// encode a frozen weight: an optimiser step on the base weight does not reach them.
+    pub fn set_quant(&mut self, blocks: Option<Arc<QuantWeight>>) {
+        self.quant = blocks;
+    }
+
+    /// The blocks the inference path reads, if any.
+    pub fn quant(&self) -> Option<&Arc<QuantWeight>> {
+        self.quant.as_ref()
+    }
+
     /// Installs a LoRA adapter.
     pub fn set_lora(&mut self, lora: LoraAdapter) {
         self.lora = Some(lora);
@@ -101,6 +138,12 @@ impl Linear {
         let x2 = xs.reshape((rows, in_dim))?;
         let mut y = if pass.train && !pass.grad_base {
             super::frozen::frozen_matmul(&x2, &self.weight)?
+        } else if let (false, Some(q), true) = (
+            pass.train,
+            &self.quant,
+            rows <= super::quant_matmul::MAX_ROWS,
+        ) {
+            q.matmul_t(&x2)?
         } else if !pass.train && super::small_matmul::applies(&x2, &self.weight, rows) {
             super::small_matmul::matmul_t(&x2, &self.weight.detach())?
         } else {

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::credit::{AgentBaseline, CreditConfig};
 use crate::error::{Result, TrainerError};
+use crate::model::DecodeWeights;
 use crate::schedule::{DecayKind, LrSchedule};
 
 /// How the designer's reward is computed from a played environment.
@@ -173,6 +174,16 @@ pub struct TrainConfig {
     pub lr_decay_steps: u64,
     /// The decay's floor as a fraction of `lr`.
     pub lr_min_ratio: f64,
+    /// Base weights that sampling reads: `gguf` (the default: a GGUF's own `Q8_0`/`Q4_1`
+    /// blocks where it has them, f32 for other tensors and for models that are not GGUFs),
+    /// `q8_0` (every projection quantised at load), or `f32` (the training path's weights). Quantised decoding needs `lora` (a frozen base); with full fine-tuning
+    /// sampling reads f32 whatever this says. Training always reads f32.
+    pub decode_weights: DecodeWeights,
+    /// Recompute the sampled tokens' old log-probabilities on the training path at the start
+    /// of each update (free: the first GRPO step's forward pass), so the importance ratio
+    /// never mixes quantised sampling with f32 training. On by default; the measured gap is
+    /// `logprob_gap` in `metrics.jsonl`.
+    pub recompute_old_logprobs: bool,
 }
 
 impl Default for TrainConfig {
@@ -240,6 +251,8 @@ impl Default for TrainConfig {
             lr_schedule: DecayKind::Constant,
             lr_decay_steps: 0,
             lr_min_ratio: 0.1,
+            decode_weights: DecodeWeights::Gguf,
+            recompute_old_logprobs: true,
         }
     }
 }

@@ -14,7 +14,7 @@ use crate::error::{Result, TrainerError};
 use crate::grpo::{GrpoConfig, GrpoSample, GrpoTrainer, UpdateStats};
 use crate::load::LoadedModel;
 use crate::logprob::{Pair, completion_logprobs};
-use crate::model::LoraConfig;
+use crate::model::{DecodePath, DecodeWeights, LoraConfig};
 use crate::optim::{AdamW, AdamWConfig};
 use crate::prefix_cache::PrefixCache;
 use crate::sample::{Sampler, SamplingParams};
@@ -96,6 +96,12 @@ pub trait Policy {
     /// Drops state kept between [`Policy::sample_each`] calls (the conversations ended).
     fn forget(&mut self) {}
 
+    /// What sampling reads (weights, formats, kernel), for the metrics; `None` for a policy
+    /// without a model.
+    fn decode_path(&self) -> Option<String> {
+        None
+    }
+
     /// Calls `hook(n)` after each decode step with the number of tokens it sampled (for
     /// progress bars); `None` stops it.
     fn set_token_hook(&mut self, _hook: Option<TokenHook>) {}
@@ -125,6 +131,8 @@ pub struct CandlePolicy {
     top_p: f64,
     prefixes: PrefixCache,
     token_hook: Option<TokenHook>,
+    /// What sampling reads.
+    decode: DecodePath,
 }
 
 /// Cached positions kept for multi-turn reuse (SmolLM2-135M: 46 KB each, so about 1.5 GB).
@@ -156,7 +164,7 @@ impl CandlePolicy {
     pub fn new(loaded: LoadedModel, cfg: &TrainConfig) -> Result<Self> {
         let base = loaded.clone();
         let mut model = loaded;
-        let lora = if cfg.lora {
+        let (lora, decode_weights) = if cfg.lora {
             let lc = LoraConfig {
                 r: cfg.lora_rank,
                 lora_alpha: cfg.lora_alpha,
@@ -164,11 +172,13 @@ impl CandlePolicy {
             };
             let seed = super::seeds::derive(cfg.seed, "lora", &[]);
             let vm = crate::model::lora::attach_new(&mut model.model, &lc, seed)?;
-            Some((lc, vm))
+            (Some((lc, vm)), cfg.decode_weights)
         } else {
+            // Full fine-tuning moves the base weights: quantised copies would go stale.
             model.model.set_train_base(true);
-            None
+            (None, DecodeWeights::F32)
         };
+        let decode = model.model.set_decode_weights(decode_weights)?;
         let adam = AdamWConfig {
             lr: cfg.lr,
             ..AdamWConfig::default()
@@ -187,11 +197,13 @@ impl CandlePolicy {
                 micro_batch_tokens: cfg.micro_batch_tokens,
                 epochs: cfg.ppo_epochs,
                 schedule: Some(cfg.lr_schedule()),
+                recompute_old_logprobs: cfg.recompute_old_logprobs,
             },
             temperature: cfg.temperature,
             top_p: cfg.top_p,
             prefixes: PrefixCache::new(PREFIX_CACHE_TOKENS),
             token_hook: None,
+            decode,
         };
         p.optimizer = Some(p.new_optimizer()?);
         Ok(p)
@@ -353,6 +365,10 @@ impl Policy for CandlePolicy {
         self.token_hook = hook;
     }
 
+    fn decode_path(&self) -> Option<String> {
+        Some(self.decode.to_string())
+    }
+
     fn update(&mut self, batch: &[GrpoSample]) -> Result<Option<UpdateStats>> {
         self.prefixes.clear();
         if batch.iter().all(|s| s.trained_tokens() == 0) {
@@ -399,6 +415,7 @@ impl Policy for CandlePolicy {
         if self.lora.is_some() {
             let mut model = self.base.clone();
             let (cfg, vm) = checkpoint::load_lora(dir, &mut model.model)?;
+            self.decode = model.model.set_decode_weights(self.decode.weights)?;
             self.model = model;
             self.lora = Some((cfg, vm));
         } else {
@@ -500,6 +517,10 @@ impl Policy for Scripted {
             Some(m) => m.update(batch),
             None => Ok(None),
         }
+    }
+
+    fn decode_path(&self) -> Option<String> {
+        self.model.as_ref().and_then(|m| m.decode_path())
     }
 
     fn save(&self, dir: &Path) -> Result<()> {

@@ -80,6 +80,13 @@ pub struct Metrics {
     pub optimizer_steps: usize,
     /// Tokens trained on (per optimiser step).
     pub tokens_trained: usize,
+    /// Mean |Δ log-prob| per trained token between sampling (quantised weights, fused
+    /// kernels) and the training path, measured by the update's first forward pass.
+    pub logprob_gap: Option<f64>,
+    /// What sampling read: the decode weights, the formats, bytes per token and the kernel
+    /// (`quant/avx2`, `quant/portable`, `f32/avx2-fma`, `f32/portable`). A run resumed on a
+    /// CPU with another kernel samples other tokens from the same seed; this says why.
+    pub decode_path: Option<String>,
     /// Seconds per phase.
     pub time: PhaseTimes,
 }

@@ -192,6 +192,7 @@ impl<'p> Run<'p> {
         let r = self.state.rollouts_done;
         let mut m = Metrics {
             rollout: r,
+            decode_path: self.policy.decode_path(),
             ..Metrics::default()
         };
         let designed = self.design(r, &mut m)?;

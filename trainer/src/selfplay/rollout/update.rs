@@ -74,6 +74,7 @@ impl Run<'_> {
             m.lr = Some(stats.lr());
             m.optimizer_steps = stats.steps.len();
             m.tokens_trained = stats.tokens();
+            m.logprob_gap = Some(stats.logprob_gap());
         }
         m.time.update = tu.elapsed().as_secs_f64();
         Ok(())
