@@ -260,8 +260,13 @@ async fn a_constructor_that_works_runs_once_per_source_not_once_per_sandbox() {
     let expected = format!("sum {}", (0..5000u64).map(|i| i * i).sum::<u64>());
     assert_eq!(first.reset(None).await.unwrap().observation, expected);
     assert_eq!(second.reset(None).await.unwrap().observation, expected);
-    // Each sandbox was loaded from the snapshot: mutating one's table leaves the other's.
     assert_eq!(first.info().class_name, "SumEnv");
+    assert_eq!(second.info().class_name, "SumEnv");
+    // The constructor draws no randomness, so the snapshot holds the constructed environment
+    // (with its 5,000-element table): well over the module's own pages.
+    let prepared = runtime.prepare(CONSTRUCTOR_WORK).await.unwrap();
+    let (pages, _) = runtime.snapshot_size(&prepared, None).unwrap();
+    assert!(pages > 0, "{pages}");
 }
 
 #[tokio::test]
