@@ -10,7 +10,6 @@
 //! group or others, or owned by another user) is refused with an error that says why.
 
 use std::hash::{Hash, Hasher};
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, anyhow};
@@ -133,26 +132,7 @@ fn lock(path: &Path) -> anyhow::Result<std::fs::File> {
 }
 
 fn store(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
-    let dir = path
-        .parent()
-        .ok_or_else(|| anyhow!("no parent directory"))?;
-    private::create_dir(dir).context("creating the cache directory")?;
-    let tmp: PathBuf = dir.join(format!(
-        ".{}.{}.tmp",
-        path.file_name().unwrap().to_string_lossy(),
-        std::process::id()
-    ));
-    let mut file = private::open_options()
-        .create(true)
-        .truncate(true)
-        .write(true)
-        .open(&tmp)
-        .context("creating the compiled guest")?;
-    file.write_all(bytes)
-        .context("writing the compiled guest")?;
-    drop(file);
-    std::fs::rename(&tmp, path).context("moving the compiled guest into place")?;
-    Ok(())
+    private::write_atomic(path, &[bytes]).context("writing the compiled guest")
 }
 
 /// Pre-initialises the guest with wizer and compiles the result for `engine`.
@@ -212,6 +192,29 @@ pub(crate) mod private {
         #[cfg(unix)]
         std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
         builder.create(dir)
+    }
+
+    /// Writes `parts` to `path` through a temporary file in the same directory (created
+    /// private) and a rename, so a crash never leaves a partial file under the real name.
+    pub(crate) fn write_atomic(path: &Path, parts: &[&[u8]]) -> std::io::Result<()> {
+        use std::io::Write as _;
+        let dir = path.parent().unwrap_or(Path::new("."));
+        create_dir(dir)?;
+        let tmp = dir.join(format!(
+            ".{}.{}.tmp",
+            path.file_name().unwrap_or_default().to_string_lossy(),
+            std::process::id()
+        ));
+        let mut file = open_options()
+            .create(true)
+            .truncate(true)
+            .write(true)
+            .open(&tmp)?;
+        for part in parts {
+            file.write_all(part)?;
+        }
+        drop(file);
+        std::fs::rename(&tmp, path)
     }
 
     /// Options that create files readable and writable by their user only.

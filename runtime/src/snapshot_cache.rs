@@ -9,7 +9,6 @@
 //! can write them; a file that is missing, damaged or not private is ignored and the source is
 //! probed as if there were no cache.
 
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -164,21 +163,7 @@ pub(crate) fn write(path: &Path, plan: &LoadPlan) -> std::io::Result<()> {
         format: FORMAT.to_owned(),
         deferred,
     };
-    let dir = path.parent().expect("a cache file has a directory");
-    private::create_dir(dir)?;
-    let tmp = dir.join(format!(
-        ".{}.{}.tmp",
-        path.file_name().unwrap_or_default().to_string_lossy(),
-        std::process::id()
-    ));
-    let mut file = private::open_options()
-        .create(true)
-        .truncate(true)
-        .write(true)
-        .open(&tmp)?;
-    serde_json::to_writer(&mut file, &header)?;
-    file.write_all(b"\n")?;
-    file.write_all(&data)?;
-    drop(file);
-    std::fs::rename(&tmp, path)
+    let mut head = serde_json::to_vec(&header)?;
+    head.push(b'\n');
+    private::write_atomic(path, &[&head, &data])
 }

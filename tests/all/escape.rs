@@ -143,7 +143,8 @@ async fn baseline(runtime: &Runtime) -> (String, String, f64, u64) {
     )
 }
 
-fn programs() -> Vec<(String, PathBuf)> {
+/// The corpus's programs, `(name, path)`, by name.
+pub fn programs() -> Vec<(String, PathBuf)> {
     let mut names: Vec<(String, PathBuf)> = std::fs::read_dir(escape_dir())
         .unwrap()
         .map(|e| e.unwrap().path())

@@ -2,13 +2,12 @@
 //! sandbox that ran the source itself, call for call and byte for byte; a full pool refuses a
 //! sandbox with a clear error and frees its slot when a sandbox is dropped.
 
-use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use spade_runtime::trajectory::{RecordMeta, Recorder};
 use spade_runtime::{CallError, Config, Pool, Runtime, SandboxOptions};
 
-use crate::common::{env_actions, env_dir, env_source, fixtures, repo_root, spade, test_limits};
+use crate::common::{env_actions, env_dir, env_source, fixtures, spade, test_limits};
 
 /// A runtime that runs the source in every sandbox.
 fn without_snapshots() -> Runtime {
@@ -65,18 +64,6 @@ fn fixture_actions(name: &str) -> Vec<String> {
     }
 }
 
-fn escape_programs() -> Vec<(String, PathBuf)> {
-    let dir = repo_root().join("tests").join("escape");
-    let mut programs: Vec<(String, PathBuf)> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "py"))
-        .map(|p| (p.file_stem().unwrap().to_string_lossy().into_owned(), p))
-        .collect();
-    programs.sort();
-    programs
-}
-
 #[tokio::test]
 async fn every_fixture_gives_the_same_trajectory_with_and_without_snapshots() {
     let (on, off) = (with_snapshots(), without_snapshots());
@@ -109,7 +96,7 @@ async fn every_fixture_gives_the_same_trajectory_with_and_without_snapshots() {
 async fn every_escape_program_gives_the_same_trajectory_with_and_without_snapshots() {
     let (on, off) = (with_snapshots(), without_snapshots());
     let actions = ["\\boxed{1}".to_owned()];
-    for (name, path) in escape_programs() {
+    for (name, path) in crate::escape::programs() {
         let source = std::fs::read_to_string(&path).unwrap();
         let expected = trajectory(&off, &source, 1, &actions).await;
         let got = trajectory(&on, &source, 1, &actions).await;
