@@ -7,6 +7,7 @@ loader injects), installs the import guard, and implements `load`.
 import collections
 import copy
 import functools
+import gc
 import heapq
 import itertools
 import json
@@ -156,7 +157,21 @@ def exec_module(source, code, seed):
         raise LoadError(
             f"the environment module raised while loading:\n{traceback.format_exc().rstrip()}"
         ) from None
-    return _find_env_class(module)
+    cls = _find_env_class(module)
+    settle()
+    return cls
+
+
+def settle():
+    """Collects garbage, then freezes every object alive now out of later collections.
+
+    Runs once the interpreter has booted and once the environment module has run, in every
+    sandbox whatever its load plan. Those objects live as long as the sandbox; a collection
+    that walked them again would cost every later call and write to (and so un-share) the
+    pages they are on. The collection count starts again from zero after it.
+    """
+    gc.collect()
+    gc.freeze()
 
 
 def construct(cls, max_turns):

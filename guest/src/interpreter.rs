@@ -133,6 +133,7 @@ impl State {
                     prelude = install.call((vm.ctx.new_str(*name), vm.ctx.new_str(*source)), vm)?;
                 }
                 vm.call_method(&prelude, "install_import_guard", ())?;
+                vm.call_method(&prelude, "settle", ())?;
                 Ok(prelude)
             };
             match boot() {

@@ -28,6 +28,37 @@ pub struct Config {
     ///
     /// [`Runtime::sandbox_from`]: crate::Runtime::sandbox_from
     pub snapshots: bool,
+    /// How a long-running call gives the executor back, so that its deadline is checked and
+    /// other sandboxes on the thread get their turn. Default [`Yields::Fuel`] every
+    /// [`Yields::DEFAULT_FUEL_INTERVAL`] units.
+    pub yields: Yields,
+}
+
+/// How a long-running guest call is made to yield to the async executor. Either way a call
+/// gets the same results and uses the same fuel: the yield points only decide how often the
+/// deadline is checked, and both bound every call (a guest runs WebAssembly between two
+/// checks, and host calls never block).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Yields {
+    /// After every this many units of fuel (wasmtime's `fuel_async_yield_interval`). Fuel is
+    /// counted anyway, so this compiles nothing extra into the guest: the yield is a host call
+    /// when an interval's fuel runs out. The points are deterministic.
+    Fuel(u64),
+    /// On the runtime's 10 ms epoch tick (wasmtime's epoch interruption): a second check
+    /// compiled into every function entry and loop of the guest, and a ticker thread.
+    Epochs,
+}
+
+impl Yields {
+    /// Ten million units: a few milliseconds of interpreter time, finer than the 10 ms epoch
+    /// tick, and about a thousand yields in the default 10^10-unit budget of a call.
+    pub const DEFAULT_FUEL_INTERVAL: u64 = 10_000_000;
+}
+
+impl Default for Yields {
+    fn default() -> Self {
+        Yields::Fuel(Yields::DEFAULT_FUEL_INTERVAL)
+    }
 }
 
 /// Sizes of the pooling allocator: sandboxes get pre-reserved slots (virtual memory for a
@@ -44,18 +75,28 @@ pub struct Pool {
     ///
     /// [`CallError::Capacity`]: crate::CallError::Capacity
     pub sandboxes: u32,
-    /// Bytes of a freed sandbox's linear memory kept mapped and reset by `memset` instead of
-    /// `madvise`, so that the next sandbox in the slot does not fault them in again. Default
-    /// 1 MiB: about what a step touches; more would make dropping a sandbox cost more than
-    /// faulting the pages back.
+    /// Bytes of a freed sandbox's linear memory (and of each of its tables) kept mapped and
+    /// reset by copying the original bytes back instead of `madvise`, so that the next
+    /// sandbox in the slot does not page-fault them in again. With [`Pool::scan_dirty_pages`]
+    /// these are the first `keep_resident` bytes the sandbox actually wrote, wherever they
+    /// are; without it, the lowest addresses of the memory. Default 8 MiB: above the 3–4 MiB
+    /// a loaded environment dirties (restoring a snapshot writes pages all over the heap), so
+    /// a reused slot faults nothing. The cost is memory: a freed slot holds up to this much
+    /// until it is reused or the runtime is dropped.
     pub keep_resident: usize,
+    /// Find the pages a freed sandbox wrote with Linux's `PAGEMAP_SCAN` (kernel 6.7 and
+    /// later) and reset only those, instead of assuming the lowest `keep_resident` bytes.
+    /// Where the kernel lacks it, slots are reset as without it (the same contents either
+    /// way: this changes speed, never what a sandbox sees). Default `true`.
+    pub scan_dirty_pages: bool,
 }
 
 impl Default for Pool {
     fn default() -> Self {
         Pool {
             sandboxes: 1024,
-            keep_resident: 1 << 20,
+            keep_resident: 8 << 20,
+            scan_dirty_pages: true,
         }
     }
 }
@@ -141,6 +182,7 @@ impl Default for Config {
             cache_dir: default_cache_dir(),
             pool: Some(Pool::default()),
             snapshots: true,
+            yields: Yields::default(),
         }
     }
 }

@@ -3,50 +3,34 @@
 //!
 //! A call's time is the CPU time of the thread while it polls the call (the guest runs on a
 //! fiber inside `poll`, and so do the host functions it calls), plus the wall-clock time the
-//! guest spends parked in a host wait (a pending poll that nobody has woken). Time between an
-//! epoch yield and the next poll, when the task waits in the executor's queue behind other
+//! guest spends parked in a host wait (a pending poll that nobody has woken). Time between a
+//! yield and the next poll, when the task waits in the executor's queue behind other
 //! sandboxes, is not counted, and neither is time the OS spends running other threads, so a
 //! loaded machine does not turn a call into a `Deadline`. The check runs at every poll; a
 //! parked guest is stopped by a timer armed for the rest of its budget.
+//!
+//! A yield (by fuel interval or epoch tick, see [`Yields`](crate::Yields)) wakes its own task
+//! before it returns `Pending`; a park does not. Each poll runs the call with a waker that
+//! notes such a wake, which is how the two are told apart whatever made the guest yield.
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::task::{Context, Poll};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
-
-/// Set by the store's epoch callback whenever the guest yields to the executor, so that the
-/// pending poll that follows is known to be a yield (queue time, not counted) rather than a
-/// park (counted).
-#[derive(Clone, Default)]
-pub(crate) struct YieldFlag(Arc<AtomicBool>);
-
-impl YieldFlag {
-    /// Records that the guest is about to yield.
-    pub(crate) fn yielding(&self) {
-        self.0.store(true, Ordering::Relaxed);
-    }
-
-    fn take(&self) -> bool {
-        self.0.swap(false, Ordering::Relaxed)
-    }
-}
 
 /// The call ran out of time.
 #[derive(Debug)]
 pub(crate) struct Elapsed;
 
 /// Runs `call` with a budget of `limit` of its own time (see the module documentation).
-pub(crate) async fn bounded<F: Future>(
-    limit: Duration,
-    yields: &YieldFlag,
-    call: F,
-) -> Result<F::Output, Elapsed> {
-    yields.take();
+pub(crate) async fn bounded<F: Future>(limit: Duration, call: F) -> Result<F::Output, Elapsed> {
+    let wakes = Arc::new(WakeNote::default());
     Bounded {
         call: Box::pin(call),
-        yields: yields.clone(),
+        waker: Waker::from(wakes.clone()),
+        wakes,
         limit,
         spent: Duration::ZERO,
         parked: None,
@@ -54,9 +38,42 @@ pub(crate) async fn bounded<F: Future>(
     .await
 }
 
+/// The waker a call is polled with: notes every wake and passes it on to the task's waker.
+#[derive(Default)]
+struct WakeNote {
+    woken: AtomicBool,
+    task: Mutex<Option<Waker>>,
+}
+
+impl WakeNote {
+    /// Makes wakes reach the waker of the task polling now.
+    fn forward_to(&self, task: &Waker) {
+        let mut current = self.task.lock().unwrap_or_else(|e| e.into_inner());
+        if !current.as_ref().is_some_and(|w| w.will_wake(task)) {
+            *current = Some(task.clone());
+        }
+    }
+}
+
+impl Wake for WakeNote {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.woken.store(true, Ordering::Release);
+        let task = self.task.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(task) = task.as_ref() {
+            task.wake_by_ref();
+        }
+    }
+}
+
 struct Bounded<F> {
     call: Pin<Box<F>>,
-    yields: YieldFlag,
+    wakes: Arc<WakeNote>,
+    /// `wakes` as a waker, made once per call.
+    waker: Waker,
     limit: Duration,
     spent: Duration,
     /// Since when the guest is parked, and the timer that ends the park at the deadline.
@@ -74,8 +91,13 @@ impl<F: Future> Future for Bounded<F> {
         if this.spent >= this.limit {
             return Poll::Ready(Err(Elapsed));
         }
+        this.wakes.forward_to(cx.waker());
+        this.wakes.woken.store(false, Ordering::Release);
         let started = cpu_now();
-        let polled = this.call.as_mut().poll(cx);
+        let polled = this
+            .call
+            .as_mut()
+            .poll(&mut Context::from_waker(&this.waker));
         this.spent += cpu_now().saturating_sub(started);
         let Poll::Ready(value) = polled else {
             return this.pending(cx);
@@ -97,8 +119,8 @@ impl<F> Bounded<F> {
         if self.spent >= self.limit {
             return Poll::Ready(Err(Elapsed));
         }
-        if self.yields.take() {
-            // An epoch yield: the task is already woken and waits in the queue.
+        if self.wakes.woken.swap(false, Ordering::AcqRel) {
+            // A yield: the task is already woken and waits in the queue.
             return Poll::Pending;
         }
         let mut timer = Box::pin(tokio::time::sleep(self.limit - self.spent));
@@ -149,10 +171,24 @@ mod tests {
         }
     }
 
+    /// Yields the way wasmtime's fuel and epoch yields do: wakes the task during the poll,
+    /// then returns `Pending` once.
+    async fn yield_like_wasmtime() {
+        let mut yielded = false;
+        std::future::poll_fn(|cx| {
+            if yielded {
+                return Poll::Ready(());
+            }
+            yielded = true;
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        })
+        .await;
+    }
+
     #[tokio::test]
     async fn a_call_within_its_budget_finishes() {
-        let flag = YieldFlag::default();
-        let out = bounded(Duration::from_millis(500), &flag, async {
+        let out = bounded(Duration::from_millis(500), async {
             spin(Duration::from_millis(20));
             7
         })
@@ -162,14 +198,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_parked_call_is_stopped_at_its_deadline() {
-        let flag = YieldFlag::default();
         let started = Instant::now();
-        let out = bounded(
-            Duration::from_millis(200),
-            &flag,
-            std::future::pending::<()>(),
-        )
-        .await;
+        let out = bounded(Duration::from_millis(200), std::future::pending::<()>()).await;
         assert!(out.is_err());
         let waited = started.elapsed();
         assert!(waited >= Duration::from_millis(200), "{waited:?}");
@@ -178,8 +208,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_call_that_runs_past_its_budget_is_elapsed() {
-        let flag = YieldFlag::default();
-        let out = bounded(Duration::from_millis(30), &flag, async {
+        let out = bounded(Duration::from_millis(30), async {
             spin(Duration::from_millis(60));
         })
         .await;
@@ -188,27 +217,42 @@ mod tests {
 
     #[tokio::test(flavor = "current_thread")]
     async fn time_queued_behind_other_work_does_not_count() {
-        // The call yields (as the epoch callback makes a guest do) ten times; between its polls
-        // another task blocks the only executor thread for 50 ms of wall time. Its own CPU time
-        // is tiny, so a 100 ms budget holds although 500 ms pass.
-        let flag = YieldFlag::default();
+        // The call yields (wakes itself and returns `Pending`, as wasmtime's fuel and epoch
+        // yields do) ten times; between its polls another task blocks the only executor
+        // thread for 50 ms of wall time. Its own CPU time is tiny, so a 100 ms budget holds
+        // although 500 ms pass.
         let hog = tokio::spawn(async {
             for _ in 0..10 {
                 std::thread::sleep(Duration::from_millis(50));
                 tokio::task::yield_now().await;
             }
         });
-        let yields = flag.clone();
         let started = Instant::now();
-        let out = bounded(Duration::from_millis(100), &flag, async move {
+        let out = bounded(Duration::from_millis(100), async {
             for _ in 0..10 {
-                yields.yielding();
-                tokio::task::yield_now().await;
+                yield_like_wasmtime().await;
             }
         })
         .await;
         hog.await.unwrap();
         assert!(out.is_ok());
         assert!(started.elapsed() >= Duration::from_millis(400));
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_park_woken_from_elsewhere_counts_its_wall_time() {
+        // The call parks (returns `Pending` without waking itself) until another task wakes it
+        // 300 ms later: that wait is the call's time, so a 100 ms budget is exceeded.
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let waker = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let _ = tx.send(());
+        });
+        let out = bounded(Duration::from_millis(100), async {
+            let _ = rx.await;
+        })
+        .await;
+        assert!(out.is_err());
+        waker.abort();
     }
 }

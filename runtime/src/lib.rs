@@ -28,6 +28,7 @@
 mod artifact;
 mod bindings;
 pub mod check;
+mod code_cache;
 mod config;
 mod deadline;
 mod error;
@@ -41,7 +42,7 @@ mod source;
 pub mod trajectory;
 mod wasi;
 
-pub use config::{Config, Limits, Pool, default_cache_dir};
+pub use config::{Config, Limits, Pool, Yields, default_cache_dir};
 pub use error::{CallError, ErrorKind, RuntimeError};
 pub use runtime::Runtime;
 pub use sandbox::{CallOutput, EnvInfo, Reset, Sandbox, SandboxOptions, Step};

@@ -1,4 +1,5 @@
-//! The per-process runtime: engine, linker, pre-instantiated guest, epoch ticker.
+//! The per-process runtime: engine, linker, pre-instantiated guest, epoch ticker (with
+//! [`Yields::Epochs`]).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -11,9 +12,10 @@ use wasmtime::component::Linker;
 
 use crate::artifact;
 use crate::bindings::SandboxPre;
-use crate::config::{Config, Limits, Pool};
+use crate::code_cache;
+use crate::config::{Config, Limits, Pool, Yields};
 use crate::error::{CallError, RuntimeError};
-use crate::sandbox::{EnvInfo, Sandbox, SandboxOptions, SandboxState};
+use crate::sandbox::{EnvInfo, GuestPre, Sandbox, SandboxOptions, SandboxState};
 use crate::snapshot::{self, LoadPlan, Snapshot};
 use crate::snapshot_cache;
 use crate::source::{EnvSource, PlanKey, SourceCache};
@@ -32,7 +34,7 @@ pub struct Runtime {
 
 struct Inner {
     engine: Engine,
-    pre: SandboxPre<SandboxState>,
+    guest: GuestPre,
     config: Config,
     sources: SourceCache,
     stop_ticker: Arc<AtomicBool>,
@@ -56,9 +58,10 @@ impl Drop for Inner {
 pub(crate) fn engine_config(config: &Config) -> wasmtime::Config {
     let mut wasm = wasmtime::Config::new();
     wasm.wasm_component_model(true)
-        // Fuel makes limits deterministic; epochs give the wall-clock safety net.
+        // Fuel makes limits deterministic; yields (by fuel or epoch) let the deadline, the
+        // wall-clock safety net, be checked during a long call.
         .consume_fuel(true)
-        .epoch_interruption(true)
+        .epoch_interruption(config.yields == Yields::Epochs)
         // Same float bits on every CPU.
         .cranelift_nan_canonicalization(true)
         .relaxed_simd_deterministic(true)
@@ -97,7 +100,12 @@ fn pooling_config(pool: &Pool) -> wasmtime::PoolingAllocationConfig {
         .max_core_instance_size(CORE_INSTANCE_BYTES)
         .max_component_instance_size(CORE_INSTANCE_BYTES)
         .linear_memory_keep_resident(pool.keep_resident)
-        .table_keep_resident(pool.keep_resident);
+        .table_keep_resident(pool.keep_resident)
+        .pagemap_scan(if pool.scan_dirty_pages {
+            wasmtime::Enabled::Auto
+        } else {
+            wasmtime::Enabled::No
+        });
     p
 }
 
@@ -128,6 +136,11 @@ impl Runtime {
 
     /// Builds the engine and prepares the guest (from the artifact cache when possible).
     pub fn new(config: Config) -> Result<Runtime, RuntimeError> {
+        if config.yields == Yields::Fuel(0) {
+            return Err(RuntimeError::Engine(
+                "Yields::Fuel needs a positive fuel interval".to_owned(),
+            ));
+        }
         let engine = Engine::new(&engine_config(&config))
             .map_err(|e| RuntimeError::Engine(e.to_string()))?;
         let component = artifact::load_component(&engine, config.cache_dir.as_deref())?;
@@ -143,12 +156,17 @@ impl Runtime {
             .map_err(|e| RuntimeError::Guest(e.to_string()))?;
         let pre = SandboxPre::new(instance_pre).map_err(|e| RuntimeError::Guest(e.to_string()))?;
         let stop_ticker = Arc::new(AtomicBool::new(false));
-        spawn_ticker(engine.clone(), stop_ticker.clone());
+        if config.yields == Yields::Epochs {
+            spawn_ticker(engine.clone(), stop_ticker.clone());
+        }
         let limits = Arc::new(config.limits.clone());
         Ok(Runtime {
             inner: Arc::new(Inner {
                 engine,
-                pre,
+                guest: GuestPre {
+                    pre,
+                    yields: config.yields,
+                },
                 config,
                 sources: SourceCache::new(SOURCE_CACHE_ENTRIES),
                 stop_ticker,
@@ -191,7 +209,29 @@ impl Runtime {
         let plan = cell
             .get_or_try_init(|| self.cached_plan(source, &key))
             .await?;
-        Sandbox::load(&self.inner.pre, self.limits.clone(), source, options, plan).await
+        Sandbox::load(
+            &self.inner.guest,
+            self.limits.clone(),
+            source,
+            options,
+            plan,
+        )
+        .await
+    }
+
+    /// The file that caches the bytecode of `source` compiled under this runtime's limits
+    /// (`None` without a cache directory). [`Runtime::prepare`] writes it; a later process
+    /// reads it instead of compiling the source again.
+    pub fn code_file(&self, source: &EnvSource) -> Option<PathBuf> {
+        self.code_path(source.sha256())
+    }
+
+    fn code_path(&self, source_sha256: &str) -> Option<PathBuf> {
+        self.inner
+            .config
+            .cache_dir
+            .as_deref()
+            .map(|dir| code_cache::path(dir, &self.artifact_key(), source_sha256, &self.limits))
     }
 
     /// The file that caches how sandboxes of `source` with `max_turns` are loaded under this
@@ -236,7 +276,7 @@ impl Runtime {
         max_turns: Option<u32>,
     ) -> Result<LoadPlan, CallError> {
         let snapshots = self.inner.config.snapshots;
-        let mut probe = Sandbox::fresh(self.limits.clone(), &self.inner.pre, 0);
+        let mut probe = Sandbox::fresh(self.limits.clone(), &self.inner.guest, 0);
         // A probe that fails leaves the error to each sandbox's own load, which runs the
         // stage as it always ran (seeded first).
         let Ok((_, used_random)) = probe.load_source(source, max_turns, None, false).await else {
@@ -304,7 +344,7 @@ impl Runtime {
         self.inner
             .base_memory
             .get_or_try_init(|| async {
-                let mut fresh = Sandbox::fresh(self.limits.clone(), &self.inner.pre, 0);
+                let mut fresh = Sandbox::fresh(self.limits.clone(), &self.inner.guest, 0);
                 fresh.capture().await.map(Arc::new)
             })
             .await
@@ -334,14 +374,25 @@ impl Runtime {
     }
 
     /// Compiles `source` once (in a throwaway sandbox, within the load fuel budget) and caches
-    /// the bytecode for every later sandbox of the same source. A syntax error is a
-    /// [`CallError::Load`].
+    /// the bytecode for every later sandbox of the same source, in memory and (with a cache
+    /// directory) on disk for later processes. A syntax error is a [`CallError::Load`].
     pub async fn prepare(&self, source: &str) -> Result<EnvSource, CallError> {
         let (sha256, hit) = self.inner.sources.get(source);
         if let Some(prepared) = hit {
             return Ok(prepared);
         }
-        let code = Sandbox::compile(&self.inner.pre, self.limits.clone(), source).await?;
+        let cached = self.code_path(&sha256);
+        let code = match cached.as_deref().and_then(code_cache::read) {
+            Some(code) => code,
+            None => {
+                let code = Sandbox::compile(&self.inner.guest, self.limits.clone(), source).await?;
+                if let Some(path) = &cached {
+                    // A compile that cannot be cached is done again by the next process.
+                    let _ = code_cache::write(path, &code);
+                }
+                code
+            }
+        };
         let prepared = EnvSource::new(source, sha256, code);
         self.inner.sources.insert(prepared.clone());
         Ok(prepared)

@@ -8,8 +8,8 @@ use wasmtime::{ResourceLimiter, Store, UpdateDeadline};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use crate::bindings::{self, EnvError, SizeLimits};
-use crate::config::Limits;
-use crate::deadline::{self, YieldFlag};
+use crate::config::{Limits, Yields};
+use crate::deadline;
 use crate::error::{CallError, ErrorKind};
 use crate::outcome;
 use crate::snapshot::{LoadPlan, Snapshot, SnapshotIo};
@@ -123,7 +123,6 @@ pub struct SandboxState {
     pub(crate) limiter: MemoryLimiter,
     pub(crate) stdout: CappedOutput,
     pub(crate) stderr: CappedOutput,
-    yields: YieldFlag,
     /// The sandbox's seed (for `wasi:random/insecure-seed`).
     pub(crate) seed: u64,
     /// Reads of WASI entropy so far.
@@ -155,7 +154,6 @@ impl SandboxState {
             },
             stdout,
             stderr,
-            yields: YieldFlag::default(),
             seed,
             entropy,
             snapshot: SnapshotIo::default(),
@@ -177,10 +175,20 @@ impl WasiView for SandboxState {
     }
 }
 
+/// The pre-instantiated guest and how its calls yield: what every sandbox of a runtime is
+/// created from.
+#[derive(Clone)]
+pub(crate) struct GuestPre {
+    pub(crate) pre: bindings::SandboxPre<SandboxState>,
+    pub(crate) yields: Yields,
+}
+
 /// The store and guest instance of a sandbox that is alive.
 struct Live {
     store: Store<SandboxState>,
     pre: bindings::SandboxPre<SandboxState>,
+    /// Whether the engine interrupts by epoch (the deadline of each call is then armed).
+    epochs: bool,
     /// Set once the guest is instantiated (by the sandbox's first call).
     bindings: Option<bindings::Sandbox>,
 }
@@ -242,24 +250,22 @@ pub struct Sandbox {
 
 impl Sandbox {
     /// A sandbox with a fresh store (the guest is instantiated by its first call).
-    pub(crate) fn fresh(
-        limits: Arc<Limits>,
-        pre: &bindings::SandboxPre<SandboxState>,
-        seed: u64,
-    ) -> Sandbox {
-        let mut store = Store::new(pre.engine(), SandboxState::new(seed, &limits));
+    pub(crate) fn fresh(limits: Arc<Limits>, guest: &GuestPre, seed: u64) -> Sandbox {
+        let mut store = Store::new(guest.pre.engine(), SandboxState::new(seed, &limits));
         store.limiter(|state| &mut state.limiter);
-        store.epoch_deadline_callback(|ctx| {
+        match guest.yields {
+            Yields::Fuel(interval) => store
+                .fuel_async_yield_interval(Some(interval))
+                .expect("fuel is enabled and `Runtime::new` refuses a zero interval"),
             // Deadlines are decided by `deadline::bounded` around the call; an epoch tick only
-            // makes a long-running guest yield to the executor (marked, so that the yield is
-            // not mistaken for a guest parked in a host wait).
-            ctx.data().yields.yielding();
-            Ok(UpdateDeadline::Yield(1))
-        });
+            // makes a long-running guest yield to the executor.
+            Yields::Epochs => store.epoch_deadline_callback(|_| Ok(UpdateDeadline::Yield(1))),
+        }
         Sandbox {
             live: Some(Live {
                 store,
-                pre: pre.clone(),
+                pre: guest.pre.clone(),
+                epochs: guest.yields == Yields::Epochs,
                 bindings: None,
             }),
             info: EnvInfo {
@@ -278,13 +284,13 @@ impl Sandbox {
     /// Whatever the plan, the sandbox ends up in the same state, and `last_fuel` and
     /// `last_output` report the load as if every stage ran here.
     pub(crate) async fn load(
-        pre: &bindings::SandboxPre<SandboxState>,
+        guest: &GuestPre,
         limits: Arc<Limits>,
         source: &EnvSource,
         options: SandboxOptions,
         plan: &LoadPlan,
     ) -> Result<Sandbox, CallError> {
-        let mut sandbox = Sandbox::fresh(limits, pre, options.seed);
+        let mut sandbox = Sandbox::fresh(limits, guest, options.seed);
         let max_turns = options.max_turns;
         let LoadPlan::Deferred {
             seed_before_construct,
@@ -394,11 +400,11 @@ impl Sandbox {
 
     /// Compiles `source` to bytecode in a throwaway instance (budget: the load fuel).
     pub(crate) async fn compile(
-        pre: &bindings::SandboxPre<SandboxState>,
+        guest: &GuestPre,
         limits: Arc<Limits>,
         source: &str,
     ) -> Result<Vec<u8>, CallError> {
-        let mut sandbox = Sandbox::fresh(limits, pre, 0);
+        let mut sandbox = Sandbox::fresh(limits, guest, 0);
         match sandbox.call(Call::Compile(source)).await? {
             Reply::Code(code) => Ok(code),
             _ => unreachable!("compile replies with Code"),
@@ -481,16 +487,14 @@ impl Sandbox {
             | Call::Restore(_) => limits.load_fuel,
             _ => limits.fuel_per_call,
         };
-        begin(&mut live.store, budget);
+        begin(&mut live.store, live.epochs, budget);
         // Capture and restore run only spade's own code on memory the load already sized;
         // they get a deadline of their own rather than the environment's.
         let call_deadline = match call {
             Call::Capture | Call::Restore(_) => limits.call_deadline.max(SNAPSHOT_DEADLINE),
             _ => limits.call_deadline,
         };
-        let yields = live.store.data().yields.clone();
-        let ran =
-            deadline::bounded(call_deadline, &yields, dispatch(&mut live, call, &limits)).await;
+        let ran = deadline::bounded(call_deadline, dispatch(&mut live, call, &limits)).await;
         self.last_fuel = budget.saturating_sub(live.store.get_fuel().unwrap_or(0));
         let denied = live.store.data_mut().limiter.denied.take();
         let result = match ran {
@@ -525,11 +529,13 @@ impl Sandbox {
 const SNAPSHOT_DEADLINE: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Sets a call's fuel budget and clears what the previous call left behind.
-fn begin(store: &mut Store<SandboxState>, budget: u64) {
+fn begin(store: &mut Store<SandboxState>, epochs: bool, budget: u64) {
     store
         .set_fuel(budget)
         .expect("fuel is enabled on the engine");
-    store.set_epoch_deadline(1);
+    if epochs {
+        store.set_epoch_deadline(1);
+    }
     let state = store.data_mut();
     state.limiter.denied = None;
     state.stdout.take();

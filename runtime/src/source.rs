@@ -13,7 +13,8 @@ use crate::trajectory::sha256_hex;
 ///
 /// Compiling Python is the dominant cost of loading an environment inside the interpreter, and
 /// SPADE plays every environment many times. [`Runtime::prepare`](crate::Runtime::prepare)
-/// compiles a source once (in a throwaway sandbox); every sandbox created from the result
+/// compiles a source once (in a throwaway sandbox, or not at all when an earlier process
+/// cached its bytecode on disk); every sandbox created from the result
 /// loads the bytecode. Loading from bytecode is what every sandbox does, so the fuel a load
 /// reports does not depend on whether the source was already compiled.
 #[derive(Clone)]

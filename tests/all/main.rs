@@ -25,3 +25,4 @@ mod selfplay;
 mod serve;
 mod snapshots;
 mod unicode;
+mod yields;

@@ -1,11 +1,12 @@
 //! Per-environment snapshots and pooled sandboxes: a sandbox started from a snapshot is the
 //! sandbox that ran the source itself, call for call and byte for byte; a full pool refuses a
-//! sandbox with a clear error and frees its slot when a sandbox is dropped.
+//! sandbox with a clear error and frees its slot when a sandbox is dropped; snapshots and
+//! bytecode are cached on disk for later processes.
 
 use std::sync::OnceLock;
 
 use spade_runtime::trajectory::{RecordMeta, Recorder};
-use spade_runtime::{CallError, Config, Pool, Runtime, SandboxOptions};
+use spade_runtime::{CallError, Config, Limits, Pool, Runtime, SandboxOptions};
 
 use crate::common::{env_actions, env_dir, env_source, fixtures, spade, test_limits};
 
@@ -318,7 +319,7 @@ async fn a_new_runtime_starts_from_the_cached_snapshot_and_ignores_a_damaged_or_
     let prepared = first.prepare(&source).await.unwrap();
     let file = first.snapshot_file(&prepared, None).unwrap();
     let cached = std::fs::read(&file).unwrap();
-    assert!(cached.starts_with(b"{\"format\":\"spade-snapshot-1\""));
+    assert!(cached.starts_with(b"{\"format\":\"spade-snapshot-2\""));
 
     // A new runtime (as in a new process) reads the file instead of probing.
     let second = Runtime::new(Config::default())
@@ -349,4 +350,63 @@ async fn a_new_runtime_starts_from_the_cached_snapshot_and_ignores_a_damaged_or_
         assert_eq!(play(fourth).await, expected);
         std::fs::remove_file(&file).unwrap();
     }
+}
+
+#[tokio::test]
+async fn a_new_runtime_loads_the_cached_bytecode_and_ignores_a_damaged_file() {
+    // A source no other test uses, so that its cache file is this test's alone.
+    let source = format!(
+        "{}\n# code cache {}-{:?}\n",
+        env_source("arithmetic_puzzle"),
+        std::process::id(),
+        std::time::SystemTime::now()
+    );
+    let first = Runtime::new(Config::default())
+        .unwrap()
+        .with_limits(test_limits());
+    let compiled = first.prepare(&source).await.unwrap();
+    let file = first.code_file(&compiled).unwrap();
+    let cached = std::fs::read(&file).unwrap();
+    assert!(cached.starts_with(b"spade-code-1 "), "{:?}", &cached[..20]);
+    assert!(cached.ends_with(compiled.code()));
+
+    // A new runtime (as in a new process) reads the same bytecode.
+    let second = Runtime::new(Config::default())
+        .unwrap()
+        .with_limits(test_limits());
+    assert_eq!(
+        second.prepare(&source).await.unwrap().code(),
+        compiled.code()
+    );
+
+    // A damaged file is ignored: the source is compiled again and the file rewritten.
+    let mut damaged = cached.clone();
+    let last = damaged.len() - 1;
+    damaged[last] ^= 0xff;
+    std::fs::write(&file, &damaged).unwrap();
+    let third = Runtime::new(Config::default())
+        .unwrap()
+        .with_limits(test_limits());
+    let again = third.prepare(&source).await.unwrap();
+    assert_eq!(again.code(), compiled.code());
+    assert_eq!(std::fs::read(&file).unwrap(), cached);
+    let mut sandbox = third
+        .sandbox_from(&again, SandboxOptions::seeded(1))
+        .await
+        .unwrap();
+    assert!(
+        sandbox
+            .reset(Some(1))
+            .await
+            .unwrap()
+            .observation
+            .starts_with("Compute ")
+    );
+
+    // Other limits are another file.
+    let other = third.with_limits(Limits {
+        load_fuel: test_limits().load_fuel - 1,
+        ..test_limits()
+    });
+    assert_ne!(other.code_file(&again).unwrap(), file);
 }

@@ -9,7 +9,7 @@ use anyhow::Context as _;
 use clap::Args;
 use serde_json::{Value, json};
 use spade_runtime::trajectory::{RecordError, RecordMeta, Recorder};
-use spade_runtime::{CallError, CallOutput, Config, Runtime, SandboxOptions};
+use spade_runtime::{CallError, CallOutput, Config, Pool, Runtime, SandboxOptions};
 
 use super::actions::{Format, InteractiveActions, read_actions};
 use super::{EXIT_ENV_FAILED, read_text, tokio_runtime};
@@ -59,10 +59,7 @@ impl RunArgs {
     pub fn execute(self) -> anyhow::Result<ExitCode> {
         let source = read_text(&self.env, "environment file")?;
         let actions = self.actions()?;
-        let runtime = start_runtime(Config {
-            snapshots: !self.no_snapshots,
-            ..Config::default()
-        })?;
+        let runtime = start_runtime(one_episode_config(!self.no_snapshots))?;
         tokio_runtime()?.block_on(self.play(&runtime, &source, actions))
     }
 
@@ -173,6 +170,24 @@ impl RunArgs {
 
 /// Starts the sandbox runtime. On a machine's first run this pre-initialises and compiles the
 /// guest (about a minute): say so on stderr, then where it is cached.
+/// Sandboxes one episode needs at once: its own, and the short-lived ones that compile its
+/// source, probe how it loads and capture a fresh interpreter, with room to spare.
+const ONE_EPISODE_SLOTS: u32 = 8;
+
+/// The runtime settings of a process that plays one episode (`spade run`): the default ones
+/// with a pool of [`ONE_EPISODE_SLOTS`] instead of a thousand, which a process that starts for
+/// one episode would set up and tear down for nothing.
+pub fn one_episode_config(snapshots: bool) -> Config {
+    Config {
+        snapshots,
+        pool: Some(Pool {
+            sandboxes: ONE_EPISODE_SLOTS,
+            ..Pool::default()
+        }),
+        ..Config::default()
+    }
+}
+
 pub fn start_runtime(config: Config) -> anyhow::Result<Runtime> {
     let first = !Runtime::is_prepared(&config);
     let started = std::time::Instant::now();

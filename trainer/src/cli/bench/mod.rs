@@ -4,6 +4,7 @@
 
 mod levers;
 mod memory;
+mod play;
 mod throughput;
 
 use std::path::{Path, PathBuf};
@@ -72,6 +73,9 @@ pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[index.min(sorted.len() - 1)]
 }
 
+/// Alternating rounds of the yields comparison.
+const YIELD_ROUNDS: usize = 6;
+
 fn ms(d: Duration) -> String {
     format!("{:.2} ms", d.as_secs_f64() * 1e3)
 }
@@ -95,7 +99,7 @@ impl BenchArgs {
         );
         let startup = self.process_starts(&fixtures[0])?;
         say!(
-            "process start to first reset (warm artifact cache): median {} over {} runs",
+            "process start to first reset (`spade run`'s settings, warm caches): median {} over {} runs",
             ms(startup),
             self.starts
         );
@@ -236,7 +240,7 @@ impl BenchArgs {
     fn levers(&self, tokio: &tokio::runtime::Runtime, fixtures: &[Fixture]) -> anyhow::Result<()> {
         let settings = levers::settings();
         let mut header = format!(
-            "\n{:<28} {:>14}",
+            "\n{:<34} {:>14}",
             "fresh sandbox + 1st reset", "runtime ready"
         );
         for fixture in fixtures {
@@ -246,7 +250,7 @@ impl BenchArgs {
         let mut baseline = Vec::new();
         for (i, setting) in settings.iter().enumerate() {
             let mut line = format!(
-                "{:<28} {:>14}",
+                "{:<34} {:>14}",
                 setting.name,
                 ms(levers::runtime_ready(setting)?)
             );
@@ -269,6 +273,39 @@ impl BenchArgs {
             }
             say!("{line}");
         }
+        self.yield_levers(tokio, fixtures)
+    }
+
+    /// Steps/s with each way a long call yields, in alternating rounds.
+    fn yield_levers(
+        &self,
+        tokio: &tokio::runtime::Runtime,
+        fixtures: &[Fixture],
+    ) -> anyhow::Result<()> {
+        let settings = levers::yield_settings();
+        if !settings.iter().all(|s| Runtime::is_prepared(&s.config)) {
+            say!("\n(compiling the guest once for the epoch setting: Cranelift, about a minute)");
+        }
+        let mut header = format!("\n{:<20}", "steps/s");
+        for setting in &settings {
+            header.push_str(&format!(" {:>30}", setting.name));
+        }
+        say!("{header}");
+        for fixture in fixtures {
+            let rates = tokio.block_on(levers::steps_per_second(
+                &settings,
+                fixture,
+                self.steps,
+                YIELD_ROUNDS,
+            ))?;
+            let mut line = format!("{:<20}", fixture.name);
+            for rate in &rates {
+                let ratio = rates[0] / rate;
+                line.push_str(&format!(" {:>30}", format!("{rate:.0} ({ratio:.3}x)")));
+            }
+            say!("{line}");
+        }
+        say!("(each column: steps/s, and the default's steps/s over this setting's)");
         Ok(())
     }
 
@@ -343,23 +380,8 @@ impl BenchArgs {
             .sandbox(&fixture.source, SandboxOptions::seeded(0))
             .await?;
         sandbox.reset(Some(0)).await?;
-        let mut steps = Vec::with_capacity(self.steps);
-        let (mut episode, mut index) = (0u64, 0usize);
-        let start = Instant::now();
-        for _ in 0..self.steps {
-            let t = Instant::now();
-            let step = sandbox
-                .step(&fixture.actions[index % fixture.actions.len()])
-                .await?;
-            steps.push(t.elapsed());
-            index += 1;
-            if step.terminated || step.truncated {
-                episode += 1;
-                index = 0;
-                sandbox.reset(Some(episode)).await?;
-            }
-        }
-        let steps_per_s = self.steps as f64 / start.elapsed().as_secs_f64();
+        let (mut steps, elapsed) = play::play(&mut sandbox, fixture, self.steps).await?;
+        let steps_per_s = self.steps as f64 / elapsed.as_secs_f64();
         steps.sort();
         Ok(Row {
             fresh_median: percentile(&fresh, 0.5),
@@ -483,7 +505,8 @@ fn tempfile_dir() -> anyhow::Result<PathBuf> {
 
 fn startup_probe(env: &Path) -> anyhow::Result<ExitCode> {
     let source = read_text(env, "environment file")?;
-    let runtime = Runtime::new(Config::default())?;
+    // The settings of `spade run`, a process that starts for one episode.
+    let runtime = Runtime::new(super::run::one_episode_config(true))?;
     tokio_runtime()?.block_on(async {
         let mut sandbox = runtime.sandbox(&source, SandboxOptions::seeded(0)).await?;
         sandbox.reset(Some(0)).await?;
