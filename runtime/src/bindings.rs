@@ -12,4 +12,3 @@ wasmtime::component::bindgen!({
 pub use exports::spade::env::environment::{
     EnvError, EnvInfo as GuestEnvInfo, LoadOptions, SizeLimits,
 };
-pub use spade::env::snapshot_host;

@@ -331,7 +331,7 @@ impl Runtime {
         // The capture starts at address 1.
         Ok(Some(Arc::new(Snapshot {
             wasm_pages: ((memory.len() + 1) / 65536) as u32,
-            chunks,
+            chunks: chunks.into_iter().map(Arc::from).collect(),
             dirty_pages,
             constructed,
             load_fuel,

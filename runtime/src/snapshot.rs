@@ -27,8 +27,8 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use crate::bindings::snapshot_host;
 use crate::sandbox::{EnvInfo, SandboxState};
+use wasmtime::StoreContextMut;
 
 /// Bytes of one snapshot page.
 pub(crate) const PAGE: usize = 4096;
@@ -46,8 +46,9 @@ const RECORDS_PER_CHUNK: usize = 256;
 pub(crate) struct Snapshot {
     /// Size of the linear memory in wasm pages (64 KiB).
     pub wasm_pages: u32,
-    /// Restore chunks, each at most [`RECORDS_PER_CHUNK`] records.
-    pub chunks: Vec<Vec<u8>>,
+    /// Restore chunks, each at most [`RECORDS_PER_CHUNK`] records, shared (not copied) with
+    /// every restore that hands them to a guest.
+    pub chunks: Vec<Arc<[u8]>>,
     /// Pages that differ from the fresh interpreter's.
     pub dirty_pages: usize,
     /// What the constructor returned, when the snapshot was taken after it (`None`: taken
@@ -62,7 +63,7 @@ pub(crate) struct Snapshot {
 impl Snapshot {
     /// Bytes the snapshot holds.
     pub fn bytes(&self) -> usize {
-        self.chunks.iter().map(Vec::len).sum()
+        self.chunks.iter().map(|chunk| chunk.len()).sum()
     }
 }
 
@@ -124,7 +125,7 @@ pub(crate) struct SnapshotIo {
     pub restore: Option<(Arc<Snapshot>, VecDeque<usize>)>,
 }
 
-impl snapshot_host::Host for SnapshotIo {
+impl SnapshotIo {
     fn capture_memory(&mut self, memory: Vec<u8>) -> wasmtime::Result<()> {
         match &mut self.capture {
             Some(slot @ None) => {
@@ -135,28 +136,41 @@ impl snapshot_host::Host for SnapshotIo {
         }
     }
 
-    fn next_chunk(&mut self) -> wasmtime::Result<Vec<u8>> {
+    /// The next chunk (empty when done), lowered into the guest straight from the shared
+    /// snapshot: a restore copies no chunk on the host side.
+    fn next_chunk(&mut self) -> wasmtime::Result<Arc<[u8]>> {
         match &mut self.restore {
             Some((snapshot, queue)) => Ok(queue
                 .pop_front()
-                .map(|i| snapshot.chunks[i].clone())
-                .unwrap_or_default()),
+                .map_or_else(|| Arc::from(&[][..]), |i| snapshot.chunks[i].clone())),
             None => wasmtime::bail!("next-chunk called outside a restore"),
         }
     }
 }
 
-struct Io;
+/// The interface name of `spade:env/snapshot-host` as the guest imports it.
+const SNAPSHOT_HOST: &str = "spade:env/snapshot-host@0.1.0";
 
-impl wasmtime::component::HasData for Io {
-    type Data<'a> = &'a mut SnapshotIo;
-}
-
-/// Links `spade:env/snapshot-host`.
+/// Links `spade:env/snapshot-host`. Linked by hand rather than through the generated
+/// `add_to_linker`, whose `next-chunk` must return an owned `Vec` (a copy of the chunk per
+/// call); the types are checked against the component when it is instantiated.
 pub(crate) fn add_to_linker(
     linker: &mut wasmtime::component::Linker<SandboxState>,
 ) -> wasmtime::Result<()> {
-    snapshot_host::add_to_linker::<SandboxState, Io>(linker, |state| &mut state.snapshot)
+    let mut host = linker.instance(SNAPSHOT_HOST)?;
+    host.func_wrap(
+        "capture-memory",
+        |mut store: StoreContextMut<'_, SandboxState>, (memory,): (Vec<u8>,)| {
+            store.data_mut().snapshot.capture_memory(memory)
+        },
+    )?;
+    host.func_wrap(
+        "next-chunk",
+        |mut store: StoreContextMut<'_, SandboxState>, (): ()| {
+            store.data_mut().snapshot.next_chunk().map(|chunk| (chunk,))
+        },
+    )?;
+    Ok(())
 }
 
 #[cfg(test)]

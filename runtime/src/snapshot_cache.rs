@@ -103,7 +103,7 @@ pub(crate) fn read(path: &Path) -> Option<LoadPlan> {
             let mut chunks = Vec::with_capacity(figures.chunk_lens.len());
             let mut at = 0;
             for len in figures.chunk_lens {
-                chunks.push(data[at..at + len].to_vec());
+                chunks.push(Arc::from(&data[at..at + len]));
                 at += len;
             }
             Some(Arc::new(Snapshot {
@@ -136,7 +136,7 @@ pub(crate) fn write(path: &Path, plan: &LoadPlan) -> std::io::Result<()> {
         } => {
             let data: Vec<u8> = snapshot
                 .iter()
-                .flat_map(|s| s.chunks.iter().flatten().copied())
+                .flat_map(|s| s.chunks.iter().flat_map(|chunk| chunk.iter().copied()))
                 .collect();
             let figures = snapshot.as_ref().map(|s| Figures {
                 wasm_pages: s.wasm_pages,
@@ -148,7 +148,7 @@ pub(crate) fn write(path: &Path, plan: &LoadPlan) -> std::io::Result<()> {
                     max_turns: info.max_turns,
                     tools: info.tools.clone(),
                 }),
-                chunk_lens: s.chunks.iter().map(Vec::len).collect(),
+                chunk_lens: s.chunks.iter().map(|chunk| chunk.len()).collect(),
                 crc32: crc32fast::hash(&data),
             });
             (
