@@ -28,6 +28,8 @@ pub struct LlamaTimings {
     pub generated_tokens: usize,
     /// Generation time, seconds (for concurrent requests: the longest).
     pub generated_secs: f64,
+    /// Wall-clock seconds from sending the request(s) to the last answer.
+    pub wall_secs: f64,
 }
 
 /// Checks a `--llama-server` value before anything runs: an `http://` URL or an existing file.
@@ -165,7 +167,9 @@ impl LlamaServer {
             "seed": seed,
         })
         .to_string();
+        let start = Instant::now();
         let (status, text) = self.request("POST", "/completion", Some(&body))?;
+        let wall_secs = start.elapsed().as_secs_f64();
         if status != 200 {
             bail!("llama-server answered {status}: {}", text.trim());
         }
@@ -181,12 +185,14 @@ impl LlamaServer {
             prompt_secs: num("prompt_ms")? / 1e3,
             generated_tokens: num("predicted_n")? as usize,
             generated_secs: num("predicted_ms")? / 1e3,
+            wall_secs,
         })
     }
 
     /// The prompts' completions sent at once (one slot each); prompt and generation times are
     /// the longest of the requests, so their rates are the batch's throughput.
     pub fn complete_all(&self, prompts: &[Vec<u32>], n: usize) -> anyhow::Result<LlamaTimings> {
+        let start = Instant::now();
         let results: Vec<anyhow::Result<LlamaTimings>> = std::thread::scope(|s| {
             let handles: Vec<_> = prompts
                 .iter()
@@ -203,6 +209,7 @@ impl LlamaServer {
             prompt_secs: 0.0,
             generated_tokens: 0,
             generated_secs: 0.0,
+            wall_secs: start.elapsed().as_secs_f64(),
         };
         for r in results {
             let t = r?;

@@ -10,6 +10,7 @@ use super::bench_llama::LlamaServer;
 use spade_trainer::fetch;
 use spade_trainer::grpo::{GrpoConfig, GrpoSample, GrpoTrainer};
 use spade_trainer::logprob::{Pair, completion_logprobs};
+use spade_trainer::model::quant_matmul::{self, Kernel};
 use spade_trainer::model::{Config, DecodeWeights, Decoder, LoraConfig, lora};
 use spade_trainer::optim::{AdamW, AdamWConfig};
 use spade_trainer::prefix_cache::PrefixCache;
@@ -51,6 +52,10 @@ pub struct BenchModel {
     /// Decode weights to measure, in order; each is compared with the first.
     #[arg(long, value_delimiter = ',', default_value = "f32,q8_0,gguf")]
     decode_weights: Vec<DecodeWeights>,
+    /// Quantised kernels to measure each quantised variant with (`avx512vnni`, `avx2`,
+    /// `portable`), in order; default: the fastest this CPU runs.
+    #[arg(long, value_delimiter = ',')]
+    quant_kernels: Vec<String>,
     /// llama.cpp's `llama-server` binary (started here on the same GGUF) or the `http://`
     /// URL of one already serving it: measured on the same prompts and token counts.
     #[arg(long, value_name = "PATH|URL")]
@@ -141,21 +146,36 @@ impl BenchModel {
             self.tokens,
             self.group
         );
+        let kernels = self
+            .quant_kernels
+            .iter()
+            .map(|name| {
+                Kernel::from_name(name)
+                    .ok_or_else(|| anyhow::anyhow!("unknown quantised kernel `{name}`"))
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
         let mut measured = Vec::new();
         for &w in &self.decode_weights {
             if w == DecodeWeights::Gguf && !is_gguf {
                 say!("decode weights gguf: skipped (not a GGUF model; it would equal q8_0)");
                 continue;
             }
-            let decode = lora_model.set_decode_weights(w)?;
-            say!("decode weights {decode}");
-            measured.push(measure(
-                &lora_model,
-                &tokenizer,
-                &prompts,
-                &params,
-                w.as_str(),
-            )?);
+            let runs: Vec<Option<Kernel>> = if w == DecodeWeights::F32 || kernels.is_empty() {
+                vec![None]
+            } else {
+                kernels.iter().copied().map(Some).collect()
+            };
+            for kernel in runs {
+                quant_matmul::force_kernel(kernel)?;
+                let decode = lora_model.set_decode_weights(w)?;
+                say!("decode weights {decode}");
+                let label = match kernel {
+                    Some(k) => format!("{w}/{}", k.name()),
+                    None => w.to_string(),
+                };
+                measured.push(measure(&lora_model, &tokenizer, &prompts, &params, &label)?);
+            }
+            quant_matmul::force_kernel(None)?;
         }
         print_sampling(&measured, self.group);
         say!("peak RSS after sampling: {:.0} MiB", peak_rss_mib());
@@ -215,7 +235,7 @@ impl BenchModel {
             optimizer_steps(&varmap)?;
         }
         if let (Some(spec), Some(gguf)) = (&self.llama_server, &path) {
-            llama_comparison(spec, gguf, &prompts, self.tokens, measured.last())?;
+            llama_comparison(spec, gguf, &prompts, self.tokens, &measured)?;
         }
         say!("peak RSS: {:.0} MiB", peak_rss_mib());
         say!("load average: {}", load_average());
@@ -306,13 +326,14 @@ fn print_sampling(measured: &[Measured], group: usize) {
     }
 }
 
-/// llama.cpp on the same GGUF, prompts and token counts, and spade's ratio to it.
+/// llama.cpp on the same GGUF, prompts and token counts, and each spade variant's ratio to
+/// it.
 fn llama_comparison(
     spec: &str,
     gguf: &std::path::Path,
     prompts: &[Vec<u32>],
     tokens: usize,
-    spade: Option<&Measured>,
+    spade: &[Measured],
 ) -> anyhow::Result<()> {
     let threads = candle_core::utils::get_num_threads();
     let ctx = (prompts[0].len() + tokens + 64).next_multiple_of(256);
@@ -322,39 +343,40 @@ fn llama_comparison(
     let one = server.complete(&prompts[0], tokens, 1)?;
     let all = server.complete_all(prompts, tokens)?;
     say!(
-        "llama.cpp server ({spec}), {threads} threads, {} slots:",
-        prompts.len()
+        "llama.cpp server ({spec}), {threads} threads, {} slots, load average {}:",
+        prompts.len(),
+        load_average()
     );
-    say!(
-        "| measurement | llama.cpp tokens | seconds | tokens/s | spade tokens/s | spade / llama.cpp |"
-    );
-    say!("|---|---|---|---|---|---|");
+    let mut head = "| measurement | llama.cpp tokens | seconds | llama.cpp tokens/s |".to_string();
+    let mut rule = "|---|---|---|---|".to_string();
+    for m in spade {
+        head += &format!(" spade {} tokens/s (ratio) |", m.label);
+        rule += "---|";
+    }
+    say!("{head}");
+    say!("{rule}");
     let g = prompts.len();
     let rows = [
-        ("prefill G=1", one.prompt_tokens, one.prompt_secs, 0),
-        ("decode G=1", one.generated_tokens, one.generated_secs, 1),
-        (
-            &*format!("prefill G={g}"),
-            all.prompt_tokens,
-            all.prompt_secs,
-            2,
-        ),
-        (
-            &*format!("decode G={g}"),
-            all.generated_tokens,
-            all.generated_secs,
-            3,
-        ),
+        ("prefill G=1".to_string(), one.prompt_tokens, one.prompt_secs, 0),
+        ("decode G=1".to_string(), one.generated_tokens, one.generated_secs, 1),
+        (format!("prefill G={g}"), all.prompt_tokens, all.prompt_secs, 2),
+        (format!("decode G={g}"), all.generated_tokens, all.generated_secs, 3),
     ];
     for (name, n, secs, k) in rows {
         let llama = n as f64 / secs;
-        let (sn, ss) = spade.map_or((0, f64::NAN), |m| m.runs[k]);
-        let ours = sn as f64 / ss;
-        say!(
-            "| {name} | {n} | {secs:.2} | {llama:.1} | {ours:.1} | {:.2}x |",
-            ours / llama
-        );
+        let mut line = format!("| {name} | {n} | {secs:.2} | {llama:.1} |");
+        for m in spade {
+            let (sn, ss) = m.runs[k];
+            let ours = sn as f64 / ss;
+            line += &format!(" {ours:.1} ({:.2}x) |", ours / llama);
+        }
+        say!("{line}");
     }
+    say!(
+        "llama.cpp G={g} wall clock, prompt and generation: {:.2} s for {} tokens generated",
+        all.wall_secs,
+        all.generated_tokens
+    );
     Ok(())
 }
 
