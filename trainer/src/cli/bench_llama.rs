@@ -139,8 +139,40 @@ impl LlamaServer {
             self.addr,
             body.len()
         )?;
+        // Read the header, then exactly `Content-Length` bytes (a server that keeps the
+        // connection open despite `Connection: close` must not stall the benchmark).
         let mut raw = Vec::new();
-        s.read_to_end(&mut raw)?;
+        let mut buf = [0u8; 8192];
+        let (head_len, body_len) = loop {
+            let n = s.read(&mut buf)?;
+            if n == 0 {
+                break (None, None);
+            }
+            raw.extend_from_slice(&buf[..n]);
+            if let Some(end) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head = String::from_utf8_lossy(&raw[..end]).to_ascii_lowercase();
+                let len = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .and_then(|v| v.trim().parse::<usize>().ok());
+                break (Some(end + 4), len);
+            }
+        };
+        match (head_len, body_len) {
+            (Some(h), Some(len)) => {
+                while raw.len() < h + len {
+                    let n = s.read(&mut buf)?;
+                    if n == 0 {
+                        break;
+                    }
+                    raw.extend_from_slice(&buf[..n]);
+                }
+            }
+            (Some(_), None) => {
+                s.read_to_end(&mut raw)?;
+            }
+            _ => {}
+        }
         let text = String::from_utf8_lossy(&raw);
         let (head, rest) = text
             .split_once("\r\n\r\n")

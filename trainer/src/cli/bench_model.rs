@@ -357,10 +357,30 @@ fn llama_comparison(
     say!("{rule}");
     let g = prompts.len();
     let rows = [
-        ("prefill G=1".to_string(), one.prompt_tokens, one.prompt_secs, 0),
-        ("decode G=1".to_string(), one.generated_tokens, one.generated_secs, 1),
-        (format!("prefill G={g}"), all.prompt_tokens, all.prompt_secs, 2),
-        (format!("decode G={g}"), all.generated_tokens, all.generated_secs, 3),
+        (
+            "prefill G=1".to_string(),
+            one.prompt_tokens,
+            one.prompt_secs,
+            0,
+        ),
+        (
+            "decode G=1".to_string(),
+            one.generated_tokens,
+            one.generated_secs,
+            1,
+        ),
+        (
+            format!("prefill G={g}"),
+            all.prompt_tokens,
+            all.prompt_secs,
+            2,
+        ),
+        (
+            format!("decode G={g}"),
+            all.generated_tokens,
+            all.generated_secs,
+            3,
+        ),
     ];
     for (name, n, secs, k) in rows {
         let llama = n as f64 / secs;

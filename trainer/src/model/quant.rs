@@ -80,7 +80,12 @@ impl QuantWeight {
 
     /// A `(rows, cols)` weight from its raw blocks (`cols / 32` blocks of `format` per row,
     /// rows one after another), as a GGUF file stores them.
-    pub fn from_bytes(format: BlockFormat, rows: usize, cols: usize, data: Vec<u8>) -> Result<Self> {
+    pub fn from_bytes(
+        format: BlockFormat,
+        rows: usize,
+        cols: usize,
+        data: Vec<u8>,
+    ) -> Result<Self> {
         if !cols.is_multiple_of(BlockFormat::VALUES) {
             candle_core::bail!("a row of {cols} values is not whole blocks of 32");
         }

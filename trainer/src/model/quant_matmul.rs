@@ -18,10 +18,11 @@
 //! last bits ([`kernel_name`] says which one runs).
 use std::sync::atomic::{AtomicU8, Ordering};
 
-use candle_core::{Result, Tensor};
+use candle_core::{CpuStorage, Result, Storage, Tensor};
 use rayon::prelude::*;
 
 use super::quant::{BlockFormat, QuantWeight, f16_bits_to_f32};
+pub use lora::LoraFactors;
 
 /// Input rows multiplied together with one pass over a weight row.
 pub const GROUP: usize = 8;
@@ -43,6 +44,11 @@ struct Activations {
     scales: Vec<f32>,
     /// Per row and block: the scale times the sum of the bytes.
     sums: Vec<f32>,
+    /// `sums` transposed, per block then row, rows padded with zeros to [`Self::rows_pad`]
+    /// (a multiple of [`GROUP`]), so a group's sums for one block are one vector load.
+    sums_t: Vec<f32>,
+    /// The rows, rounded up to a multiple of [`GROUP`].
+    rows_pad: usize,
     /// Per row and block: 32 signed bytes.
     qs: Vec<i8>,
 }
@@ -66,10 +72,19 @@ impl Activations {
             scales.push(d);
             sums.push(d * sum as f32);
         }
+        let rows_pad = rows.next_multiple_of(GROUP);
+        let mut sums_t = vec![0f32; blocks * rows_pad];
+        for (r, row) in sums.chunks_exact(blocks.max(1)).enumerate() {
+            for (b, &v) in row.iter().enumerate() {
+                sums_t[b * rows_pad + r] = v;
+            }
+        }
         Self {
             blocks,
             scales,
             sums,
+            sums_t,
+            rows_pad,
             qs,
         }
     }
@@ -189,11 +204,22 @@ fn has_avx512_vnni() -> bool {
 
 /// `x W^T` for `x` `(rows, in)` f32 on the CPU and `w` `(out, in)`; returns `(rows, out)`.
 pub fn matmul_t(w: &QuantWeight, x: &Tensor) -> Result<Tensor> {
-    matmul_t_with(w, x, kernel())
+    matmul_t_with(w, x, kernel(), None)
 }
 
-/// [`matmul_t`] with a chosen kernel (which the CPU must support).
-pub fn matmul_t_with(w: &QuantWeight, x: &Tensor, kernel: Kernel) -> Result<Tensor> {
+/// [`matmul_t`] plus a LoRA adapter's `scale * (x A^T) B^T`, added per output inside the
+/// product (the decode step's adapters cost no candle ops).
+pub fn matmul_t_lora(w: &QuantWeight, x: &Tensor, lora: LoraFactors<'_>) -> Result<Tensor> {
+    matmul_t_with(w, x, kernel(), Some(lora))
+}
+
+/// [`matmul_t`] with a chosen kernel (which the CPU must support) and an optional adapter.
+pub fn matmul_t_with(
+    w: &QuantWeight,
+    x: &Tensor,
+    kernel: Kernel,
+    lora: Option<LoraFactors<'_>>,
+) -> Result<Tensor> {
     if !kernel.supported() {
         candle_core::bail!("this CPU cannot run the {} quantised kernel", kernel.name());
     }
@@ -208,6 +234,31 @@ pub fn matmul_t_with(w: &QuantWeight, x: &Tensor, kernel: Kernel) -> Result<Tens
     let data = w.data();
     let format = w.format();
     // Output transposed, (out, rows): each task owns a block of weight rows.
+    let adapter = match lora {
+        Some(l) => {
+            let (rank, ak) = l.a.dims2()?;
+            if ak != k || l.b.dims2()? != (n, rank) {
+                candle_core::bail!(
+                    "LoRA factors {:?} and {:?} do not fit a {n}x{k} weight",
+                    l.a.dims(),
+                    l.b.dims()
+                );
+            }
+            let xa = lora::with_values(l.a, |a| lora::project(&xs, rows, a, rank))?;
+            Some((xa, l.b.contiguous()?, rank, l.scale))
+        }
+        None => None,
+    };
+    // B's values `(n, rank)`, borrowed from its storage for the whole product.
+    let rank = adapter.as_ref().map_or(0, |a| a.2);
+    let b_guard = adapter.as_ref().map(|(_, b, _, _)| b.storage_and_layout());
+    let b_values: Option<&[f32]> = match &b_guard {
+        Some((storage, layout)) => match &**storage {
+            Storage::Cpu(CpuStorage::F32(v)) => Some(&v[layout.start_offset()..][..n * rank]),
+            _ => candle_core::bail!("a LoRA factor must be f32 on the CPU"),
+        },
+        None => None,
+    };
     let mut out_t = vec![0f32; n * rows];
     out_t
         .par_chunks_mut(BLOCK * rows)
@@ -233,6 +284,12 @@ pub fn matmul_t_with(w: &QuantWeight, x: &Tensor, kernel: Kernel) -> Result<Tens
                         let wrow = &wb[j * row_bytes..][..row_bytes];
                         row_portable(format, wrow, &act, 0, cells);
                     }
+                }
+            }
+            if let (Some((xa, _, _, scale)), Some(bv)) = (&adapter, b_values) {
+                for (j, cells) in chunk.chunks_mut(rows).enumerate() {
+                    let b_row = &bv[(first + j) * rank..][..rank];
+                    lora::add_column(cells, xa, b_row, *scale);
                 }
             }
         });
@@ -299,6 +356,8 @@ mod avx2;
 #[cfg(target_arch = "x86_64")]
 #[allow(unsafe_code)]
 mod avx512;
+
+mod lora;
 
 #[cfg(test)]
 mod tests;

@@ -213,7 +213,11 @@ impl CandlePolicy {
     /// plays: nothing is attached or trained, so sampling reads `weights` (quantised blocks
     /// stay valid because the base weights never move). Updating such a policy would train
     /// every weight while sampling kept reading the blocks: use [`Self::new`] to train.
-    pub fn for_inference(loaded: LoadedModel, cfg: &TrainConfig, weights: DecodeWeights) -> Result<Self> {
+    pub fn for_inference(
+        loaded: LoadedModel,
+        cfg: &TrainConfig,
+        weights: DecodeWeights,
+    ) -> Result<Self> {
         let cfg = TrainConfig {
             lora: false,
             ..cfg.clone()

@@ -5,7 +5,8 @@
 //! The summation order here is the contract [`super::avx512`] reproduces bit for bit: per input
 //! row, `K` accumulators of 8 lanes (lane `i` of block `b` holds the integer sum of the
 //! products of bytes `4i..4i + 4`), block `b` added to accumulator `b % K` by one FMA with the
-//! scale `d_w * d_x`, the accumulators added in order and then summed horizontally by [`hsum`].
+//! scale `d_w * d_x`, the accumulators added in order and then summed horizontally by [`hsum`]
+//! (plus, for `Q4_1`, the minimum term of [`q4_mins`]).
 use std::arch::x86_64::*;
 
 use super::{Activations, BlockFormat, GROUP, QK};
@@ -136,7 +137,8 @@ unsafe fn q8<const N: usize, const K: usize>(
     }
 }
 
-/// `N` input rows from `first` against one `Q4_1` weight row (see [`q8`]).
+/// `N` input rows from `first` against one `Q4_1` weight row (see [`q8`]); the minimum
+/// term comes from [`q4_mins`].
 ///
 /// # Safety
 /// As for [`q8`], with 20-byte blocks.
@@ -153,39 +155,63 @@ unsafe fn q4<const N: usize, const K: usize>(
         let ones = _mm256_set1_epi16(1);
         let low = _mm256_set1_epi8(0x0F);
         let mut acc = [[_mm256_setzero_ps(); N]; K];
-        let mut mins = [[0f32; N]; K];
         let wp = wrow.as_ptr();
         let xq = act.qs.as_ptr().add(first * nb * QK);
         let xs = act.scales.as_ptr().add(first * nb);
-        let xm = act.sums.as_ptr().add(first * nb);
         let mut b = 0;
         while b < nb {
-            for (k, (acc, mins)) in acc.iter_mut().zip(mins.iter_mut()).enumerate() {
+            for (k, acc) in acc.iter_mut().enumerate() {
                 let bk = b + k;
                 if bk >= nb {
                     break;
                 }
                 let blk = wp.add(bk * 20);
                 let d = half(blk);
-                let m = half(blk.add(2));
                 let q = _mm_loadu_si128(blk.add(4) as *const __m128i);
                 let w = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), low);
-                for (r, (a, mr)) in acc.iter_mut().zip(mins.iter_mut()).enumerate() {
+                for (r, a) in acc.iter_mut().enumerate() {
                     let x = _mm256_loadu_si256(xq.add((r * nb + bk) * QK) as *const __m256i);
                     let dot = _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), ones);
                     let scale = _mm256_set1_ps(d * *xs.add(r * nb + bk));
                     *a = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(dot), *a);
-                    *mr = m.mul_add(*xm.add(r * nb + bk), *mr);
                 }
             }
             b += K;
         }
+        let mins = q4_mins(wrow, act, first);
         for (r, o) in out.iter_mut().enumerate().take(N) {
             let mut v = acc[0][r];
             for a in &acc[1..] {
                 v = _mm256_add_ps(v, a[r]);
             }
-            *o = hsum(v) + mins.iter().map(|m| m[r]).sum::<f32>();
+            *o = hsum(v) + mins[r];
         }
+    }
+}
+
+/// The `Q4_1` minimum term for the [`GROUP`] input rows from `first`: lane `r` is
+/// `sum over blocks b of m_b * sums[first + r][b]`, one FMA per block in block order (the
+/// AVX-512 kernel calls this too, so both give the same bits). Lanes past the last row are 0.
+///
+/// # Safety
+/// AVX2/FMA/F16C; `wrow` holds `act.blocks` blocks of 20 bytes and `first` is a multiple of
+/// [`GROUP`] below `act.rows_pad`.
+#[inline(always)]
+pub(super) unsafe fn q4_mins(wrow: &[u8], act: &Activations, first: usize) -> [f32; GROUP] {
+    // SAFETY: block b < nb lies in `wrow`; `sums_t` holds nb * rows_pad values and
+    // first + GROUP <= rows_pad.
+    unsafe {
+        debug_assert!(first + GROUP <= act.rows_pad);
+        let wp = wrow.as_ptr();
+        let st = act.sums_t.as_ptr().add(first);
+        let mut acc = _mm256_setzero_ps();
+        for b in 0..act.blocks {
+            let m = _mm256_set1_ps(half(wp.add(b * 20 + 2)));
+            let s = _mm256_loadu_ps(st.add(b * act.rows_pad));
+            acc = _mm256_fmadd_ps(m, s, acc);
+        }
+        let mut lanes = [0f32; GROUP];
+        _mm256_storeu_ps(lanes.as_mut_ptr(), acc);
+        lanes
     }
 }

@@ -6,11 +6,12 @@
 //! lane sums four products of at most `128 * 127`), lane `i` of a block holds the sum of the
 //! products of bytes `4i..4i + 4` in both, and the f32 work is the same sequence of FMAs into
 //! the same `K` accumulators of 8 lanes (block `b` into accumulator `b % K`, `K` chosen from
-//! the row count as there), the accumulators added in order and summed by the same [`hsum`].
+//! the row count as there), the accumulators added in order and summed by the same [`hsum`],
+//! and the `Q4_1` minimum term is the same function.
 //! So a run samples the same tokens from the same seed on CPUs with and without AVX-512.
 use std::arch::x86_64::*;
 
-use super::avx2::{half, hsum};
+use super::avx2::{half, hsum, q4_mins};
 use super::{Activations, BlockFormat, GROUP, QK};
 
 /// `out[j * n + r] = x[r] . w[j]` for every weight row `j` of `w` (rows of `row_bytes`)
@@ -90,6 +91,22 @@ unsafe fn add_pair<const K: usize>(
     }
 }
 
+/// The f16 bit patterns at `p0` and `p1` as f32, in one conversion (the same exact values
+/// as two calls of `half`).
+///
+/// # Safety
+/// F16C; both pointers point at two readable bytes.
+#[inline(always)]
+unsafe fn halves(p0: *const u8, p1: *const u8) -> (f32, f32) {
+    // SAFETY: the caller points at two readable bytes each and runs with F16C enabled.
+    unsafe {
+        let h0 = i32::from(u16::from_le_bytes([*p0, *p0.add(1)]));
+        let h1 = i32::from(u16::from_le_bytes([*p1, *p1.add(1)]));
+        let v = _mm_cvtph_ps(_mm_cvtsi32_si128(h0 | (h1 << 16)));
+        (_mm_cvtss_f32(v), _mm_cvtss_f32(_mm_movehdup_ps(v)))
+    }
+}
+
 /// Two adjacent 256-bit halves as one 512-bit vector (`lo` in lanes 0..8).
 ///
 /// # Safety
@@ -125,7 +142,7 @@ unsafe fn q8<const N: usize, const K: usize>(
         let mut b = 0;
         while b + 1 < nb {
             let blk = wp.add(b * 34);
-            let (d0, d1) = (half(blk), half(blk.add(34)));
+            let (d0, d1) = halves(blk, blk.add(34));
             let w = join(
                 _mm256_loadu_si256(blk.add(2) as *const __m256i),
                 _mm256_loadu_si256(blk.add(36) as *const __m256i),
@@ -183,8 +200,7 @@ unsafe fn nibbles(q: *const u8) -> __m256i {
 }
 
 /// `N` input rows from `first` against one `Q4_1` weight row (see [`q8`]); the weights'
-/// values are unsigned already, and each block's minimum times the input block's sum is
-/// added as in `avx2::q4`.
+/// values are unsigned already, and the minimum term is `avx2::q4_mins`, as there.
 ///
 /// # Safety
 /// As for [`q8`], with 20-byte blocks.
@@ -200,47 +216,41 @@ unsafe fn q4<const N: usize, const K: usize>(
     unsafe {
         let zero = _mm512_setzero_si512();
         let mut acc = [[_mm256_setzero_ps(); K]; N];
-        let mut mins = [[0f32; K]; N];
         let wp = wrow.as_ptr();
         let xq = act.qs.as_ptr().add(first * nb * QK);
         let xs = act.scales.as_ptr().add(first * nb);
-        let xm = act.sums.as_ptr().add(first * nb);
         let mut b = 0;
         while b + 1 < nb {
             let blk = wp.add(b * 20);
-            let (d0, m0) = (half(blk), half(blk.add(2)));
-            let (d1, m1) = (half(blk.add(20)), half(blk.add(22)));
+            let (d0, d1) = halves(blk, blk.add(20));
             let w = join(nibbles(blk.add(4)), nibbles(blk.add(24)));
-            for (r, (a, mr)) in acc.iter_mut().zip(mins.iter_mut()).enumerate() {
+            for (r, a) in acc.iter_mut().enumerate() {
                 let x = _mm512_loadu_si512(xq.add((r * nb + b) * QK) as *const __m512i);
                 let dot = _mm512_dpbusd_epi32(zero, w, x);
                 let s = xs.add(r * nb + b);
                 add_pair::<K>(a, b, dot, d0 * *s, d1 * *s.add(1));
-                let m = xm.add(r * nb + b);
-                mr[b % K] = m0.mul_add(*m, mr[b % K]);
-                mr[(b + 1) % K] = m1.mul_add(*m.add(1), mr[(b + 1) % K]);
             }
             b += 2;
         }
         if b < nb {
             // The odd last block, in 256 bits.
             let blk = wp.add(b * 20);
-            let (d, m) = (half(blk), half(blk.add(2)));
+            let d = half(blk);
             let w = nibbles(blk.add(4));
-            for (r, (a, mr)) in acc.iter_mut().zip(mins.iter_mut()).enumerate() {
+            for (r, a) in acc.iter_mut().enumerate() {
                 let x = _mm256_loadu_si256(xq.add((r * nb + b) * QK) as *const __m256i);
                 let dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), w, x);
                 let scale = _mm256_set1_ps(d * *xs.add(r * nb + b));
                 a[b % K] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(dot), a[b % K]);
-                mr[b % K] = m.mul_add(*xm.add(r * nb + b), mr[b % K]);
             }
         }
-        for ((o, a), mr) in out.iter_mut().zip(&acc).zip(&mins) {
+        let mins = q4_mins(wrow, act, first);
+        for ((o, a), m) in out.iter_mut().zip(&acc).zip(mins) {
             let mut v = a[0];
             for x in &a[1..] {
                 v = _mm256_add_ps(v, *x);
             }
-            *o = hsum(v) + mr.iter().sum::<f32>();
+            *o = hsum(v) + m;
         }
     }
 }

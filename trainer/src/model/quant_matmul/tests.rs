@@ -82,14 +82,25 @@ fn kernels() -> Vec<Kernel> {
 fn every_kernel_stays_within_the_bound_of_the_dequantised_product() {
     let mut rng = Lcg(12);
     for format in [BlockFormat::Q8_0, BlockFormat::Q4_1] {
-        for (n_rows, nb, n) in [(1, 1, 3), (1, 18, 40), (2, 3, 33), (3, 5, 9), (4, 2, 7), (8, 18, 37), (11, 7, 5)] {
+        for (n_rows, nb, n) in [
+            (1, 1, 3),
+            (1, 18, 40),
+            (2, 3, 33),
+            (3, 5, 9),
+            (4, 2, 7),
+            (8, 18, 37),
+            (11, 7, 5),
+        ] {
             let k = nb * 32;
             let (bytes, w) = write_blocks(format, n, nb, &mut rng);
             let q = QuantWeight::from_bytes(format, n, k, bytes).unwrap();
             let x: Vec<f32> = (0..n_rows * k).map(|_| rng.unit() * 3.0).collect();
             let xt = Tensor::from_vec(x.clone(), (n_rows, k), &Device::Cpu).unwrap();
             for kernel in kernels() {
-                let got: Vec<Vec<f32>> = matmul_t_with(&q, &xt, kernel).unwrap().to_vec2().unwrap();
+                let got: Vec<Vec<f32>> = matmul_t_with(&q, &xt, kernel, None)
+                    .unwrap()
+                    .to_vec2()
+                    .unwrap();
                 for r in 0..n_rows {
                     for j in 0..n {
                         let (xr, wj) = (&x[r * k..][..k], &w[j * k..][..k]);
@@ -141,11 +152,19 @@ fn integer_inputs_give_exact_integer_dot_products() {
                 .collect();
             let xt = Tensor::from_vec(x.clone(), (n_rows, k), &Device::Cpu).unwrap();
             for kernel in kernels() {
-                let got: Vec<Vec<f32>> = matmul_t_with(&q, &xt, kernel).unwrap().to_vec2().unwrap();
+                let got: Vec<Vec<f32>> = matmul_t_with(&q, &xt, kernel, None)
+                    .unwrap()
+                    .to_vec2()
+                    .unwrap();
                 for r in 0..n_rows {
                     for j in 0..n {
-                        let want: f64 = (0..k).map(|i| f64::from(x[r * k + i]) * w[j * k + i]).sum();
-                        assert_eq!(f64::from(got[r][j]), want, "{kernel:?} {format:?} [{r},{j}]");
+                        let want: f64 =
+                            (0..k).map(|i| f64::from(x[r * k + i]) * w[j * k + i]).sum();
+                        assert_eq!(
+                            f64::from(got[r][j]),
+                            want,
+                            "{kernel:?} {format:?} [{r},{j}]"
+                        );
                     }
                 }
             }
@@ -171,7 +190,7 @@ fn avx512_vnni_equals_avx2_bit_for_bit() {
                 let x: Vec<f32> = (0..n_rows * k).map(|_| rng.unit() * 2.0).collect();
                 let xt = Tensor::from_vec(x, (n_rows, k), &Device::Cpu).unwrap();
                 let bits = |kernel| -> Vec<u32> {
-                    let v: Vec<f32> = matmul_t_with(&q, &xt, kernel)
+                    let v: Vec<f32> = matmul_t_with(&q, &xt, kernel, None)
                         .unwrap()
                         .flatten_all()
                         .unwrap()
@@ -197,4 +216,63 @@ fn kernel_names_round_trip_and_detection_picks_a_supported_one() {
     assert_eq!(Kernel::from_name("sse2"), None);
     assert!(Kernel::detect().supported());
     assert!(Kernel::Portable.supported());
+}
+
+/// With an adapter, each output gains `scale * (x A^T) B^T`, computed here in f64 from the
+/// factors' values; the product without it is unchanged. Tolerance: 1e-5 of the sum of the
+/// update's absolute terms (f32 summation order), plus 1e-6.
+#[test]
+fn an_adapter_adds_its_low_rank_update_to_every_output() {
+    use super::LoraFactors;
+    let mut rng = Lcg(31);
+    let (n_rows, nb, n, rank) = (5, 3, 70, 4);
+    let k = nb * 32;
+    for format in [BlockFormat::Q8_0, BlockFormat::Q4_1] {
+        let (bytes, _) = write_blocks(format, n, nb, &mut rng);
+        let q = QuantWeight::from_bytes(format, n, k, bytes).unwrap();
+        let x: Vec<f32> = (0..n_rows * k).map(|_| rng.unit()).collect();
+        let a: Vec<f32> = (0..rank * k).map(|_| rng.unit()).collect();
+        let b: Vec<f32> = (0..n * rank).map(|_| rng.unit()).collect();
+        let dev = Device::Cpu;
+        let xt = Tensor::from_vec(x.clone(), (n_rows, k), &dev).unwrap();
+        let at = Tensor::from_vec(a.clone(), (rank, k), &dev).unwrap();
+        let bt = Tensor::from_vec(b.clone(), (n, rank), &dev).unwrap();
+        let scale = 2.0f32;
+        for kernel in kernels() {
+            let base: Vec<Vec<f32>> = matmul_t_with(&q, &xt, kernel, None)
+                .unwrap()
+                .to_vec2()
+                .unwrap();
+            let lora = LoraFactors {
+                a: &at,
+                b: &bt,
+                scale,
+            };
+            let got: Vec<Vec<f32>> = matmul_t_with(&q, &xt, kernel, Some(lora))
+                .unwrap()
+                .to_vec2()
+                .unwrap();
+            for r in 0..n_rows {
+                for j in 0..n {
+                    let mut delta = 0f64;
+                    let mut mag = 0f64;
+                    for t in 0..rank {
+                        let xa: f64 = (0..k)
+                            .map(|i| f64::from(x[r * k + i]) * f64::from(a[t * k + i]))
+                            .sum();
+                        let term = f64::from(scale) * xa * f64::from(b[j * rank + t]);
+                        delta += term;
+                        mag += term.abs()
+                            + (0..k)
+                                .map(|i| f64::from((x[r * k + i] * a[t * k + i]).abs()))
+                                .sum::<f64>();
+                    }
+                    let want = f64::from(base[r][j]) + delta;
+                    let tol = 1e-5 * (mag + f64::from(base[r][j].abs())) + 1e-6;
+                    let d = (f64::from(got[r][j]) - want).abs();
+                    assert!(d <= tol, "{kernel:?} {format:?} [{r},{j}]: {d} > {tol}");
+                }
+            }
+        }
+    }
 }
