@@ -32,6 +32,28 @@ pub struct LlamaTimings {
     pub wall_secs: f64,
 }
 
+impl LlamaTimings {
+    /// Per phase, the faster of two measurements of the same work.
+    pub fn fastest(&self, other: &Self) -> Self {
+        let pick = |a: (usize, f64), b: (usize, f64)| if b.1 < a.1 { b } else { a };
+        let (prompt_tokens, prompt_secs) = pick(
+            (self.prompt_tokens, self.prompt_secs),
+            (other.prompt_tokens, other.prompt_secs),
+        );
+        let (generated_tokens, generated_secs) = pick(
+            (self.generated_tokens, self.generated_secs),
+            (other.generated_tokens, other.generated_secs),
+        );
+        Self {
+            prompt_tokens,
+            prompt_secs,
+            generated_tokens,
+            generated_secs,
+            wall_secs: self.wall_secs.min(other.wall_secs),
+        }
+    }
+}
+
 /// Checks a `--llama-server` value before anything runs: an `http://` URL or an existing file.
 pub fn check_spec(spec: &str) -> anyhow::Result<()> {
     if spec.starts_with("http://") {

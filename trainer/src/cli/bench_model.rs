@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use clap::Args;
 
-use super::bench_llama::LlamaServer;
+use super::bench_llama::{LlamaServer, LlamaTimings};
 use spade_trainer::fetch;
 use spade_trainer::grpo::{GrpoConfig, GrpoSample, GrpoTrainer};
 use spade_trainer::logprob::{Pair, completion_logprobs};
@@ -60,6 +60,10 @@ pub struct BenchModel {
     /// URL of one already serving it: measured on the same prompts and token counts.
     #[arg(long, value_name = "PATH|URL")]
     llama_server: Option<String>,
+    /// Rounds of the sampling measurements (llama.cpp's too), interleaved; each figure keeps
+    /// its fastest round.
+    #[arg(long, default_value_t = 1)]
+    rounds: usize,
 }
 
 fn peak_rss_mib() -> f64 {
@@ -82,6 +86,17 @@ struct Measured {
     runs: [(usize, f64); 4],
     /// Mean and largest |Δ log-prob| between sampling and the training path.
     gap: (f64, f64),
+}
+
+impl Measured {
+    /// Keeps, per measurement, the faster of this and `other` (same variant and work).
+    fn keep_fastest(&mut self, other: &Measured) {
+        for (mine, theirs) in self.runs.iter_mut().zip(&other.runs) {
+            if theirs.1 < mine.1 {
+                *mine = *theirs;
+            }
+        }
+    }
 }
 
 const RUN_NAMES: [&str; 4] = ["prefill G=1", "decode G=1", "prefill G=N", "decode G=N"];
@@ -154,28 +169,62 @@ impl BenchModel {
                     .ok_or_else(|| anyhow::anyhow!("unknown quantised kernel `{name}`"))
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
-        let mut measured = Vec::new();
-        for &w in &self.decode_weights {
-            if w == DecodeWeights::Gguf && !is_gguf {
-                say!("decode weights gguf: skipped (not a GGUF model; it would equal q8_0)");
-                continue;
+        // The llama.cpp server runs beside spade's measurements: each round measures it, then
+        // every spade variant, and each figure keeps its fastest round (the machine is shared).
+        let server = match (&self.llama_server, &path) {
+            (Some(spec), Some(gguf)) => Some(start_llama(spec, gguf, &prompts, self.tokens)?),
+            _ => None,
+        };
+        let mut llama: Option<(LlamaTimings, LlamaTimings)> = None;
+        let mut measured: Vec<Measured> = Vec::new();
+        for round in 0..self.rounds.max(1) {
+            if let Some(server) = &server {
+                let now = (
+                    server.complete(&prompts[0], self.tokens, 1)?,
+                    server.complete_all(&prompts, self.tokens)?,
+                );
+                llama = Some(match llama {
+                    Some((one, all)) => (one.fastest(&now.0), all.fastest(&now.1)),
+                    None => now,
+                });
             }
-            let runs: Vec<Option<Kernel>> = if w == DecodeWeights::F32 || kernels.is_empty() {
-                vec![None]
-            } else {
-                kernels.iter().copied().map(Some).collect()
-            };
-            for kernel in runs {
-                quant_matmul::force_kernel(kernel)?;
-                let decode = lora_model.set_decode_weights(w)?;
-                say!("decode weights {decode}");
-                let label = match kernel {
-                    Some(k) => format!("{w}/{}", k.name()),
-                    None => w.to_string(),
+            let mut i = 0;
+            for &w in &self.decode_weights {
+                if w == DecodeWeights::Gguf && !is_gguf {
+                    if round == 0 {
+                        say!(
+                            "decode weights gguf: skipped (not a GGUF model; it would equal q8_0)"
+                        );
+                    }
+                    continue;
+                }
+                let runs: Vec<Option<Kernel>> = if w == DecodeWeights::F32 || kernels.is_empty() {
+                    vec![None]
+                } else {
+                    kernels.iter().copied().map(Some).collect()
                 };
-                measured.push(measure(&lora_model, &tokenizer, &prompts, &params, &label)?);
+                for kernel in runs {
+                    quant_matmul::force_kernel(kernel)?;
+                    let decode = lora_model.set_decode_weights(w)?;
+                    if round == 0 {
+                        say!("decode weights {decode}");
+                    }
+                    let label = match kernel {
+                        Some(k) => format!("{w}/{}", k.name()),
+                        None => w.to_string(),
+                    };
+                    let m = measure(&lora_model, &tokenizer, &prompts, &params, &label)?;
+                    match measured.get_mut(i) {
+                        Some(best) => best.keep_fastest(&m),
+                        None => measured.push(m),
+                    }
+                    i += 1;
+                }
+                quant_matmul::force_kernel(None)?;
             }
-            quant_matmul::force_kernel(None)?;
+        }
+        if self.rounds > 1 {
+            say!("fastest of {} rounds per figure", self.rounds);
         }
         print_sampling(&measured, self.group);
         say!("peak RSS after sampling: {:.0} MiB", peak_rss_mib());
@@ -234,8 +283,8 @@ impl BenchModel {
             drop(trainer);
             optimizer_steps(&varmap)?;
         }
-        if let (Some(spec), Some(gguf)) = (&self.llama_server, &path) {
-            llama_comparison(spec, gguf, &prompts, self.tokens, &measured)?;
+        if let (Some(spec), Some((one, all))) = (&self.llama_server, &llama) {
+            llama_comparison(spec, prompts.len(), one, all, &measured);
         }
         say!("peak RSS: {:.0} MiB", peak_rss_mib());
         say!("load average: {}", load_average());
@@ -326,25 +375,34 @@ fn print_sampling(measured: &[Measured], group: usize) {
     }
 }
 
-/// llama.cpp on the same GGUF, prompts and token counts, and each spade variant's ratio to
-/// it.
-fn llama_comparison(
+/// Starts (or reaches) llama.cpp's server on `gguf` with one slot per prompt, and warms it up
+/// (the first request pays for page faults and graph setup).
+fn start_llama(
     spec: &str,
     gguf: &std::path::Path,
     prompts: &[Vec<u32>],
     tokens: usize,
-    spade: &[Measured],
-) -> anyhow::Result<()> {
+) -> anyhow::Result<LlamaServer> {
     let threads = candle_core::utils::get_num_threads();
     let ctx = (prompts[0].len() + tokens + 64).next_multiple_of(256);
     let server = LlamaServer::start(spec, gguf, threads, prompts.len(), ctx)?;
-    // A warm-up request (the first pays for page faults and graph setup).
     server.complete(&prompts[0], 4, 0)?;
-    let one = server.complete(&prompts[0], tokens, 1)?;
-    let all = server.complete_all(prompts, tokens)?;
+    server.complete_all(prompts, 4)?;
+    Ok(server)
+}
+
+/// llama.cpp's figures on the same GGUF, prompts and token counts, and each spade variant's
+/// ratio to them.
+fn llama_comparison(
+    spec: &str,
+    slots: usize,
+    one: &LlamaTimings,
+    all: &LlamaTimings,
+    spade: &[Measured],
+) {
+    let threads = candle_core::utils::get_num_threads();
     say!(
-        "llama.cpp server ({spec}), {threads} threads, {} slots, load average {}:",
-        prompts.len(),
+        "llama.cpp server ({spec}), {threads} threads, {slots} slots, load average {}:",
         load_average()
     );
     let mut head = "| measurement | llama.cpp tokens | seconds | llama.cpp tokens/s |".to_string();
@@ -355,7 +413,7 @@ fn llama_comparison(
     }
     say!("{head}");
     say!("{rule}");
-    let g = prompts.len();
+    let g = slots;
     let rows = [
         (
             "prefill G=1".to_string(),
@@ -397,7 +455,6 @@ fn llama_comparison(
         all.wall_secs,
         all.generated_tokens
     );
-    Ok(())
 }
 
 /// The agent's play loop: `episodes` conversations of `turns` turns, each turn adding the
