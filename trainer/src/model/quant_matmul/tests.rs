@@ -144,7 +144,11 @@ fn integer_inputs_give_exact_integer_dot_products() {
             let x: Vec<f32> = (0..n_rows * k)
                 .map(|i| {
                     if i % 32 == 0 {
-                        if rng.next() % 2 == 0 { 127.0 } else { -127.0 }
+                        if rng.next().is_multiple_of(2) {
+                            127.0
+                        } else {
+                            -127.0
+                        }
                     } else {
                         (rng.next() % 15) as f32 - 7.0
                     }
