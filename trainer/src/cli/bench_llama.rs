@@ -71,13 +71,15 @@ pub fn check_spec(spec: &str) -> anyhow::Result<()> {
 impl LlamaServer {
     /// `spec` is `http://host:port` (a server already running on the same GGUF) or the path
     /// of a `llama-server` binary, started here on `gguf` with `threads` threads and
-    /// `parallel` slots of `ctx` tokens each, and stopped when this value drops.
+    /// `parallel` slots of `ctx` tokens each and the `extra` arguments, and stopped when this
+    /// value drops.
     pub fn start(
         spec: &str,
         gguf: &Path,
         threads: usize,
         parallel: usize,
         ctx: usize,
+        extra: &[String],
     ) -> anyhow::Result<Self> {
         if let Some(rest) = spec.strip_prefix("http://") {
             let addr = rest.trim_end_matches('/').to_string();
@@ -103,6 +105,8 @@ impl LlamaServer {
             .args(["-t", &threads.to_string(), "-tb", &threads.to_string()])
             .args(["-np", &parallel.to_string()])
             .args(["-c", &(ctx * parallel).to_string()])
+            .args(extra)
+            .stdin(Stdio::null())
             .stdout(Stdio::from(out.try_clone()?))
             .stderr(Stdio::from(out));
         // The binary's shared libraries sit beside it in a CMake build.

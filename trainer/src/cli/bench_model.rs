@@ -60,6 +60,14 @@ pub struct BenchModel {
     /// URL of one already serving it: measured on the same prompts and token counts.
     #[arg(long, value_name = "PATH|URL")]
     llama_server: Option<String>,
+    /// Threads for llama-server (default: spade's). On a small shared machine one thread can
+    /// beat two: llama.cpp's workers spin-wait for each other and stall when another process
+    /// takes a core.
+    #[arg(long)]
+    llama_threads: Option<usize>,
+    /// llama-server's `--poll` level (0: workers sleep instead of spinning); default: its own.
+    #[arg(long)]
+    llama_poll: Option<u32>,
     /// Rounds of the sampling measurements (llama.cpp's too), interleaved; each figure keeps
     /// its fastest round.
     #[arg(long, default_value_t = 1)]
@@ -172,7 +180,23 @@ impl BenchModel {
         // The llama.cpp server runs beside spade's measurements: each round measures it, then
         // every spade variant, and each figure keeps its fastest round (the machine is shared).
         let server = match (&self.llama_server, &path) {
-            (Some(spec), Some(gguf)) => Some(start_llama(spec, gguf, &prompts, self.tokens)?),
+            (Some(spec), Some(gguf)) => {
+                let threads = self
+                    .llama_threads
+                    .unwrap_or_else(candle_core::utils::get_num_threads);
+                let mut extra = Vec::new();
+                if let Some(poll) = self.llama_poll {
+                    extra.extend(["--poll".to_string(), poll.to_string()]);
+                }
+                Some(start_llama(
+                    spec,
+                    gguf,
+                    &prompts,
+                    self.tokens,
+                    threads,
+                    &extra,
+                )?)
+            }
             _ => None,
         };
         let mut llama: Option<(LlamaTimings, LlamaTimings)> = None;
@@ -382,10 +406,12 @@ fn start_llama(
     gguf: &std::path::Path,
     prompts: &[Vec<u32>],
     tokens: usize,
+    threads: usize,
+    extra: &[String],
 ) -> anyhow::Result<LlamaServer> {
-    let threads = candle_core::utils::get_num_threads();
     let ctx = (prompts[0].len() + tokens + 64).next_multiple_of(256);
-    let server = LlamaServer::start(spec, gguf, threads, prompts.len(), ctx)?;
+    let server = LlamaServer::start(spec, gguf, threads, prompts.len(), ctx, extra)?;
+    say!("llama.cpp server: {threads} threads {}", extra.join(" "));
     server.complete(&prompts[0], 4, 0)?;
     server.complete_all(prompts, 4)?;
     Ok(server)
@@ -400,9 +426,8 @@ fn llama_comparison(
     all: &LlamaTimings,
     spade: &[Measured],
 ) {
-    let threads = candle_core::utils::get_num_threads();
     say!(
-        "llama.cpp server ({spec}), {threads} threads, {slots} slots, load average {}:",
+        "llama.cpp server ({spec}), {slots} slots, load average {}:",
         load_average()
     );
     let mut head = "| measurement | llama.cpp tokens | seconds | llama.cpp tokens/s |".to_string();
