@@ -236,6 +236,9 @@ pub fn matmul_t_with(
     // Output transposed, (out, rows): each task owns a block of weight rows.
     let adapter = match lora {
         Some(l) => {
+            if rows > MAX_ROWS {
+                candle_core::bail!("a fused LoRA update takes at most {MAX_ROWS} rows, got {rows}");
+            }
             let (rank, ak) = l.a.dims2()?;
             if ak != k || l.b.dims2()? != (n, rank) {
                 candle_core::bail!(
