@@ -287,3 +287,38 @@ fn decode_weights_errors_name_the_problem() {
         "quantised decoding by default needs the recompute by default"
     );
 }
+
+#[test]
+fn inference_policies_sample_from_the_chosen_decode_weights() {
+    use spade_trainer::selfplay::{CandlePolicy, Policy, TrainConfig};
+    let cfg = TrainConfig::default();
+    // `spade eval`'s policy: the GGUF's own blocks by default, f32 when asked.
+    let gguf =
+        CandlePolicy::for_inference(tiny_gguf("quant-eval-a.gguf"), &cfg, DecodeWeights::Gguf)
+            .unwrap()
+            .decode_path()
+            .unwrap();
+    assert!(
+        gguf.starts_with("gguf (") && gguf.contains("q4_1"),
+        "{gguf}"
+    );
+    let f32_path =
+        CandlePolicy::for_inference(tiny_gguf("quant-eval-b.gguf"), &cfg, DecodeWeights::F32)
+            .unwrap()
+            .decode_path()
+            .unwrap();
+    assert!(
+        f32_path.starts_with("f32 (") && !f32_path.contains("q4_1"),
+        "{f32_path}"
+    );
+    // A policy that fine-tunes every weight still samples from f32 (blocks would go stale).
+    let full = TrainConfig {
+        lora: false,
+        ..TrainConfig::default()
+    };
+    let trained = CandlePolicy::new(tiny_gguf("quant-eval-c.gguf"), &full)
+        .unwrap()
+        .decode_path()
+        .unwrap();
+    assert!(trained.starts_with("f32 ("), "{trained}");
+}

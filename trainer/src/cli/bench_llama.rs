@@ -28,6 +28,30 @@ pub struct LlamaTimings {
     pub generated_tokens: usize,
     /// Generation time, seconds (for concurrent requests: the longest).
     pub generated_secs: f64,
+    /// Wall-clock seconds from sending the request(s) to the last answer.
+    pub wall_secs: f64,
+}
+
+impl LlamaTimings {
+    /// Per phase, the faster of two measurements of the same work.
+    pub fn fastest(&self, other: &Self) -> Self {
+        let pick = |a: (usize, f64), b: (usize, f64)| if b.1 < a.1 { b } else { a };
+        let (prompt_tokens, prompt_secs) = pick(
+            (self.prompt_tokens, self.prompt_secs),
+            (other.prompt_tokens, other.prompt_secs),
+        );
+        let (generated_tokens, generated_secs) = pick(
+            (self.generated_tokens, self.generated_secs),
+            (other.generated_tokens, other.generated_secs),
+        );
+        Self {
+            prompt_tokens,
+            prompt_secs,
+            generated_tokens,
+            generated_secs,
+            wall_secs: self.wall_secs.min(other.wall_secs),
+        }
+    }
 }
 
 /// Checks a `--llama-server` value before anything runs: an `http://` URL or an existing file.
@@ -47,13 +71,15 @@ pub fn check_spec(spec: &str) -> anyhow::Result<()> {
 impl LlamaServer {
     /// `spec` is `http://host:port` (a server already running on the same GGUF) or the path
     /// of a `llama-server` binary, started here on `gguf` with `threads` threads and
-    /// `parallel` slots of `ctx` tokens each, and stopped when this value drops.
+    /// `parallel` slots of `ctx` tokens each and the `extra` arguments, and stopped when this
+    /// value drops.
     pub fn start(
         spec: &str,
         gguf: &Path,
         threads: usize,
         parallel: usize,
         ctx: usize,
+        extra: &[String],
     ) -> anyhow::Result<Self> {
         if let Some(rest) = spec.strip_prefix("http://") {
             let addr = rest.trim_end_matches('/').to_string();
@@ -79,6 +105,8 @@ impl LlamaServer {
             .args(["-t", &threads.to_string(), "-tb", &threads.to_string()])
             .args(["-np", &parallel.to_string()])
             .args(["-c", &(ctx * parallel).to_string()])
+            .args(extra)
+            .stdin(Stdio::null())
             .stdout(Stdio::from(out.try_clone()?))
             .stderr(Stdio::from(out));
         // The binary's shared libraries sit beside it in a CMake build.
@@ -137,8 +165,40 @@ impl LlamaServer {
             self.addr,
             body.len()
         )?;
+        // Read the header, then exactly `Content-Length` bytes (a server that keeps the
+        // connection open despite `Connection: close` must not stall the benchmark).
         let mut raw = Vec::new();
-        s.read_to_end(&mut raw)?;
+        let mut buf = [0u8; 8192];
+        let (head_len, body_len) = loop {
+            let n = s.read(&mut buf)?;
+            if n == 0 {
+                break (None, None);
+            }
+            raw.extend_from_slice(&buf[..n]);
+            if let Some(end) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head = String::from_utf8_lossy(&raw[..end]).to_ascii_lowercase();
+                let len = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .and_then(|v| v.trim().parse::<usize>().ok());
+                break (Some(end + 4), len);
+            }
+        };
+        match (head_len, body_len) {
+            (Some(h), Some(len)) => {
+                while raw.len() < h + len {
+                    let n = s.read(&mut buf)?;
+                    if n == 0 {
+                        break;
+                    }
+                    raw.extend_from_slice(&buf[..n]);
+                }
+            }
+            (Some(_), None) => {
+                s.read_to_end(&mut raw)?;
+            }
+            _ => {}
+        }
         let text = String::from_utf8_lossy(&raw);
         let (head, rest) = text
             .split_once("\r\n\r\n")
@@ -165,7 +225,9 @@ impl LlamaServer {
             "seed": seed,
         })
         .to_string();
+        let start = Instant::now();
         let (status, text) = self.request("POST", "/completion", Some(&body))?;
+        let wall_secs = start.elapsed().as_secs_f64();
         if status != 200 {
             bail!("llama-server answered {status}: {}", text.trim());
         }
@@ -181,12 +243,14 @@ impl LlamaServer {
             prompt_secs: num("prompt_ms")? / 1e3,
             generated_tokens: num("predicted_n")? as usize,
             generated_secs: num("predicted_ms")? / 1e3,
+            wall_secs,
         })
     }
 
     /// The prompts' completions sent at once (one slot each); prompt and generation times are
     /// the longest of the requests, so their rates are the batch's throughput.
     pub fn complete_all(&self, prompts: &[Vec<u32>], n: usize) -> anyhow::Result<LlamaTimings> {
+        let start = Instant::now();
         let results: Vec<anyhow::Result<LlamaTimings>> = std::thread::scope(|s| {
             let handles: Vec<_> = prompts
                 .iter()
@@ -203,6 +267,7 @@ impl LlamaServer {
             prompt_secs: 0.0,
             generated_tokens: 0,
             generated_secs: 0.0,
+            wall_secs: start.elapsed().as_secs_f64(),
         };
         for r in results {
             let t = r?;

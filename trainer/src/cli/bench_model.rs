@@ -6,10 +6,11 @@ use std::time::Instant;
 
 use clap::Args;
 
-use super::bench_llama::LlamaServer;
+use super::bench_llama::{LlamaServer, LlamaTimings};
 use spade_trainer::fetch;
 use spade_trainer::grpo::{GrpoConfig, GrpoSample, GrpoTrainer};
 use spade_trainer::logprob::{Pair, completion_logprobs};
+use spade_trainer::model::quant_matmul::{self, Kernel};
 use spade_trainer::model::{Config, DecodeWeights, Decoder, LoraConfig, lora};
 use spade_trainer::optim::{AdamW, AdamWConfig};
 use spade_trainer::prefix_cache::PrefixCache;
@@ -51,10 +52,26 @@ pub struct BenchModel {
     /// Decode weights to measure, in order; each is compared with the first.
     #[arg(long, value_delimiter = ',', default_value = "f32,q8_0,gguf")]
     decode_weights: Vec<DecodeWeights>,
+    /// Quantised kernels to measure each quantised variant with (`avx512vnni`, `avx2`,
+    /// `portable`), in order; default: the fastest this CPU runs.
+    #[arg(long, value_delimiter = ',')]
+    quant_kernels: Vec<String>,
     /// llama.cpp's `llama-server` binary (started here on the same GGUF) or the `http://`
     /// URL of one already serving it: measured on the same prompts and token counts.
     #[arg(long, value_name = "PATH|URL")]
     llama_server: Option<String>,
+    /// Threads for llama-server (default: spade's). On a small shared machine one thread can
+    /// beat two: llama.cpp's workers spin-wait for each other and stall when another process
+    /// takes a core.
+    #[arg(long)]
+    llama_threads: Option<usize>,
+    /// llama-server's `--poll` level (0: workers sleep instead of spinning); default: its own.
+    #[arg(long)]
+    llama_poll: Option<u32>,
+    /// Rounds of the sampling measurements (llama.cpp's too), interleaved; each figure keeps
+    /// its fastest round.
+    #[arg(long, default_value_t = 1)]
+    rounds: usize,
 }
 
 fn peak_rss_mib() -> f64 {
@@ -77,6 +94,17 @@ struct Measured {
     runs: [(usize, f64); 4],
     /// Mean and largest |Δ log-prob| between sampling and the training path.
     gap: (f64, f64),
+}
+
+impl Measured {
+    /// Keeps, per measurement, the faster of this and `other` (same variant and work).
+    fn keep_fastest(&mut self, other: &Measured) {
+        for (mine, theirs) in self.runs.iter_mut().zip(&other.runs) {
+            if theirs.1 < mine.1 {
+                *mine = *theirs;
+            }
+        }
+    }
 }
 
 const RUN_NAMES: [&str; 4] = ["prefill G=1", "decode G=1", "prefill G=N", "decode G=N"];
@@ -141,21 +169,86 @@ impl BenchModel {
             self.tokens,
             self.group
         );
-        let mut measured = Vec::new();
-        for &w in &self.decode_weights {
-            if w == DecodeWeights::Gguf && !is_gguf {
-                say!("decode weights gguf: skipped (not a GGUF model; it would equal q8_0)");
-                continue;
+        let kernels = self
+            .quant_kernels
+            .iter()
+            .map(|name| {
+                Kernel::from_name(name)
+                    .ok_or_else(|| anyhow::anyhow!("unknown quantised kernel `{name}`"))
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        // The llama.cpp server runs beside spade's measurements: each round measures it, then
+        // every spade variant, and each figure keeps its fastest round (the machine is shared).
+        let server = match (&self.llama_server, &path) {
+            (Some(spec), Some(gguf)) => {
+                let threads = self
+                    .llama_threads
+                    .unwrap_or_else(candle_core::utils::get_num_threads);
+                let mut extra = Vec::new();
+                if let Some(poll) = self.llama_poll {
+                    extra.extend(["--poll".to_string(), poll.to_string()]);
+                }
+                Some(start_llama(
+                    spec,
+                    gguf,
+                    &prompts,
+                    self.tokens,
+                    threads,
+                    &extra,
+                )?)
             }
-            let decode = lora_model.set_decode_weights(w)?;
-            say!("decode weights {decode}");
-            measured.push(measure(
-                &lora_model,
-                &tokenizer,
-                &prompts,
-                &params,
-                w.as_str(),
-            )?);
+            _ => None,
+        };
+        let mut llama: Option<(LlamaTimings, LlamaTimings)> = None;
+        let mut measured: Vec<Measured> = Vec::new();
+        for round in 0..self.rounds.max(1) {
+            if let Some(server) = &server {
+                let now = (
+                    server.complete(&prompts[0], self.tokens, 1)?,
+                    server.complete_all(&prompts, self.tokens)?,
+                );
+                llama = Some(match llama {
+                    Some((one, all)) => (one.fastest(&now.0), all.fastest(&now.1)),
+                    None => now,
+                });
+            }
+            let mut i = 0;
+            for &w in &self.decode_weights {
+                if w == DecodeWeights::Gguf && !is_gguf {
+                    if round == 0 {
+                        say!(
+                            "decode weights gguf: skipped (not a GGUF model; it would equal q8_0)"
+                        );
+                    }
+                    continue;
+                }
+                let runs: Vec<Option<Kernel>> = if w == DecodeWeights::F32 || kernels.is_empty() {
+                    vec![None]
+                } else {
+                    kernels.iter().copied().map(Some).collect()
+                };
+                for kernel in runs {
+                    quant_matmul::force_kernel(kernel)?;
+                    let decode = lora_model.set_decode_weights(w)?;
+                    if round == 0 {
+                        say!("decode weights {decode}");
+                    }
+                    let label = match kernel {
+                        Some(k) => format!("{w}/{}", k.name()),
+                        None => w.to_string(),
+                    };
+                    let m = measure(&lora_model, &tokenizer, &prompts, &params, &label)?;
+                    match measured.get_mut(i) {
+                        Some(best) => best.keep_fastest(&m),
+                        None => measured.push(m),
+                    }
+                    i += 1;
+                }
+                quant_matmul::force_kernel(None)?;
+            }
+        }
+        if self.rounds > 1 {
+            say!("fastest of {} rounds per figure", self.rounds);
         }
         print_sampling(&measured, self.group);
         say!("peak RSS after sampling: {:.0} MiB", peak_rss_mib());
@@ -214,8 +307,8 @@ impl BenchModel {
             drop(trainer);
             optimizer_steps(&varmap)?;
         }
-        if let (Some(spec), Some(gguf)) = (&self.llama_server, &path) {
-            llama_comparison(spec, gguf, &prompts, self.tokens, measured.last())?;
+        if let (Some(spec), Some((one, all))) = (&self.llama_server, &llama) {
+            llama_comparison(spec, prompts.len(), one, all, &measured);
         }
         say!("peak RSS: {:.0} MiB", peak_rss_mib());
         say!("load average: {}", load_average());
@@ -306,41 +399,67 @@ fn print_sampling(measured: &[Measured], group: usize) {
     }
 }
 
-/// llama.cpp on the same GGUF, prompts and token counts, and spade's ratio to it.
-fn llama_comparison(
+/// Starts (or reaches) llama.cpp's server on `gguf` with one slot per prompt, and warms it up
+/// (the first request pays for page faults and graph setup).
+fn start_llama(
     spec: &str,
     gguf: &std::path::Path,
     prompts: &[Vec<u32>],
     tokens: usize,
-    spade: Option<&Measured>,
-) -> anyhow::Result<()> {
-    let threads = candle_core::utils::get_num_threads();
+    threads: usize,
+    extra: &[String],
+) -> anyhow::Result<LlamaServer> {
     let ctx = (prompts[0].len() + tokens + 64).next_multiple_of(256);
-    let server = LlamaServer::start(spec, gguf, threads, prompts.len(), ctx)?;
-    // A warm-up request (the first pays for page faults and graph setup).
+    let server = LlamaServer::start(spec, gguf, threads, prompts.len(), ctx, extra)?;
+    say!("llama.cpp server: {threads} threads {}", extra.join(" "));
     server.complete(&prompts[0], 4, 0)?;
-    let one = server.complete(&prompts[0], tokens, 1)?;
-    let all = server.complete_all(prompts, tokens)?;
+    server.complete_all(prompts, 4)?;
+    Ok(server)
+}
+
+/// llama.cpp's figures on the same GGUF, prompts and token counts, and each spade variant's
+/// ratio to them.
+fn llama_comparison(
+    spec: &str,
+    slots: usize,
+    one: &LlamaTimings,
+    all: &LlamaTimings,
+    spade: &[Measured],
+) {
     say!(
-        "llama.cpp server ({spec}), {threads} threads, {} slots:",
-        prompts.len()
+        "llama.cpp server ({spec}), {slots} slots, load average {}:",
+        load_average()
     );
-    say!(
-        "| measurement | llama.cpp tokens | seconds | tokens/s | spade tokens/s | spade / llama.cpp |"
-    );
-    say!("|---|---|---|---|---|---|");
-    let g = prompts.len();
+    let mut head = "| measurement | llama.cpp tokens | seconds | llama.cpp tokens/s |".to_string();
+    let mut rule = "|---|---|---|---|".to_string();
+    for m in spade {
+        head += &format!(" spade {} tokens/s (ratio) |", m.label);
+        rule += "---|";
+    }
+    say!("{head}");
+    say!("{rule}");
+    let g = slots;
     let rows = [
-        ("prefill G=1", one.prompt_tokens, one.prompt_secs, 0),
-        ("decode G=1", one.generated_tokens, one.generated_secs, 1),
         (
-            &*format!("prefill G={g}"),
+            "prefill G=1".to_string(),
+            one.prompt_tokens,
+            one.prompt_secs,
+            0,
+        ),
+        (
+            "decode G=1".to_string(),
+            one.generated_tokens,
+            one.generated_secs,
+            1,
+        ),
+        (
+            format!("prefill G={g}"),
             all.prompt_tokens,
             all.prompt_secs,
             2,
         ),
         (
-            &*format!("decode G={g}"),
+            format!("decode G={g}"),
             all.generated_tokens,
             all.generated_secs,
             3,
@@ -348,14 +467,19 @@ fn llama_comparison(
     ];
     for (name, n, secs, k) in rows {
         let llama = n as f64 / secs;
-        let (sn, ss) = spade.map_or((0, f64::NAN), |m| m.runs[k]);
-        let ours = sn as f64 / ss;
-        say!(
-            "| {name} | {n} | {secs:.2} | {llama:.1} | {ours:.1} | {:.2}x |",
-            ours / llama
-        );
+        let mut line = format!("| {name} | {n} | {secs:.2} | {llama:.1} |");
+        for m in spade {
+            let (sn, ss) = m.runs[k];
+            let ours = sn as f64 / ss;
+            line += &format!(" {ours:.1} ({:.2}x) |", ours / llama);
+        }
+        say!("{line}");
     }
-    Ok(())
+    say!(
+        "llama.cpp G={g} wall clock, prompt and generation: {:.2} s for {} tokens generated",
+        all.wall_secs,
+        all.generated_tokens
+    );
 }
 
 /// The agent's play loop: `episodes` conversations of `turns` turns, each turn adding the

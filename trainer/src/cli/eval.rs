@@ -5,8 +5,9 @@ use anyhow::Context as _;
 use clap::Args;
 use spade_runtime::{Config, Runtime};
 use spade_trainer::checkpoint;
+use spade_trainer::model::DecodeWeights;
 use spade_trainer::selfplay::eval::{evaluate, load_envs};
-use spade_trainer::selfplay::{CandlePolicy, TrainConfig};
+use spade_trainer::selfplay::{CandlePolicy, Policy as _, TrainConfig};
 
 /// Arguments of `spade eval`.
 #[derive(Debug, Args)]
@@ -35,6 +36,9 @@ pub struct EvalArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
+    /// Base weights the agent samples from: `gguf` (a GGUF's own blocks), `q8_0` or `f32`.
+    #[arg(long, default_value_t = DecodeWeights::Gguf)]
+    decode_weights: DecodeWeights,
 }
 
 impl EvalArgs {
@@ -51,7 +55,10 @@ impl EvalArgs {
             temperature: 0.0,
             ..TrainConfig::default()
         };
-        let mut policy = CandlePolicy::new(loaded, &cfg)?;
+        let mut policy = CandlePolicy::for_inference(loaded, &cfg, self.decode_weights)?;
+        if let Some(path) = policy.decode_path() {
+            eprintln!("decode weights {path}");
+        }
         let runtime = Runtime::new(Config::default()).context("starting the sandbox runtime")?;
         let rt = super::tokio_runtime()?;
         let (scores, per_skill) = rt.block_on(evaluate(

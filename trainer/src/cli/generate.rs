@@ -7,6 +7,7 @@ use anyhow::Context;
 use clap::Args;
 use spade_trainer::chat::Message;
 use spade_trainer::checkpoint;
+use spade_trainer::model::DecodeWeights;
 use spade_trainer::sample::{Sampler, SamplingParams};
 
 /// Arguments of `spade generate`.
@@ -45,6 +46,9 @@ pub struct Generate {
     /// Stop string (repeatable).
     #[arg(long)]
     stop: Vec<String>,
+    /// Base weights decoding reads: `gguf` (a GGUF's own blocks), `q8_0` or `f32`.
+    #[arg(long, default_value_t = DecodeWeights::Gguf)]
+    decode_weights: DecodeWeights,
 }
 
 impl Generate {
@@ -55,6 +59,8 @@ impl Generate {
             checkpoint::load_lora(dir, &mut loaded.model)
                 .with_context(|| format!("loading LoRA adapters from {}", dir.display()))?;
         }
+        let decode = loaded.model.set_decode_weights(self.decode_weights)?;
+        eprintln!("decode weights {decode}");
         let mut messages = Vec::new();
         if let Some(system) = &self.system {
             messages.push(Message::new("system", system.clone()));

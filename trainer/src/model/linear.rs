@@ -136,6 +136,8 @@ impl Linear {
         let in_dim = *dims.last().expect("linear input has a last dimension");
         let rows = xs.elem_count() / in_dim;
         let x2 = xs.reshape((rows, in_dim))?;
+        // The quantised decode product adds the adapter itself (no candle ops per step).
+        let mut lora_added = false;
         let mut y = if pass.train && !pass.grad_base {
             super::frozen::frozen_matmul(&x2, &self.weight)?
         } else if let (false, Some(q), true) = (
@@ -143,7 +145,18 @@ impl Linear {
             &self.quant,
             rows <= super::quant_matmul::MAX_ROWS,
         ) {
-            q.matmul_t(&x2)?
+            match &self.lora {
+                Some(l) if !pass.grad_lora => {
+                    lora_added = true;
+                    let factors = super::quant_matmul::LoraFactors {
+                        a: &l.a,
+                        b: &l.b,
+                        scale: l.scale as f32,
+                    };
+                    super::quant_matmul::matmul_t_lora(q, &x2, factors)?
+                }
+                _ => q.matmul_t(&x2)?,
+            }
         } else if !pass.train && super::small_matmul::applies(&x2, &self.weight, rows) {
             super::small_matmul::matmul_t(&x2, &self.weight.detach())?
         } else {
@@ -152,7 +165,7 @@ impl Linear {
         if let Some(b) = &self.bias {
             y = y.broadcast_add(&param(b, pass.grad_base))?;
         }
-        if let Some(l) = &self.lora {
+        if let (Some(l), false) = (&self.lora, lora_added) {
             let a = param(&l.a, pass.grad_lora);
             let b = param(&l.b, pass.grad_lora);
             let delta = x2.matmul(&a.t()?)?.matmul(&b.t()?)?;

@@ -78,6 +78,33 @@ impl QuantWeight {
         Self::from_blocks(&q, format)
     }
 
+    /// A `(rows, cols)` weight from its raw blocks (`cols / 32` blocks of `format` per row,
+    /// rows one after another), as a GGUF file stores them.
+    pub fn from_bytes(
+        format: BlockFormat,
+        rows: usize,
+        cols: usize,
+        data: Vec<u8>,
+    ) -> Result<Self> {
+        if !cols.is_multiple_of(BlockFormat::VALUES) {
+            candle_core::bail!("a row of {cols} values is not whole blocks of 32");
+        }
+        let want = rows * cols / BlockFormat::VALUES * format.block_bytes();
+        if data.len() != want {
+            candle_core::bail!(
+                "a {rows}x{cols} {} weight needs {want} bytes, got {}",
+                format.name(),
+                data.len()
+            );
+        }
+        Ok(Self {
+            format,
+            rows,
+            cols,
+            data,
+        })
+    }
+
     /// The blocks of a 2-D GGUF tensor (GGUF dims `[cols, rows]`, i.e. shape `(rows, cols)`),
     /// or `None` when its type has no kernel here.
     pub fn from_qtensor(q: &QTensor) -> Result<Option<Self>> {

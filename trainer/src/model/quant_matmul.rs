@@ -11,13 +11,18 @@
 //!
 //! As in [`super::small_matmul`], each weight row is read once and multiplied with up to
 //! [`GROUP`] input rows while it sits in registers, so a step of eight rows costs little more
-//! memory traffic than a step of one. The inner loop exists for AVX2 with FMA and F16C (chosen
-//! at run time when the CPU has them) and in portable Rust; the two sum in different orders,
-//! so their results may differ in the last bits ([`kernel_name`] says which one runs).
-use candle_core::{Result, Tensor};
+//! memory traffic than a step of one. The inner loop exists for AVX-512 VNNI, for AVX2 with FMA
+//! and F16C (the best one the CPU has is chosen at run time; see [`Kernel`]) and in portable
+//! Rust. The two SIMD loops give the same bits (the AVX-512 one reproduces the AVX2 one's
+//! summation order); the portable one sums in another order, so its results may differ in the
+//! last bits ([`kernel_name`] says which one runs).
+use std::sync::atomic::{AtomicU8, Ordering};
+
+use candle_core::{CpuStorage, Result, Storage, Tensor};
 use rayon::prelude::*;
 
 use super::quant::{BlockFormat, QuantWeight, f16_bits_to_f32};
+pub use lora::LoraFactors;
 
 /// Input rows multiplied together with one pass over a weight row.
 pub const GROUP: usize = 8;
@@ -39,6 +44,11 @@ struct Activations {
     scales: Vec<f32>,
     /// Per row and block: the scale times the sum of the bytes.
     sums: Vec<f32>,
+    /// `sums` transposed, per block then row, rows padded with zeros to [`Self::rows_pad`]
+    /// (a multiple of [`GROUP`]), so a group's sums for one block are one vector load.
+    sums_t: Vec<f32>,
+    /// The rows, rounded up to a multiple of [`GROUP`].
+    rows_pad: usize,
     /// Per row and block: 32 signed bytes.
     qs: Vec<i8>,
 }
@@ -62,22 +72,109 @@ impl Activations {
             scales.push(d);
             sums.push(d * sum as f32);
         }
+        let rows_pad = rows.next_multiple_of(GROUP);
+        let mut sums_t = vec![0f32; blocks * rows_pad];
+        for (r, row) in sums.chunks_exact(blocks.max(1)).enumerate() {
+            for (b, &v) in row.iter().enumerate() {
+                sums_t[b * rows_pad + r] = v;
+            }
+        }
         Self {
             blocks,
             scales,
             sums,
+            sums_t,
+            rows_pad,
             qs,
         }
     }
 }
 
-/// Which inner loop [`matmul_t`] uses on this CPU: `"avx2"` or `"portable"`.
-pub fn kernel_name() -> &'static str {
-    if has_avx2_fma_f16c() {
-        "avx2"
-    } else {
-        "portable"
+/// An inner loop of [`matmul_t`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kernel {
+    /// Portable Rust (any CPU).
+    Portable,
+    /// AVX2 with FMA and F16C.
+    Avx2,
+    /// AVX-512 F/BW/VL with VNNI (and AVX2, FMA, F16C): the same results as [`Self::Avx2`].
+    Avx512Vnni,
+}
+
+impl Kernel {
+    /// The kernel's name, as recorded in a run's decode path.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Portable => "portable",
+            Self::Avx2 => "avx2",
+            Self::Avx512Vnni => "avx512vnni",
+        }
     }
+
+    /// The kernel named `name` (see [`Self::name`]).
+    pub fn from_name(name: &str) -> Option<Self> {
+        [Self::Portable, Self::Avx2, Self::Avx512Vnni]
+            .into_iter()
+            .find(|k| k.name() == name)
+    }
+
+    /// Whether this CPU can run the kernel.
+    pub fn supported(self) -> bool {
+        match self {
+            Self::Portable => true,
+            Self::Avx2 => has_avx2_fma_f16c(),
+            Self::Avx512Vnni => has_avx2_fma_f16c() && has_avx512_vnni(),
+        }
+    }
+
+    /// The fastest kernel this CPU runs.
+    pub fn detect() -> Self {
+        if Self::Avx512Vnni.supported() {
+            Self::Avx512Vnni
+        } else if Self::Avx2.supported() {
+            Self::Avx2
+        } else {
+            Self::Portable
+        }
+    }
+
+    fn code(self) -> u8 {
+        match self {
+            Self::Portable => 1,
+            Self::Avx2 => 2,
+            Self::Avx512Vnni => 3,
+        }
+    }
+}
+
+/// The kernel [`force_kernel`] chose (0: none, detect).
+static FORCED: AtomicU8 = AtomicU8::new(0);
+
+/// Makes every later [`matmul_t`] in this process use `kernel` (`None`: the detected one),
+/// for benchmarks comparing kernels in one run. Fails when the CPU lacks it.
+pub fn force_kernel(kernel: Option<Kernel>) -> Result<()> {
+    if let Some(k) = kernel
+        && !k.supported()
+    {
+        candle_core::bail!("this CPU cannot run the {} quantised kernel", k.name());
+    }
+    FORCED.store(kernel.map_or(0, Kernel::code), Ordering::Relaxed);
+    Ok(())
+}
+
+/// The kernel [`matmul_t`] uses now: the forced one, else the fastest this CPU runs.
+pub fn kernel() -> Kernel {
+    match FORCED.load(Ordering::Relaxed) {
+        1 => Kernel::Portable,
+        2 => Kernel::Avx2,
+        3 => Kernel::Avx512Vnni,
+        _ => Kernel::detect(),
+    }
+}
+
+/// Which inner loop [`matmul_t`] uses: `"avx512vnni"`, `"avx2"` or `"portable"`.
+pub fn kernel_name() -> &'static str {
+    kernel().name()
 }
 
 fn has_avx2_fma_f16c() -> bool {
@@ -91,8 +188,41 @@ fn has_avx2_fma_f16c() -> bool {
     }
 }
 
+fn has_avx512_vnni() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::is_x86_feature_detected!("avx512f")
+            && std::is_x86_feature_detected!("avx512bw")
+            && std::is_x86_feature_detected!("avx512vl")
+            && std::is_x86_feature_detected!("avx512vnni")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
 /// `x W^T` for `x` `(rows, in)` f32 on the CPU and `w` `(out, in)`; returns `(rows, out)`.
 pub fn matmul_t(w: &QuantWeight, x: &Tensor) -> Result<Tensor> {
+    matmul_t_with(w, x, kernel(), None)
+}
+
+/// [`matmul_t`] plus a LoRA adapter's `scale * (x A^T) B^T`, added per output inside the
+/// product (the decode step's adapters cost no candle ops).
+pub fn matmul_t_lora(w: &QuantWeight, x: &Tensor, lora: LoraFactors<'_>) -> Result<Tensor> {
+    matmul_t_with(w, x, kernel(), Some(lora))
+}
+
+/// [`matmul_t`] with a chosen kernel (which the CPU must support) and an optional adapter.
+pub fn matmul_t_with(
+    w: &QuantWeight,
+    x: &Tensor,
+    kernel: Kernel,
+    lora: Option<LoraFactors<'_>>,
+) -> Result<Tensor> {
+    if !kernel.supported() {
+        candle_core::bail!("this CPU cannot run the {} quantised kernel", kernel.name());
+    }
     let (rows, k) = x.dims2()?;
     let (n, wk) = w.dims();
     if k != wk {
@@ -100,11 +230,38 @@ pub fn matmul_t(w: &QuantWeight, x: &Tensor) -> Result<Tensor> {
     }
     let xs: Vec<f32> = x.flatten_all()?.to_vec1()?;
     let act = Activations::quantize(&xs, rows, k);
-    let fast = has_avx2_fma_f16c();
     let row_bytes = w.blocks_per_row() * w.format().block_bytes();
     let data = w.data();
     let format = w.format();
     // Output transposed, (out, rows): each task owns a block of weight rows.
+    let adapter = match lora {
+        Some(l) => {
+            if rows > MAX_ROWS {
+                candle_core::bail!("a fused LoRA update takes at most {MAX_ROWS} rows, got {rows}");
+            }
+            let (rank, ak) = l.a.dims2()?;
+            if ak != k || l.b.dims2()? != (n, rank) {
+                candle_core::bail!(
+                    "LoRA factors {:?} and {:?} do not fit a {n}x{k} weight",
+                    l.a.dims(),
+                    l.b.dims()
+                );
+            }
+            let xa = lora::with_values(l.a, |a| lora::project(&xs, rows, a, rank))?;
+            Some((xa, l.b.contiguous()?, rank, l.scale))
+        }
+        None => None,
+    };
+    // B's values `(n, rank)`, borrowed from its storage for the whole product.
+    let rank = adapter.as_ref().map_or(0, |a| a.2);
+    let b_guard = adapter.as_ref().map(|(_, b, _, _)| b.storage_and_layout());
+    let b_values: Option<&[f32]> = match &b_guard {
+        Some((storage, layout)) => match &**storage {
+            Storage::Cpu(CpuStorage::F32(v)) => Some(&v[layout.start_offset()..][..n * rank]),
+            _ => candle_core::bail!("a LoRA factor must be f32 on the CPU"),
+        },
+        None => None,
+    };
     let mut out_t = vec![0f32; n * rows];
     out_t
         .par_chunks_mut(BLOCK * rows)
@@ -113,17 +270,29 @@ pub fn matmul_t(w: &QuantWeight, x: &Tensor) -> Result<Tensor> {
             let first = b * BLOCK;
             let len = chunk.len() / rows;
             let wb = &data[first * row_bytes..(first + len) * row_bytes];
-            if fast {
+            match kernel {
                 #[cfg(target_arch = "x86_64")]
-                // SAFETY: the CPU was checked for AVX2, FMA and F16C just above.
+                // SAFETY: `kernel.supported()` checked AVX-512 F/BW/VL/VNNI, AVX2, FMA and
+                // F16C above.
                 #[allow(unsafe_code)]
-                unsafe {
-                    avx2::rows(format, wb, row_bytes, &act, rows, chunk)
-                };
-            } else {
+                Kernel::Avx512Vnni => unsafe {
+                    avx512::rows(format, wb, row_bytes, &act, rows, chunk)
+                },
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: `kernel.supported()` checked AVX2, FMA and F16C above.
+                #[allow(unsafe_code)]
+                Kernel::Avx2 => unsafe { avx2::rows(format, wb, row_bytes, &act, rows, chunk) },
+                _ => {
+                    for (j, cells) in chunk.chunks_mut(rows).enumerate() {
+                        let wrow = &wb[j * row_bytes..][..row_bytes];
+                        row_portable(format, wrow, &act, 0, cells);
+                    }
+                }
+            }
+            if let (Some((xa, _, _, scale)), Some(bv)) = (&adapter, b_values) {
                 for (j, cells) in chunk.chunks_mut(rows).enumerate() {
-                    let wrow = &wb[j * row_bytes..][..row_bytes];
-                    row_portable(format, wrow, &act, 0, cells);
+                    let b_row = &bv[(first + j) * rank..][..rank];
+                    lora::add_column(cells, xa, b_row, *scale);
                 }
             }
         });
@@ -185,191 +354,13 @@ fn row_portable(
 
 #[cfg(target_arch = "x86_64")]
 #[allow(unsafe_code)]
-mod avx2 {
-    //! The AVX2 inner loop: 32 products of a block in one `maddubs`, up to [`GROUP`] input
-    //! rows per pass over a weight row, two accumulator sets when there are few rows (so the
-    //! FMA latency overlaps).
-    use std::arch::x86_64::*;
+mod avx2;
 
-    use super::{Activations, BlockFormat, GROUP, QK};
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+mod avx512;
 
-    /// `out[j * n + r] = x[r] . w[j]` for every weight row `j` of `w` (rows of `row_bytes`)
-    /// and each of the `n` input rows.
-    ///
-    /// # Safety
-    /// The CPU must have AVX2, FMA and F16C.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn rows(
-        format: BlockFormat,
-        w: &[u8],
-        row_bytes: usize,
-        act: &Activations,
-        n: usize,
-        out: &mut [f32],
-    ) {
-        let nb = act.blocks;
-        assert_eq!(row_bytes, nb * format.block_bytes());
-        assert_eq!(act.qs.len(), n * nb * QK);
-        assert_eq!(act.scales.len(), n * nb);
-        assert_eq!(act.sums.len(), n * nb);
-        assert_eq!(out.len(), w.len() / row_bytes * n);
-        for (j, wrow) in w.chunks_exact(row_bytes).enumerate() {
-            let cells = &mut out[j * n..(j + 1) * n];
-            let mut g = 0;
-            while g < n {
-                let len = GROUP.min(n - g);
-                let o = &mut cells[g..g + len];
-                // SAFETY: rows g..g + len of the activations exist (checked above) and the
-                // weight row holds `nb` blocks.
-                unsafe {
-                    match (format, len) {
-                        (BlockFormat::Q8_0, 1) => q8::<1, 2>(wrow, act, g, o),
-                        (BlockFormat::Q8_0, 2) => q8::<2, 2>(wrow, act, g, o),
-                        (BlockFormat::Q8_0, 3) => q8::<3, 2>(wrow, act, g, o),
-                        (BlockFormat::Q8_0, 4) => q8::<4, 1>(wrow, act, g, o),
-                        (BlockFormat::Q8_0, 5) => q8::<5, 1>(wrow, act, g, o),
-                        (BlockFormat::Q8_0, 6) => q8::<6, 1>(wrow, act, g, o),
-                        (BlockFormat::Q8_0, 7) => q8::<7, 1>(wrow, act, g, o),
-                        (BlockFormat::Q8_0, _) => q8::<8, 1>(wrow, act, g, o),
-                        (BlockFormat::Q4_1, 1) => q4::<1, 2>(wrow, act, g, o),
-                        (BlockFormat::Q4_1, 2) => q4::<2, 2>(wrow, act, g, o),
-                        (BlockFormat::Q4_1, 3) => q4::<3, 2>(wrow, act, g, o),
-                        (BlockFormat::Q4_1, 4) => q4::<4, 1>(wrow, act, g, o),
-                        (BlockFormat::Q4_1, 5) => q4::<5, 1>(wrow, act, g, o),
-                        (BlockFormat::Q4_1, 6) => q4::<6, 1>(wrow, act, g, o),
-                        (BlockFormat::Q4_1, 7) => q4::<7, 1>(wrow, act, g, o),
-                        (BlockFormat::Q4_1, _) => q4::<8, 1>(wrow, act, g, o),
-                    }
-                }
-                g += len;
-            }
-        }
-    }
+mod lora;
 
-    /// One f16 bit pattern at `p` as f32, through F16C.
-    #[inline(always)]
-    unsafe fn half(p: *const u8) -> f32 {
-        // SAFETY: the caller points at two readable bytes.
-        unsafe {
-            let bits = i32::from(u16::from_le_bytes([*p, *p.add(1)]));
-            _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits)))
-        }
-    }
-
-    #[inline(always)]
-    unsafe fn hsum(v: __m256) -> f32 {
-        // SAFETY: register-only AVX arithmetic; the caller runs with AVX2 enabled.
-        unsafe {
-            let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-            let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-            let s = _mm_add_ss(s, _mm_movehdup_ps(s));
-            _mm_cvtss_f32(s)
-        }
-    }
-
-    /// `N` input rows from `first` against one `Q8_0` weight row, with `K` accumulator sets
-    /// taking alternate blocks.
-    ///
-    /// # Safety
-    /// AVX2/FMA/F16C; `wrow` holds `act.blocks` blocks and rows `first..first + N` exist.
-    #[inline(always)]
-    unsafe fn q8<const N: usize, const K: usize>(
-        wrow: &[u8],
-        act: &Activations,
-        first: usize,
-        out: &mut [f32],
-    ) {
-        let nb = act.blocks;
-        // SAFETY: every pointer below stays inside `wrow` (block b < nb of 34 bytes) or the
-        // activations of rows first..first + N (checked by the caller).
-        unsafe {
-            let ones = _mm256_set1_epi16(1);
-            let mut acc = [[_mm256_setzero_ps(); N]; K];
-            let wp = wrow.as_ptr();
-            let xq = act.qs.as_ptr().add(first * nb * QK);
-            let xs = act.scales.as_ptr().add(first * nb);
-            let mut b = 0;
-            while b < nb {
-                for (k, acc) in acc.iter_mut().enumerate() {
-                    let bk = b + k;
-                    if bk >= nb {
-                        break;
-                    }
-                    let blk = wp.add(bk * 34);
-                    let d = half(blk);
-                    let w = _mm256_loadu_si256(blk.add(2) as *const __m256i);
-                    let aw = _mm256_sign_epi8(w, w);
-                    for (r, a) in acc.iter_mut().enumerate() {
-                        let x = _mm256_loadu_si256(xq.add((r * nb + bk) * QK) as *const __m256i);
-                        let sx = _mm256_sign_epi8(x, w);
-                        let dot = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sx), ones);
-                        let scale = _mm256_set1_ps(d * *xs.add(r * nb + bk));
-                        *a = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(dot), *a);
-                    }
-                }
-                b += K;
-            }
-            for (r, o) in out.iter_mut().enumerate().take(N) {
-                let mut v = acc[0][r];
-                for a in &acc[1..] {
-                    v = _mm256_add_ps(v, a[r]);
-                }
-                *o = hsum(v);
-            }
-        }
-    }
-
-    /// `N` input rows from `first` against one `Q4_1` weight row (see [`q8`]).
-    ///
-    /// # Safety
-    /// As for [`q8`], with 20-byte blocks.
-    #[inline(always)]
-    unsafe fn q4<const N: usize, const K: usize>(
-        wrow: &[u8],
-        act: &Activations,
-        first: usize,
-        out: &mut [f32],
-    ) {
-        let nb = act.blocks;
-        // SAFETY: as in `q8`, with blocks of 20 bytes.
-        unsafe {
-            let ones = _mm256_set1_epi16(1);
-            let low = _mm256_set1_epi8(0x0F);
-            let mut acc = [[_mm256_setzero_ps(); N]; K];
-            let mut mins = [[0f32; N]; K];
-            let wp = wrow.as_ptr();
-            let xq = act.qs.as_ptr().add(first * nb * QK);
-            let xs = act.scales.as_ptr().add(first * nb);
-            let xm = act.sums.as_ptr().add(first * nb);
-            let mut b = 0;
-            while b < nb {
-                for (k, (acc, mins)) in acc.iter_mut().zip(mins.iter_mut()).enumerate() {
-                    let bk = b + k;
-                    if bk >= nb {
-                        break;
-                    }
-                    let blk = wp.add(bk * 20);
-                    let d = half(blk);
-                    let m = half(blk.add(2));
-                    let q = _mm_loadu_si128(blk.add(4) as *const __m128i);
-                    let w = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), low);
-                    for (r, (a, mr)) in acc.iter_mut().zip(mins.iter_mut()).enumerate() {
-                        let x = _mm256_loadu_si256(xq.add((r * nb + bk) * QK) as *const __m256i);
-                        let dot = _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), ones);
-                        let scale = _mm256_set1_ps(d * *xs.add(r * nb + bk));
-                        *a = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(dot), *a);
-                        *mr = m.mul_add(*xm.add(r * nb + bk), *mr);
-                    }
-                }
-                b += K;
-            }
-            for (r, o) in out.iter_mut().enumerate().take(N) {
-                let mut v = acc[0][r];
-                for a in &acc[1..] {
-                    v = _mm256_add_ps(v, a[r]);
-                }
-                *o = hsum(v) + mins.iter().map(|m| m[r]).sum::<f32>();
-            }
-        }
-    }
-}
+#[cfg(test)]
+mod tests;

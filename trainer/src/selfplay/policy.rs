@@ -209,6 +209,25 @@ impl CandlePolicy {
         Ok(p)
     }
 
+    /// Wraps `loaded` (adapters already attached, if any) for sampling only, as `spade eval`
+    /// plays: nothing is attached or trained, so sampling reads `weights` (quantised blocks
+    /// stay valid because the base weights never move). Updating such a policy would train
+    /// every weight while sampling kept reading the blocks: use [`Self::new`] to train.
+    pub fn for_inference(
+        loaded: LoadedModel,
+        cfg: &TrainConfig,
+        weights: DecodeWeights,
+    ) -> Result<Self> {
+        let cfg = TrainConfig {
+            lora: false,
+            ..cfg.clone()
+        };
+        let mut p = Self::new(loaded, &cfg)?;
+        p.model.model.set_train_base(false);
+        p.decode = p.model.model.set_decode_weights(weights)?;
+        Ok(p)
+    }
+
     fn trainable(&self) -> Vec<(String, Var)> {
         match &self.lora {
             Some((_, vm)) => sorted_vars(vm),
