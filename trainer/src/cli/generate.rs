@@ -60,7 +60,6 @@ impl Generate {
                 .with_context(|| format!("loading LoRA adapters from {}", dir.display()))?;
         }
         let decode = loaded.model.set_decode_weights(self.decode_weights)?;
-        eprintln!("decode weights {decode}");
         let mut messages = Vec::new();
         if let Some(system) = &self.system {
             messages.push(Message::new("system", system.clone()));
@@ -95,8 +94,10 @@ impl Generate {
             }
         }
         let tokens: usize = completions.iter().map(|c| c.tokens.len()).sum();
+        // Said after sampling, beside the speed it explains (a bad parameter is then the only
+        // thing printed).
         eprintln!(
-            "[{} prompt tokens, {tokens} new tokens in {secs:.1}s, {:.1} tokens/s]",
+            "[{} prompt tokens, {tokens} new tokens in {secs:.1}s, {:.1} tokens/s; decode weights {decode}]",
             prompt.len(),
             tokens as f64 / secs
         );
