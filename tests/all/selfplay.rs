@@ -375,6 +375,100 @@ async fn an_invalid_design_is_repaired_or_penalised() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Delegates to a policy and records every `sample_each` call: its role and seeds.
+struct Recording<P> {
+    inner: P,
+    batches: Arc<Mutex<Vec<(Role, Vec<u64>)>>>,
+}
+
+impl<P: Policy> Policy for Recording<P> {
+    fn sample(
+        &mut self,
+        role: Role,
+        messages: &[Message],
+        n: usize,
+        max_new_tokens: usize,
+        seed: u64,
+    ) -> spade_trainer::Result<Vec<spade_trainer::selfplay::policy::Sampled>> {
+        self.inner.sample(role, messages, n, max_new_tokens, seed)
+    }
+
+    fn sample_each(
+        &mut self,
+        role: Role,
+        chats: &[&[Message]],
+        max_new_tokens: usize,
+        seeds: &[u64],
+    ) -> spade_trainer::Result<Vec<spade_trainer::selfplay::policy::Sampled>> {
+        self.batches.lock().unwrap().push((role, seeds.to_vec()));
+        self.inner.sample_each(role, chats, max_new_tokens, seeds)
+    }
+
+    fn update(
+        &mut self,
+        batch: &[spade_trainer::grpo::GrpoSample],
+    ) -> spade_trainer::Result<Option<spade_trainer::grpo::UpdateStats>> {
+        self.inner.update(batch)
+    }
+
+    fn save(&self, dir: &std::path::Path) -> spade_trainer::Result<()> {
+        self.inner.save(dir)
+    }
+
+    fn load(&mut self, dir: &std::path::Path) -> spade_trainer::Result<()> {
+        self.inner.load(dir)
+    }
+}
+
+#[tokio::test]
+async fn rejected_designs_are_repaired_in_one_batch_and_hints_are_one_batch() {
+    let src = env_source("arithmetic_puzzle");
+    let dir = tmp("repair-batch");
+    // Two completions without code, then two valid repairs.
+    let designs = vec![
+        "no code here".into(),
+        "still none".into(),
+        fenced(&src),
+        fenced(&src),
+    ];
+    let batches = Arc::new(Mutex::new(Vec::new()));
+    let mut policy = Recording {
+        inner: Scripted::new(script(designs, vec![], None), None),
+        batches: Arc::clone(&batches),
+    };
+    let cfg = TrainConfig {
+        designer_group: 2,
+        ..small_cfg()
+    };
+    let seed = cfg.seed;
+    let mut run = Run::create(&dir, cfg, corpus(), runtime(), &mut policy, vec![]).unwrap();
+    let m = run.rollout().await.unwrap();
+    assert_eq!(
+        (m.designs, m.valid, m.repaired, m.repair_attempts),
+        (2, 2, 2, 2)
+    );
+    // Pool order follows the completions, whatever order the repairs finished in.
+    let ids: Vec<&str> = run.state.pool.iter().map(|e| e.id.as_str()).collect();
+    assert_eq!(ids, vec!["env00000", "env00001"]);
+    let batches = batches.lock().unwrap().clone();
+    let of = |role: Role| -> Vec<Vec<u64>> {
+        batches
+            .iter()
+            .filter(|(r, _)| *r == role)
+            .map(|(_, s)| s.clone())
+            .collect()
+    };
+    // One repair batch of both designs, each with the seed it has when repaired alone
+    // (rollout 0, prompt 0, completion g, attempt 1).
+    let repair = |g: u64| spade_trainer::selfplay::seeds::derive(seed, "repair", &[0, 0, g, 1]);
+    assert_eq!(of(Role::Repair), vec![vec![repair(0), repair(1)]]);
+    // Both new envs' hints in one batch, each seeded by its pool index.
+    let hint = |i: u64| spade_trainer::selfplay::seeds::derive(seed, "hint", &[0, i]);
+    assert_eq!(of(Role::Hint), vec![vec![hint(0), hint(1)]]);
+    assert!(run.state.pool.iter().all(|e| e.hint.is_some()));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 const SPIN_ENV: &str = r#"import re
 
 

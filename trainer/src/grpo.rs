@@ -107,9 +107,9 @@ pub struct StepStats {
     pub loss: f64,
     /// Mean advantage per trained token.
     pub mean_advantage: f64,
-    /// Mean importance ratio.
+    /// Mean importance ratio over the scored tokens (1 when none was scored).
     pub mean_ratio: f64,
-    /// Fraction of tokens whose ratio was outside the clip range.
+    /// Fraction of the scored tokens whose ratio was outside the clip range.
     pub clip_fraction: f64,
     /// Mean KL estimate to the reference (0 without one).
     pub kl: f64,
@@ -117,11 +117,17 @@ pub struct StepStats {
     pub grad_norm: f64,
     /// The learning rate of the step.
     pub lr: f64,
-    /// Completion tokens trained on.
+    /// Completion tokens trained on: the loss is their mean.
     pub tokens: usize,
-    /// Mean |training-path log-prob - the sample's old log-prob| per trained token. In the
-    /// first step of an update, before any optimiser step, this is the gap between the
-    /// sampling path (quantised weights, fused kernels) and the training path.
+    /// Trained tokens that went through the model. Without a KL term, a sample whose
+    /// advantage is 0 has a surrogate of exactly 0 and no gradient, so it is left out of the
+    /// forward and backward passes (it still counts in the loss's token mean); the ratio,
+    /// clip and gap figures are over these tokens.
+    pub scored_tokens: usize,
+    /// Mean |training-path log-prob - the sample's old log-prob| per scored token (0 when
+    /// none was scored). In the first step of an update, before any optimiser step, this is
+    /// the gap between the sampling path (quantised weights, fused kernels) and the training
+    /// path.
     pub logprob_gap: f64,
 }
 
@@ -152,14 +158,25 @@ impl UpdateStats {
         self.mean(|s| s.kl)
     }
 
-    /// Mean clipped fraction over the steps.
-    pub fn clip_fraction(&self) -> f64 {
-        self.mean(|s| s.clip_fraction)
+    /// Mean of `f` over the steps that scored tokens; `None` if none did.
+    fn scored_mean(&self, f: impl Fn(&StepStats) -> f64) -> Option<f64> {
+        let scored: Vec<f64> = self
+            .steps
+            .iter()
+            .filter(|s| s.scored_tokens > 0)
+            .map(f)
+            .collect();
+        (!scored.is_empty()).then(|| scored.iter().sum::<f64>() / scored.len() as f64)
     }
 
-    /// Mean importance ratio over the steps.
-    pub fn ratio_mean(&self) -> f64 {
-        self.mean(|s| s.mean_ratio)
+    /// Mean clipped fraction over the steps that scored tokens.
+    pub fn clip_fraction(&self) -> Option<f64> {
+        self.scored_mean(|s| s.clip_fraction)
+    }
+
+    /// Mean importance ratio over the steps that scored tokens.
+    pub fn ratio_mean(&self) -> Option<f64> {
+        self.scored_mean(|s| s.mean_ratio)
     }
 
     /// The last step's learning rate.
@@ -168,14 +185,23 @@ impl UpdateStats {
     }
 
     /// The first step's mean |Δ log-prob| per token between the log-probs recorded when
-    /// sampling and the training path's (see [`StepStats::logprob_gap`]).
-    pub fn logprob_gap(&self) -> f64 {
-        self.steps.first().map_or(0.0, |s| s.logprob_gap)
+    /// sampling and the training path's (see [`StepStats::logprob_gap`]); `None` if it scored
+    /// no token.
+    pub fn logprob_gap(&self) -> Option<f64> {
+        self.steps
+            .first()
+            .filter(|s| s.scored_tokens > 0)
+            .map(|s| s.logprob_gap)
     }
 
     /// Tokens trained per step.
     pub fn tokens(&self) -> usize {
         self.steps.first().map_or(0, |s| s.tokens)
+    }
+
+    /// Tokens per step that went through the model (see [`StepStats::scored_tokens`]).
+    pub fn scored_tokens(&self) -> usize {
+        self.steps.first().map_or(0, |s| s.scored_tokens)
     }
 }
 
@@ -255,13 +281,21 @@ impl<'a> GrpoTrainer<'a> {
         Ok(self.step_inner(samples, false)?.0)
     }
 
-    /// [`GrpoTrainer::step`]; with `recompute`, the old log-probabilities are this pass's own
-    /// (detached), returned in sample order (samples without trained tokens contribute none).
+    /// Whether `s` goes through the model: it has trained tokens and, unless a KL term is on,
+    /// a nonzero advantage (with advantage 0 the clipped surrogate is exactly 0 whatever the
+    /// ratio, so its gradient is 0 too).
+    fn scores(&self, s: &GrpoSample) -> bool {
+        let kl = self.reference.is_some() && self.cfg.kl_coef > 0.0;
+        s.trained_tokens() > 0 && (kl || s.advantage != 0.0)
+    }
+
+    /// [`GrpoTrainer::step`]; with `recompute`, the old log-probabilities of every scored
+    /// sample are this pass's own (detached), returned by sample index.
     fn step_inner(
         &mut self,
         samples: &[GrpoSample],
         recompute: bool,
-    ) -> Result<(StepStats, Option<Vec<f32>>)> {
+    ) -> Result<(StepStats, Option<Vec<(usize, Vec<f32>)>>)> {
         let total: usize = samples.iter().map(GrpoSample::trained_tokens).sum();
         if total == 0 {
             return Err(TrainerError::InvalidParameter(
@@ -283,80 +317,38 @@ impl<'a> GrpoTrainer<'a> {
                 )));
             }
         }
-        let device = self.policy.device().clone();
-        let (lo, hi) = (1.0 - self.cfg.clip_eps, 1.0 + self.cfg.clip_eps);
-        let mut acc: Option<Vec<Option<Tensor>>> = None;
-        let (mut loss_sum, mut ratio_sum, mut clipped, mut kl_sum) = (0.0, 0.0, 0.0, 0.0);
-        let mut gap_sum = 0.0;
-        let mut fresh: Vec<f32> = Vec::new();
-        let chunks = micro_batches(samples, self.cfg.micro_batch, self.cfg.micro_batch_tokens);
-        for (_, chunk) in chunks {
-            let chunk: Vec<&GrpoSample> = chunk.iter().filter(|s| s.trained_tokens() > 0).collect();
-            if chunk.is_empty() {
-                continue;
+        let scored: Vec<usize> = (0..samples.len())
+            .filter(|&i| self.scores(&samples[i]))
+            .collect();
+        let lens: Vec<usize> = scored
+            .iter()
+            .map(|&i| samples[i].prompt.len() + samples[i].completion.len())
+            .collect();
+        let mut pass = StepSums::default();
+        let mut fresh = Vec::new();
+        for range in batch_bounds(&lens, self.cfg.micro_batch, self.cfg.micro_batch_tokens) {
+            let chunk: Vec<(usize, &GrpoSample)> =
+                scored[range].iter().map(|&i| (i, &samples[i])).collect();
+            let lp = self.chunk(&chunk, total, recompute, &mut pass)?;
+            if recompute {
+                let mut rest = lp.as_slice();
+                for (i, s) in chunk {
+                    let (mine, tail) = rest.split_at(s.trained_tokens());
+                    fresh.push((i, mine.to_vec()));
+                    rest = tail;
+                }
             }
-            let rows: Vec<Spans> = chunk
-                .iter()
-                .map(|s| Spans {
-                    prompt: &s.prompt,
-                    completion: &s.completion,
-                    spans: &s.spans,
-                })
-                .collect();
-            let n: usize = chunk.iter().map(|s| s.trained_tokens()).sum();
-            let old: Vec<f32> = chunk
-                .iter()
-                .flat_map(|s| s.old_logprobs.iter().copied())
-                .collect();
-            let a: Vec<f32> = chunk
-                .iter()
-                .flat_map(|s| std::iter::repeat_n(s.advantage as f32, s.trained_tokens()))
-                .collect();
-            let old = Tensor::from_vec(old, n, &device)?;
-            let a = Tensor::from_vec(a, n, &device)?;
-            let lp = span_logprobs(self.policy, &rows)?;
-            let now = lp.detach();
-            gap_sum += f64::from((&now - &old)?.abs()?.sum_all()?.to_scalar::<f32>()?);
-            let old = if recompute {
-                fresh.extend(now.to_vec1::<f32>()?);
-                now
-            } else {
-                old
-            };
-            let ratio = (&lp - &old)?.exp()?;
-            let surr1 = ratio.mul(&a)?;
-            let surr2 = ratio.clamp(lo, hi)?.mul(&a)?;
-            let mut per_tok = surr1.minimum(&surr2)?.neg()?;
-            if let (Some(reference), true) = (self.reference, self.cfg.kl_coef > 0.0) {
-                let ref_lp = span_logprobs(&reference.without_grad(), &rows)?;
-                // k3 estimator: exp(ref - lp) - (ref - lp) - 1 >= 0.
-                let d = (ref_lp - &lp)?;
-                let kl = ((d.exp()? - &d)? - 1.0)?;
-                kl_sum += f64::from(kl.sum_all()?.to_scalar::<f32>()?);
-                per_tok = (per_tok + (kl * self.cfg.kl_coef)?)?;
-            }
-            let loss = (per_tok.sum_all()? / total as f64)?;
-            loss_sum += f64::from(loss.to_scalar::<f32>()?);
-            let r: Vec<f32> = ratio.to_vec1()?;
-            ratio_sum += r.iter().map(|&x| f64::from(x)).sum::<f64>();
-            clipped += r
-                .iter()
-                .filter(|&&x| f64::from(x) < lo || f64::from(x) > hi)
-                .count() as f64;
-            let grads = self.optimizer.collect(&loss.backward()?);
-            acc = Some(match acc {
-                None => grads,
-                Some(acc) => acc
-                    .into_iter()
-                    .zip(grads)
-                    .map(|(a, g)| match (a, g) {
-                        (Some(a), Some(g)) => Ok(Some((a + g)?)),
-                        (a, g) => Ok(a.or(g)),
-                    })
-                    .collect::<Result<Vec<_>>>()?,
-            });
         }
-        let grads = acc.expect("at least one chunk has tokens");
+        let grads = match pass.grads.take() {
+            Some(grads) => grads,
+            // Nothing scored: every gradient is 0, and the optimiser still takes its step
+            // (its moments and weight decay move the weights as they would have).
+            None => self
+                .optimizer
+                .vars()
+                .map(|v| Ok(Some(v.as_tensor().zeros_like()?)))
+                .collect::<Result<Vec<_>>>()?,
+        };
         let grad_norm = AdamW::norm(&grads)?;
         let scale = if self.cfg.max_grad_norm > 0.0 && grad_norm > self.cfg.max_grad_norm {
             self.cfg.max_grad_norm / grad_norm
@@ -370,35 +362,115 @@ impl<'a> GrpoTrainer<'a> {
             .iter()
             .map(|s| s.advantage * s.trained_tokens() as f64)
             .sum();
+        let n = pass.scored_tokens;
+        let per_scored = |x: f64, none: f64| if n == 0 { none } else { x / n as f64 };
         let stats = StepStats {
-            loss: loss_sum,
+            loss: pass.loss,
             mean_advantage: adv_tokens / t,
-            mean_ratio: ratio_sum / t,
-            clip_fraction: clipped / t,
-            kl: kl_sum / t,
+            mean_ratio: per_scored(pass.ratio, 1.0),
+            clip_fraction: per_scored(pass.clipped, 0.0),
+            kl: pass.kl / t,
             grad_norm,
             lr,
             tokens: total,
-            logprob_gap: gap_sum / t,
+            scored_tokens: n,
+            logprob_gap: per_scored(pass.gap, 0.0),
         };
         Ok((stats, recompute.then_some(fresh)))
     }
+
+    /// Forward and backward through one micro-batch of scored samples; adds its gradients
+    /// and sums to `pass` and returns its training-path log-probabilities (detached), in
+    /// order. The loss is divided by `total`, the step's trained tokens. With `recompute`,
+    /// those log-probabilities are the old ones too (the ratio is 1).
+    fn chunk(
+        &self,
+        chunk: &[(usize, &GrpoSample)],
+        total: usize,
+        recompute: bool,
+        pass: &mut StepSums,
+    ) -> Result<Vec<f32>> {
+        let device = self.policy.device().clone();
+        let (lo, hi) = (1.0 - self.cfg.clip_eps, 1.0 + self.cfg.clip_eps);
+        let rows: Vec<Spans> = chunk
+            .iter()
+            .map(|(_, s)| Spans {
+                prompt: &s.prompt,
+                completion: &s.completion,
+                spans: &s.spans,
+            })
+            .collect();
+        let n: usize = chunk.iter().map(|(_, s)| s.trained_tokens()).sum();
+        let old: Vec<f32> = chunk
+            .iter()
+            .flat_map(|(_, s)| s.old_logprobs.iter().copied())
+            .collect();
+        let a: Vec<f32> = chunk
+            .iter()
+            .flat_map(|(_, s)| std::iter::repeat_n(s.advantage as f32, s.trained_tokens()))
+            .collect();
+        let old = Tensor::from_vec(old, n, &device)?;
+        let a = Tensor::from_vec(a, n, &device)?;
+        let lp = span_logprobs(self.policy, &rows)?;
+        let now = lp.detach();
+        pass.gap += f64::from((&now - &old)?.abs()?.sum_all()?.to_scalar::<f32>()?);
+        let old = if recompute { now.clone() } else { old };
+        let ratio = (&lp - &old)?.exp()?;
+        let surr1 = ratio.mul(&a)?;
+        let surr2 = ratio.clamp(lo, hi)?.mul(&a)?;
+        let mut per_tok = surr1.minimum(&surr2)?.neg()?;
+        if let (Some(reference), true) = (self.reference, self.cfg.kl_coef > 0.0) {
+            let ref_lp = span_logprobs(&reference.without_grad(), &rows)?;
+            // k3 estimator: exp(ref - lp) - (ref - lp) - 1 >= 0.
+            let d = (ref_lp - &lp)?;
+            let kl = ((d.exp()? - &d)? - 1.0)?;
+            pass.kl += f64::from(kl.sum_all()?.to_scalar::<f32>()?);
+            per_tok = (per_tok + (kl * self.cfg.kl_coef)?)?;
+        }
+        let loss = (per_tok.sum_all()? / total as f64)?;
+        pass.loss += f64::from(loss.to_scalar::<f32>()?);
+        let r: Vec<f32> = ratio.to_vec1()?;
+        pass.ratio += r.iter().map(|&x| f64::from(x)).sum::<f64>();
+        pass.clipped += r
+            .iter()
+            .filter(|&&x| f64::from(x) < lo || f64::from(x) > hi)
+            .count() as f64;
+        pass.scored_tokens += n;
+        let grads = self.optimizer.collect(&loss.backward()?);
+        pass.grads = Some(match pass.grads.take() {
+            None => grads,
+            Some(acc) => acc
+                .into_iter()
+                .zip(grads)
+                .map(|(a, g)| match (a, g) {
+                    (Some(a), Some(g)) => Ok(Some((a + g)?)),
+                    (a, g) => Ok(a.or(g)),
+                })
+                .collect::<Result<Vec<_>>>()?,
+        });
+        Ok(now.to_vec1::<f32>()?)
+    }
 }
 
-/// `samples` with their old log-probabilities replaced, in order, from `fresh`.
-fn with_old_logprobs(samples: &[GrpoSample], fresh: Vec<f32>) -> Vec<GrpoSample> {
-    let mut rest = fresh.as_slice();
-    samples
-        .iter()
-        .map(|s| {
-            let (mine, tail) = rest.split_at(s.trained_tokens());
-            rest = tail;
-            GrpoSample {
-                old_logprobs: mine.to_vec(),
-                ..s.clone()
-            }
-        })
-        .collect()
+/// What the micro-batches of one step add up: accumulated gradients and the statistics' sums.
+#[derive(Default)]
+struct StepSums {
+    grads: Option<Vec<Option<Tensor>>>,
+    loss: f64,
+    ratio: f64,
+    clipped: f64,
+    kl: f64,
+    gap: f64,
+    scored_tokens: usize,
+}
+
+/// `samples` with the old log-probabilities of the samples in `fresh` (by index) replaced.
+fn with_old_logprobs(samples: &[GrpoSample], fresh: Vec<(usize, Vec<f32>)>) -> Vec<GrpoSample> {
+    let mut out = samples.to_vec();
+    for (i, lp) in fresh {
+        out[i].old_logprobs = lp;
+    }
+    out
 }
 
 /// Splits `samples` in order into micro-batches of at most `count` samples and, when
@@ -408,23 +480,34 @@ pub fn micro_batches(
     count: usize,
     tokens: usize,
 ) -> Vec<(usize, &[GrpoSample])> {
+    let lens: Vec<usize> = samples
+        .iter()
+        .map(|s| s.prompt.len() + s.completion.len())
+        .collect();
+    batch_bounds(&lens, count, tokens)
+        .into_iter()
+        .map(|r| (r.start, &samples[r]))
+        .collect()
+}
+
+/// [`micro_batches`] over sequence lengths: the index range of each micro-batch.
+fn batch_bounds(lens: &[usize], count: usize, tokens: usize) -> Vec<Range<usize>> {
     let mut out = Vec::new();
     let mut start = 0;
     let mut longest = 0;
-    for (i, s) in samples.iter().enumerate() {
-        let len = s.prompt.len() + s.completion.len();
+    for (i, &len) in lens.iter().enumerate() {
         let n = i - start;
         let full =
             n == count.max(1) || (tokens > 0 && n > 0 && longest.max(len) * (n + 1) > tokens);
         if full {
-            out.push((start, &samples[start..i]));
+            out.push(start..i);
             start = i;
             longest = 0;
         }
         longest = longest.max(len);
     }
-    if start < samples.len() {
-        out.push((start, &samples[start..]));
+    if start < lens.len() {
+        out.push(start..lens.len());
     }
     out
 }

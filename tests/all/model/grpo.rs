@@ -569,7 +569,7 @@ fn recomputed_old_logprobs_replace_the_sampled_ones_and_the_gap_is_reported() {
     };
     let with = run(true);
     // The gap is measured against the sampled log-probs either way.
-    assert!((with.logprob_gap() - 0.5).abs() < 1e-5, "{with:?}");
+    assert!((with.logprob_gap().unwrap() - 0.5).abs() < 1e-5, "{with:?}");
     // Recomputed: the first step compares the training path with itself.
     assert_eq!(with.steps[0].mean_ratio, 1.0);
     assert_eq!(with.steps[0].clip_fraction, 0.0);
@@ -583,6 +583,99 @@ fn recomputed_old_logprobs_replace_the_sampled_ones_and_the_gap_is_reported() {
         "{without:?}"
     );
     assert_eq!(without.steps[0].clip_fraction, 1.0);
-    assert!((without.logprob_gap() - 0.5).abs() < 1e-5);
+    assert!((without.logprob_gap().unwrap() - 0.5).abs() < 1e-5);
     assert!(without.steps[1].logprob_gap > 0.45, "{without:?}");
+}
+
+#[test]
+fn a_zero_advantage_sample_adds_no_gradient_but_counts_in_the_token_mean() {
+    let cfg = tiny_llama_with_vocab();
+    let scored = |model: &Decoder| {
+        let (prompt, completion) = (vec![5u32, 60, 70], vec![8u32, 9, 10, 11]);
+        let old = own_logprobs(model, &prompt, &completion);
+        GrpoSample::new(prompt, completion, old, 1.0)
+    };
+    // Six trained tokens at advantage 0. Its old log-probs are absurd (a ratio of e^1000 if it
+    // were scored), which a skipped sample never reads.
+    let idle = GrpoSample::new(
+        vec![3, 4],
+        vec![20, 21, 22, 23, 24, 25],
+        vec![-1000.0; 6],
+        0.0,
+    );
+    let step = |batch: &[GrpoSample]| {
+        let (model, vm) = Decoder::random(&cfg, 1, 0.3, &Device::Cpu).unwrap();
+        let mut batch = batch.to_vec();
+        batch[0] = scored(&model);
+        let opt = AdamW::new(vm.all_vars(), AdamWConfig::default()).unwrap();
+        let grpo = GrpoConfig {
+            max_grad_norm: 0.0,
+            ..GrpoConfig::default()
+        };
+        GrpoTrainer::new(&model, None, opt, grpo)
+            .unwrap()
+            .step(&batch)
+            .unwrap()
+    };
+    let placeholder = sample(1.0);
+    let alone = step(std::slice::from_ref(&placeholder));
+    let both = step(&[placeholder.clone(), idle.clone()]);
+    assert_eq!((alone.tokens, alone.scored_tokens), (4, 4));
+    assert_eq!((both.tokens, both.scored_tokens), (10, 4));
+    // The loss is the mean over all 10 trained tokens, so the scored sample's gradient is
+    // divided by 10 instead of 4.
+    assert!(alone.grad_norm > 0.0);
+    let expected = alone.grad_norm * 4.0 / 10.0;
+    assert!(
+        (both.grad_norm - expected).abs() < 1e-4 * expected,
+        "{} vs {expected}",
+        both.grad_norm
+    );
+    assert!((both.loss - alone.loss * 4.0 / 10.0).abs() < 1e-6);
+    // The ratio and gap figures are over the scored tokens: on-policy, exactly 1 and 0.
+    assert!((both.mean_ratio - 1.0).abs() < 1e-5, "{both:?}");
+    assert!(both.logprob_gap < 1e-5, "{both:?}");
+}
+
+#[test]
+fn a_batch_of_zero_advantages_scores_nothing_and_still_steps_the_optimiser() {
+    let cfg = tiny_llama_with_vocab();
+    let (model, vm) = Decoder::random(&cfg, 1, 0.3, &Device::Cpu).unwrap();
+    let batch = vec![sample(0.0), sample(0.0)];
+    let opt = AdamW::new(vm.all_vars(), AdamWConfig::default()).unwrap();
+    let grpo = GrpoConfig {
+        epochs: 2,
+        recompute_old_logprobs: true,
+        ..GrpoConfig::default()
+    };
+    let mut t = GrpoTrainer::new(&model, None, opt, grpo).unwrap();
+    let stats = t.update(&batch).unwrap();
+    assert_eq!(stats.steps.len(), 2);
+    assert_eq!((stats.tokens(), stats.scored_tokens()), (2, 0));
+    assert_eq!(t.optimizer_mut().steps(), 2);
+    for s in &stats.steps {
+        assert_eq!((s.loss, s.grad_norm), (0.0, 0.0), "{s:?}");
+    }
+    // Nothing was measured, so nothing is reported as if it had been.
+    assert_eq!(stats.ratio_mean(), None);
+    assert_eq!(stats.clip_fraction(), None);
+    assert_eq!(stats.logprob_gap(), None);
+}
+
+#[test]
+fn with_a_kl_term_a_zero_advantage_sample_is_scored() {
+    let cfg = tiny_llama_with_vocab();
+    let (base, _) = Decoder::random(&cfg, 1, 0.3, &Device::Cpu).unwrap();
+    let mut model = base.clone();
+    let vm = VarMap::new();
+    let vb = candle_nn::VarBuilder::from_varmap(&vm, candle_core::DType::F32, &Device::Cpu);
+    model.attach_lora(&LoraConfig::default(), &vb).unwrap();
+    let opt = AdamW::new(vm.all_vars(), AdamWConfig::default()).unwrap();
+    let grpo = GrpoConfig {
+        kl_coef: 0.1,
+        ..GrpoConfig::default()
+    };
+    let mut t = GrpoTrainer::new(&model, Some(&base), opt, grpo).unwrap();
+    let s = t.step(&[sample(0.0)]).unwrap();
+    assert_eq!((s.tokens, s.scored_tokens), (1, 1));
 }

@@ -1,11 +1,12 @@
 //! Phase 3, hint: the same model reads each new environment's source (and, in rollout 0, each
-//! seed environment's) and writes a short strategy hint; a failed hint is `None` (regret 0).
+//! seed environment's) and writes a short strategy hint, all of them decoded as one batch; a
+//! failed hint is `None` (regret 0).
 use std::time::Instant;
 
 use super::validate::DesignResult;
 use super::{Metrics, Run};
 use crate::chat::Message;
-use crate::error::Result;
+use crate::error::{Result, TrainerError};
 use crate::selfplay::extract;
 use crate::selfplay::policy::Role;
 use crate::selfplay::prompts;
@@ -33,38 +34,47 @@ impl Run<'_> {
                 &format!("hints for {} envs", to_hint.len()),
                 to_hint.len() * self.cfg.hint_max_new_tokens,
             );
-            let mut result = Ok(());
-            for &i in &to_hint {
-                match self.hint_env(r, i) {
-                    Ok(tokens) => m.tokens_sampled += tokens,
-                    Err(e) => {
-                        result = Err(e);
-                        break;
-                    }
-                }
-            }
+            let tokens = self.hint_envs(r, &to_hint);
             self.end_phase();
-            result?;
+            m.tokens_sampled += tokens?;
         }
         m.time.hint = th.elapsed().as_secs_f64();
         Ok(())
     }
 
-    /// Samples pool env `i`'s hint; returns the tokens sampled.
-    fn hint_env(&mut self, r: u64, i: usize) -> Result<usize> {
-        let env = &self.state.pool[i];
-        let msgs = [
-            Message::new("system", prompts::DESIGNER_SYSTEM),
-            Message::new("user", prompts::hint_prompt(&env.source, env.tool_use)),
-        ];
-        let seed = self.seed("hint", &[r, i as u64]);
-        let out = self
-            .policy
-            .sample(Role::Hint, &msgs, 1, self.cfg.hint_max_new_tokens, seed)?;
-        let tokens = out.iter().map(|s| s.tokens.len()).sum();
-        self.state.pool[i].hint = out
-            .first()
-            .and_then(|s| extract::hint(&s.text, self.cfg.hint_max_words));
+    /// Samples the hints of pool envs `envs` as one batch (env `i` seeded by its index, as
+    /// when sampled alone); returns the tokens sampled.
+    fn hint_envs(&mut self, r: u64, envs: &[usize]) -> Result<usize> {
+        let chats: Vec<[Message; 2]> = envs
+            .iter()
+            .map(|&i| {
+                let env = &self.state.pool[i];
+                [
+                    Message::new("system", prompts::DESIGNER_SYSTEM),
+                    Message::new("user", prompts::hint_prompt(&env.source, env.tool_use)),
+                ]
+            })
+            .collect();
+        let chats: Vec<&[Message]> = chats.iter().map(|c| c.as_slice()).collect();
+        let seeds: Vec<u64> = envs
+            .iter()
+            .map(|&i| self.seed("hint", &[r, i as u64]))
+            .collect();
+        let out =
+            self.policy
+                .sample_each(Role::Hint, &chats, self.cfg.hint_max_new_tokens, &seeds)?;
+        if out.len() != envs.len() {
+            return Err(TrainerError::InvalidParameter(format!(
+                "the policy returned {} hints for {} envs",
+                out.len(),
+                envs.len()
+            )));
+        }
+        let mut tokens = 0;
+        for (&i, s) in envs.iter().zip(&out) {
+            tokens += s.tokens.len();
+            self.state.pool[i].hint = extract::hint(&s.text, self.cfg.hint_max_words);
+        }
         Ok(tokens)
     }
 }

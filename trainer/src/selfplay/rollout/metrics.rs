@@ -70,9 +70,11 @@ pub struct Metrics {
     pub grad_norm: Option<f64>,
     /// KL estimate to the frozen base per trained token, mean over the steps (0 with `kl_coef` 0).
     pub kl: Option<f64>,
-    /// Fraction of trained tokens whose ratio was outside the clip range, mean over the steps.
+    /// Fraction of scored tokens whose ratio was outside the clip range, mean over the steps
+    /// (absent when no token was scored).
     pub clip_fraction: Option<f64>,
-    /// Mean importance ratio, mean over the steps (1 at the first step).
+    /// Mean importance ratio of the scored tokens, mean over the steps (1 at the first step;
+    /// absent when no token was scored).
     pub ratio_mean: Option<f64>,
     /// Learning rate of the last optimiser step.
     pub lr: Option<f64>,
@@ -80,8 +82,13 @@ pub struct Metrics {
     pub optimizer_steps: usize,
     /// Tokens trained on (per optimiser step).
     pub tokens_trained: usize,
-    /// Mean |Δ log-prob| per trained token between sampling (quantised weights, fused
-    /// kernels) and the training path, measured by the update's first forward pass.
+    /// Trained tokens that went through the model (per optimiser step): those of sequences
+    /// with a nonzero advantage, or all with a KL term. A sequence with advantage 0 has no
+    /// gradient, so the update skips its forward and backward passes.
+    pub tokens_scored: usize,
+    /// Mean |Δ log-prob| per scored token between sampling (quantised weights, fused
+    /// kernels) and the training path, measured by the update's first forward pass (absent
+    /// when no token was scored).
     pub logprob_gap: Option<f64>,
     /// What sampling read: the decode weights, the formats, bytes per token and the kernel
     /// (`quant/avx2`, `quant/portable`, `f32/avx2-fma`, `f32/portable`). A run resumed on a

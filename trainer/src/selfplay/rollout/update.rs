@@ -69,12 +69,13 @@ impl Run<'_> {
             m.loss = Some(stats.loss());
             m.grad_norm = Some(stats.grad_norm());
             m.kl = Some(stats.kl());
-            m.clip_fraction = Some(stats.clip_fraction());
-            m.ratio_mean = Some(stats.ratio_mean());
+            m.clip_fraction = stats.clip_fraction();
+            m.ratio_mean = stats.ratio_mean();
             m.lr = Some(stats.lr());
             m.optimizer_steps = stats.steps.len();
             m.tokens_trained = stats.tokens();
-            m.logprob_gap = Some(stats.logprob_gap());
+            m.tokens_scored = stats.scored_tokens();
+            m.logprob_gap = stats.logprob_gap();
         }
         m.time.update = tu.elapsed().as_secs_f64();
         Ok(())

@@ -9,7 +9,7 @@ use spade_runtime::fuzz::oracles::Severity;
 use super::design::Designed;
 use super::{Metrics, Run, io_err};
 use crate::chat::Message;
-use crate::error::Result;
+use crate::error::{Result, TrainerError};
 use crate::selfplay::extract;
 use crate::selfplay::policy::{Role, Sampled};
 use crate::selfplay::prompts;
@@ -29,6 +29,22 @@ pub(super) struct DesignResult {
     pub repairs: Vec<Sampled>,
     /// Pool index of the environment it produced, if one validated.
     pub env: Option<usize>,
+}
+
+/// A designer completion while it is validated and repaired.
+struct Pending {
+    /// Designer prompt index.
+    d: usize,
+    /// Completion index within the prompt.
+    g: usize,
+    /// The code of the latest attempt, if it had a code block.
+    code: Option<String>,
+    /// The design record's attempts so far.
+    log: Vec<serde_json::Value>,
+    first: Sampled,
+    repairs: Vec<Sampled>,
+    /// `Some(verdict)` once done: the accepted class name and tool-use flag, or `None`.
+    outcome: Option<Option<(String, bool)>>,
 }
 
 impl Run<'_> {
@@ -59,21 +75,72 @@ impl Run<'_> {
         v
     }
 
-    /// Validates (and repairs) every completion of every designer prompt.
+    /// Validates (and repairs) every completion of every designer prompt. Repairs go in
+    /// rounds: every design still rejected after attempt `k` gets its attempt `k + 1` in one
+    /// batch (each seeded as if sampled alone), so repairing several designs costs about as
+    /// long as repairing one.
     pub(super) async fn validate_designs(
         &mut self,
         r: u64,
         designed: Vec<Designed>,
         m: &mut Metrics,
     ) -> Result<Vec<DesignResult>> {
-        let mut out = Vec::new();
-        for (d, prompt) in designed.into_iter().enumerate() {
+        let mut pending: Vec<Pending> = Vec::new();
+        for (d, prompt) in designed.iter().enumerate() {
             for (g, first) in prompt.completions.iter().enumerate() {
-                let result = self
-                    .validate_one(r, d, g, &prompt, first.clone(), m)
-                    .await?;
-                out.push(result);
+                pending.push(Pending {
+                    d,
+                    g,
+                    code: extract::python_block(&first.text),
+                    log: vec![serde_json::json!({"completion": first.text})],
+                    first: first.clone(),
+                    repairs: Vec::new(),
+                    outcome: None,
+                });
             }
+        }
+        loop {
+            let mut to_repair = Vec::new();
+            for (i, p) in pending.iter_mut().enumerate() {
+                if p.outcome.is_some() {
+                    continue;
+                }
+                let errors = match self.validate_code(r, p.g, p.code.as_deref(), m).await {
+                    Ok(v) => {
+                        p.outcome = Some(Some(v));
+                        continue;
+                    }
+                    Err(errors) => errors,
+                };
+                p.log.push(serde_json::json!({"errors": errors}));
+                if p.repairs.len() >= self.cfg.max_repair_attempts {
+                    p.outcome = Some(None);
+                } else {
+                    to_repair.push((i, errors));
+                }
+            }
+            if to_repair.is_empty() {
+                break;
+            }
+            self.repair_round(r, &mut pending, &to_repair, m)?;
+        }
+        let mut out = Vec::with_capacity(pending.len());
+        for p in pending {
+            let mut env = None;
+            if let (Some(Some((class_name, tool_use))), Some(source)) = (p.outcome, p.code) {
+                m.valid += 1;
+                if !p.repairs.is_empty() {
+                    m.repaired += 1;
+                }
+                let prompt = &designed[p.d];
+                env = Some(self.add_designed(r, prompt, p.log, source, class_name, tool_use)?);
+            }
+            out.push(DesignResult {
+                skill: designed[p.d].spec.skill.clone(),
+                first: p.first,
+                repairs: p.repairs,
+                env,
+            });
         }
         if m.designs > 0 {
             m.validity_rate = m.valid as f64 / m.designs as f64;
@@ -82,79 +149,78 @@ impl Run<'_> {
         Ok(out)
     }
 
-    async fn validate_one(
+    /// The check verdict of completion `g`'s code (`None`: the reply had no code block).
+    async fn validate_code(
         &mut self,
         r: u64,
-        d: usize,
         g: usize,
-        prompt: &Designed,
-        first: Sampled,
+        code: Option<&str>,
         m: &mut Metrics,
-    ) -> Result<DesignResult> {
-        let cfg = self.cfg.clone();
-        let mut code = extract::python_block(&first.text);
-        let mut log = vec![serde_json::json!({"completion": first.text})];
-        let mut repairs = Vec::new();
-        let accepted = loop {
-            let tv = Instant::now();
-            self.progress
-                .start(r, &format!("validate design {}", g + 1), 1, "checks");
-            let verdict = match &code {
-                Some(c) => self.verdict(c).await,
-                None => Err("- no_code: the reply has no ```python code block".into()),
-            };
-            self.progress.advance(1);
-            self.progress.finish();
-            m.time.validate += tv.elapsed().as_secs_f64();
-            let errors = match verdict {
-                Ok(v) => break Some(v),
-                Err(errors) => errors,
-            };
-            log.push(serde_json::json!({"errors": errors}));
-            if repairs.len() >= cfg.max_repair_attempts {
-                break None;
-            }
-            let attempt = repairs.len() + 1;
-            m.repair_attempts += 1;
-            let prev = code.clone().unwrap_or_else(|| first.text.clone());
-            let msgs = [
-                Message::new("system", prompts::DESIGNER_SYSTEM),
-                Message::new("user", prompts::repair_prompt(&prev, &errors)),
-            ];
-            let ts = Instant::now();
-            self.start_sampling(
-                r,
-                &format!("repair design {} (attempt {attempt})", g + 1),
-                cfg.designer_max_new_tokens,
-            );
-            let seed = self.seed("repair", &[r, d as u64, g as u64, attempt as u64]);
-            let fix = self
-                .policy
-                .sample(Role::Repair, &msgs, 1, cfg.designer_max_new_tokens, seed);
-            self.end_phase();
-            m.time.design += ts.elapsed().as_secs_f64();
-            let Some(fix) = fix?.into_iter().next() else {
-                break None;
-            };
-            m.tokens_sampled += fix.tokens.len();
-            log.push(serde_json::json!({"repair": fix.text}));
-            code = extract::python_block(&fix.text);
-            repairs.push(fix);
+    ) -> Verdict {
+        let tv = Instant::now();
+        self.progress
+            .start(r, &format!("validate design {}", g + 1), 1, "checks");
+        let verdict = match code {
+            Some(c) => self.verdict(c).await,
+            None => Err("- no_code: the reply has no ```python code block".into()),
         };
-        let mut env = None;
-        if let (Some((class_name, tool_use)), Some(source)) = (accepted, code) {
-            m.valid += 1;
-            if !repairs.is_empty() {
-                m.repaired += 1;
-            }
-            env = Some(self.add_designed(r, prompt, log, source, class_name, tool_use)?);
+        self.progress.advance(1);
+        self.progress.finish();
+        m.time.validate += tv.elapsed().as_secs_f64();
+        verdict
+    }
+
+    /// Samples the next repair of each `(pending index, errors)` in `to_repair`, as one batch.
+    fn repair_round(
+        &mut self,
+        r: u64,
+        pending: &mut [Pending],
+        to_repair: &[(usize, String)],
+        m: &mut Metrics,
+    ) -> Result<()> {
+        let max_new = self.cfg.designer_max_new_tokens;
+        let attempt = pending[to_repair[0].0].repairs.len() + 1;
+        let mut chats = Vec::with_capacity(to_repair.len());
+        let mut seeds = Vec::with_capacity(to_repair.len());
+        for (i, errors) in to_repair {
+            let p = &pending[*i];
+            let prev = p.code.clone().unwrap_or_else(|| p.first.text.clone());
+            chats.push([
+                Message::new("system", prompts::DESIGNER_SYSTEM),
+                Message::new("user", prompts::repair_prompt(&prev, errors)),
+            ]);
+            let parts = [r, p.d as u64, p.g as u64, (p.repairs.len() + 1) as u64];
+            seeds.push(self.seed("repair", &parts));
+            m.repair_attempts += 1;
         }
-        Ok(DesignResult {
-            skill: prompt.spec.skill.clone(),
-            first,
-            repairs,
-            env,
-        })
+        let chats: Vec<&[Message]> = chats.iter().map(|c| c.as_slice()).collect();
+        let ts = Instant::now();
+        let label = match to_repair {
+            [(i, _)] => format!("repair design {} (attempt {attempt})", pending[*i].g + 1),
+            _ => format!("repair {} designs (attempt {attempt})", to_repair.len()),
+        };
+        self.start_sampling(r, &label, to_repair.len() * max_new);
+        let fixes = self
+            .policy
+            .sample_each(Role::Repair, &chats, max_new, &seeds);
+        self.end_phase();
+        m.time.design += ts.elapsed().as_secs_f64();
+        let fixes = fixes?;
+        if fixes.len() != to_repair.len() {
+            return Err(TrainerError::InvalidParameter(format!(
+                "the policy returned {} repairs for {} designs",
+                fixes.len(),
+                to_repair.len()
+            )));
+        }
+        for ((i, _), fix) in to_repair.iter().zip(fixes) {
+            let p = &mut pending[*i];
+            m.tokens_sampled += fix.tokens.len();
+            p.log.push(serde_json::json!({"repair": fix.text}));
+            p.code = extract::python_block(&fix.text);
+            p.repairs.push(fix);
+        }
+        Ok(())
     }
 
     /// Adds an accepted design to the pool and writes its design record; returns its index.
