@@ -359,8 +359,9 @@ impl Policy for CandlePolicy {
             stop: Vec::new(),
             seed: 0,
         };
-        let out =
-            Sampler::from_loaded(&self.model).sample_rows(rows, &params, keep, &mut |_, _| {})?;
+        let out = self
+            .sampler()
+            .sample_rows(rows, &params, keep, &mut |_, _| {})?;
         let mut sampled = Vec::with_capacity(out.len());
         for (prompt, (c, cache)) in prompts.into_iter().zip(out) {
             if let Some(cache) = cache {
