@@ -375,10 +375,13 @@ async fn an_invalid_design_is_repaired_or_penalised() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Delegates to a policy and records every `sample_each` call: its role and seeds.
+/// Each `sample_each` call: its role and seeds.
+type Batches = Arc<Mutex<Vec<(Role, Vec<u64>)>>>;
+
+/// Delegates to a policy and records every `sample_each` call.
 struct Recording<P> {
     inner: P,
-    batches: Arc<Mutex<Vec<(Role, Vec<u64>)>>>,
+    batches: Batches,
 }
 
 impl<P: Policy> Policy for Recording<P> {
@@ -431,7 +434,7 @@ async fn rejected_designs_are_repaired_in_one_batch_and_hints_are_one_batch() {
         fenced(&src),
         fenced(&src),
     ];
-    let batches = Arc::new(Mutex::new(Vec::new()));
+    let batches: Batches = Arc::new(Mutex::new(Vec::new()));
     let mut policy = Recording {
         inner: Scripted::new(script(designs, vec![], None), None),
         batches: Arc::clone(&batches),

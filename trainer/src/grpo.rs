@@ -295,7 +295,7 @@ impl<'a> GrpoTrainer<'a> {
         &mut self,
         samples: &[GrpoSample],
         recompute: bool,
-    ) -> Result<(StepStats, Option<Vec<(usize, Vec<f32>)>>)> {
+    ) -> Result<(StepStats, Option<Fresh>)> {
         let total: usize = samples.iter().map(GrpoSample::trained_tokens).sum();
         if total == 0 {
             return Err(TrainerError::InvalidParameter(
@@ -452,6 +452,9 @@ impl<'a> GrpoTrainer<'a> {
     }
 }
 
+/// Recomputed old log-probabilities, by sample index.
+type Fresh = Vec<(usize, Vec<f32>)>;
+
 /// What the micro-batches of one step add up: accumulated gradients and the statistics' sums.
 #[derive(Default)]
 struct StepSums {
@@ -465,7 +468,7 @@ struct StepSums {
 }
 
 /// `samples` with the old log-probabilities of the samples in `fresh` (by index) replaced.
-fn with_old_logprobs(samples: &[GrpoSample], fresh: Vec<(usize, Vec<f32>)>) -> Vec<GrpoSample> {
+fn with_old_logprobs(samples: &[GrpoSample], fresh: Fresh) -> Vec<GrpoSample> {
     let mut out = samples.to_vec();
     for (i, lp) in fresh {
         out[i].old_logprobs = lp;

@@ -117,7 +117,7 @@ mod avx2;
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 fn group_avx2(group: &Group, out: &mut [f32]) {
-    if group.dim % 8 == 0 {
+    if group.dim.is_multiple_of(8) {
         // SAFETY: the caller checked AVX2 and FMA; the head size is a multiple of 8.
         #[allow(unsafe_code)]
         unsafe {

@@ -14,7 +14,10 @@ use super::Group;
 #[target_feature(enable = "avx2,fma")]
 pub(super) unsafe fn attend(group: &Group, out: &mut [f32]) {
     let d = group.dim;
-    assert!(d % 8 == 0 && d > 0, "head size {d} is not a multiple of 8");
+    assert!(
+        d.is_multiple_of(8) && d > 0,
+        "head size {d} is not a multiple of 8"
+    );
     let n = group.queries.len() / d;
     let slots = group.slots;
     assert!(out.len() == n * d);
