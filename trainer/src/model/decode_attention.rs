@@ -10,7 +10,6 @@
 //! positions SmolLM2's keys and values are 94 MB per row, its Q4_1 weights 96 MB), so the
 //! query heads that share a key/value head read it once between them.
 use candle_core::{CpuStorage, Result, Storage, Tensor};
-use rayon::prelude::*;
 
 pub(crate) use super::small_matmul::has_avx2_fma;
 
@@ -26,6 +25,25 @@ pub fn attend_one(
     v: &Tensor,
     mask: Option<&Tensor>,
     scale: f64,
+) -> Result<Tensor> {
+    // One task per (row, key/value head): the query heads that share a key/value head read
+    // each cached key and value once between them, instead of once each. With fewer such
+    // pairs than two per thread (one row of a model with few key/value heads), one task per
+    // query head keeps every thread busy instead.
+    let (b, kv_heads) = (q.dim(0)?, k.dim(1)?);
+    let grouped = b * kv_heads >= 2 * super::decode_pool::threads();
+    attend_split(q, k, v, mask, scale, grouped)
+}
+
+/// [`attend_one`] with one task per (row, key/value head) when `grouped`, else one per
+/// query head; both give the same bits.
+fn attend_split(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    mask: Option<&Tensor>,
+    scale: f64,
+    grouped: bool,
 ) -> Result<Tensor> {
     let (b, heads, t, d) = q.dims4()?;
     let (_, kv_heads, slots, _) = k.dims4()?;
@@ -53,46 +71,36 @@ pub fn attend_one(
     let (ko, vo) = (kl.start_offset(), vl.start_offset());
     let fast = has_avx2_fma();
     let mut out = vec![0f32; b * heads * d];
-    // One task per (row, key/value head): the query heads that share a key/value head read
-    // each cached key and value once between them, instead of once each. With fewer such
-    // pairs than two per thread (one row of a model with few key/value heads), one task per
-    // query head keeps every thread busy instead.
-    let per_task = if b * kv_heads >= 2 * rayon::current_num_threads() {
-        n_rep
-    } else {
-        1
-    };
-    out.par_chunks_mut(per_task * d)
-        .enumerate()
-        .for_each(|(idx, o)| {
-            let first = idx * per_task;
-            let (row, g) = (first / heads, (first % heads) / n_rep);
-            let m = mask_data.as_deref().map(|m| {
-                let r = if mask_rows == 1 { 0 } else { row };
-                &m[r * slots..(r + 1) * slots]
-            });
-            let group = Group {
-                queries: &q[first * d..][..per_task * d],
-                dim: d,
-                keys: &kd[ko + row * kst[0] + g * kst[1]..],
-                key_stride: kst[2],
-                values: &vd[vo + row * vst[0] + g * vst[1]..],
-                value_stride: vst[2],
-                slots,
-                mask: m,
-                scale,
-            };
-            if fast {
-                // SAFETY: the CPU was checked for AVX2 and FMA.
-                #[cfg(target_arch = "x86_64")]
-                #[allow(unsafe_code)]
-                unsafe {
-                    group_avx2(&group, o)
-                };
-            } else {
-                attend_group(&group, o, |a, b, c| a * b + c);
-            }
+    let per_task = if grouped { n_rep } else { 1 };
+    super::decode_pool::for_each_chunk_mut(&mut out, per_task * d, |idx, o| {
+        let first = idx * per_task;
+        let (row, g) = (first / heads, (first % heads) / n_rep);
+        let m = mask_data.as_deref().map(|m| {
+            let r = if mask_rows == 1 { 0 } else { row };
+            &m[r * slots..(r + 1) * slots]
         });
+        let group = Group {
+            queries: &q[first * d..][..per_task * d],
+            dim: d,
+            keys: &kd[ko + row * kst[0] + g * kst[1]..],
+            key_stride: kst[2],
+            values: &vd[vo + row * vst[0] + g * vst[1]..],
+            value_stride: vst[2],
+            slots,
+            mask: m,
+            scale,
+        };
+        if fast {
+            // SAFETY: the CPU was checked for AVX2 and FMA.
+            #[cfg(target_arch = "x86_64")]
+            #[allow(unsafe_code)]
+            unsafe {
+                group_avx2(&group, o)
+            };
+        } else {
+            attend_group(&group, o, |a, b, c| a * b + c);
+        }
+    });
     Tensor::from_vec(out, (b, heads, 1, d), k.device())
 }
 
@@ -185,7 +193,7 @@ fn attend_group(group: &Group, out: &mut [f32], fma: impl Fn(f32, f32, f32) -> f
 mod tests {
     use candle_core::{Device, Tensor};
 
-    use super::attend_one;
+    use super::attend_split;
 
     /// softmax(q k^T * scale + mask) v by candle ops, with each key/value head repeated for
     /// the query heads that share it.
@@ -234,15 +242,9 @@ mod tests {
             .collect();
         let mask = Tensor::from_vec(mask, (b, 1, 1, slots), &dev).unwrap();
         let scale = 0.125;
-        // One thread: a task per (row, key/value head); eight: a task per query head.
-        let on = |threads: usize| {
-            rayon::ThreadPoolBuilder::new()
-                .num_threads(threads)
-                .build()
-                .unwrap()
-                .install(|| attend_one(&q, &k, &v, Some(&mask), scale).unwrap())
-        };
-        let (grouped, alone) = (on(1), on(8));
+        // A task per (row, key/value head) against a task per query head.
+        let on = |grouped: bool| attend_split(&q, &k, &v, Some(&mask), scale, grouped).unwrap();
+        let (grouped, alone) = (on(true), on(false));
         let bits = |t: &Tensor| -> Vec<u32> {
             let v: Vec<f32> = t.flatten_all().unwrap().to_vec1().unwrap();
             v.iter().map(|x| x.to_bits()).collect()

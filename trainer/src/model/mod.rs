@@ -3,6 +3,7 @@
 pub mod cache;
 pub mod config;
 pub mod decode_attention;
+pub mod decode_pool;
 pub mod decode_weights;
 pub mod decoder;
 pub mod frozen;

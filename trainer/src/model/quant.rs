@@ -7,6 +7,12 @@
 //! nibble and value `j + 16` in its high one). Decoding reads these bytes instead of the f32
 //! weights: a quarter (`Q8_0`) or an eighth (`Q4_1`) of the traffic per token. The training path
 //! never reads them; see [`super::quant_matmul`] for the product.
+//!
+//! In memory the blocks are split into planes, the same bytes in another order: every
+//! block's `d`, then (for `Q4_1`) every block's `m`, then every block's values. The product
+//! then reads eight blocks' scales with one load and converts them together, where the
+//! interleaved layout needed a scalar load and conversion per block (which made the `Q4_1`
+//! product of one input row bound by instructions, not by memory).
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Result, Tensor};
 
@@ -28,6 +34,14 @@ impl BlockFormat {
         match self {
             Self::Q8_0 => 34,
             Self::Q4_1 => 20,
+        }
+    }
+
+    /// Bytes of a block's values (the block less its scale and minimum).
+    pub fn value_bytes(self) -> usize {
+        match self {
+            Self::Q8_0 => 32,
+            Self::Q4_1 => 16,
         }
     }
 
@@ -55,13 +69,27 @@ impl BlockFormat {
     }
 }
 
-/// A frozen `(rows, cols)` weight in GGML blocks, rows contiguous.
+/// A frozen `(rows, cols)` weight in GGML blocks, rows contiguous, stored as planes (see the
+/// module documentation).
 #[derive(Debug, Clone, PartialEq)]
 pub struct QuantWeight {
     format: BlockFormat,
     rows: usize,
     cols: usize,
-    data: Vec<u8>,
+    /// Per block, in row order: the scale's f16 bits.
+    d: Vec<u16>,
+    /// Per block: the minimum's f16 bits (`Q4_1`; empty for `Q8_0`).
+    m: Vec<u16>,
+    /// Per block: its values, 32 bytes (`Q8_0`) or 16 (`Q4_1`).
+    qs: Vec<u8>,
+}
+
+/// A weight row's planes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RowPlanes<'a> {
+    pub d: &'a [u16],
+    pub m: &'a [u16],
+    pub qs: &'a [u8],
 }
 
 impl QuantWeight {
@@ -97,12 +125,7 @@ impl QuantWeight {
                 data.len()
             );
         }
-        Ok(Self {
-            format,
-            rows,
-            cols,
-            data,
-        })
+        Ok(Self::split(format, rows, cols, &data))
     }
 
     /// The blocks of a 2-D GGUF tensor (GGUF dims `[cols, rows]`, i.e. shape `(rows, cols)`),
@@ -116,7 +139,7 @@ impl QuantWeight {
 
     fn from_blocks(q: &QTensor, format: BlockFormat) -> Result<Self> {
         let (rows, cols) = q.shape().dims2()?;
-        let data = q.data()?.into_owned();
+        let data = q.data()?;
         let want = rows * cols / BlockFormat::VALUES * format.block_bytes();
         if data.len() != want {
             candle_core::bail!(
@@ -125,12 +148,34 @@ impl QuantWeight {
                 data.len()
             );
         }
-        Ok(Self {
+        Ok(Self::split(format, rows, cols, &data))
+    }
+
+    /// Splits interleaved GGML blocks (whole, checked by the caller) into planes.
+    fn split(format: BlockFormat, rows: usize, cols: usize, data: &[u8]) -> Self {
+        let blocks = data.len() / format.block_bytes();
+        let half = |b: &[u8]| u16::from_le_bytes([b[0], b[1]]);
+        let mut d = Vec::with_capacity(blocks);
+        let mut m = Vec::new();
+        let mut qs = Vec::with_capacity(blocks * format.value_bytes());
+        for blk in data.chunks_exact(format.block_bytes()) {
+            d.push(half(blk));
+            match format {
+                BlockFormat::Q8_0 => qs.extend_from_slice(&blk[2..]),
+                BlockFormat::Q4_1 => {
+                    m.push(half(&blk[2..]));
+                    qs.extend_from_slice(&blk[4..]);
+                }
+            }
+        }
+        Self {
             format,
             rows,
             cols,
-            data,
-        })
+            d,
+            m,
+            qs,
+        }
     }
 
     /// The block format.
@@ -145,7 +190,7 @@ impl QuantWeight {
 
     /// Bytes of blocks (what one full product reads).
     pub fn bytes(&self) -> usize {
-        self.data.len()
+        self.d.len() * 2 + self.m.len() * 2 + self.qs.len()
     }
 
     /// Blocks per row.
@@ -153,15 +198,35 @@ impl QuantWeight {
         self.cols / BlockFormat::VALUES
     }
 
-    /// The bytes of row `r`.
-    pub fn row(&self, r: usize) -> &[u8] {
-        let n = self.blocks_per_row() * self.format.block_bytes();
-        &self.data[r * n..(r + 1) * n]
+    /// Row `r` as GGML stores it: its blocks, each scale (and minimum) before its values.
+    pub fn row(&self, r: usize) -> Vec<u8> {
+        let p = self.planes(r, 1);
+        let vb = self.format.value_bytes();
+        let mut out = Vec::with_capacity(self.blocks_per_row() * self.format.block_bytes());
+        for (b, q) in p.qs.chunks_exact(vb).enumerate() {
+            out.extend_from_slice(&p.d[b].to_le_bytes());
+            if self.format == BlockFormat::Q4_1 {
+                out.extend_from_slice(&p.m[b].to_le_bytes());
+            }
+            out.extend_from_slice(q);
+        }
+        out
     }
 
-    /// The raw blocks of every row.
-    pub(crate) fn data(&self) -> &[u8] {
-        &self.data
+    /// The planes of rows `first..first + n`.
+    pub(crate) fn planes(&self, first: usize, n: usize) -> RowPlanes<'_> {
+        let nb = self.blocks_per_row();
+        let blocks = first * nb..(first + n) * nb;
+        let vb = self.format.value_bytes();
+        RowPlanes {
+            d: &self.d[blocks.clone()],
+            m: if self.m.is_empty() {
+                &[]
+            } else {
+                &self.m[blocks.clone()]
+            },
+            qs: &self.qs[blocks.start * vb..blocks.end * vb],
+        }
     }
 
     /// Undoes llama.cpp's q/k row permutation (see [`crate::load::gguf::unpermute`]) on whole
@@ -172,34 +237,25 @@ impl QuantWeight {
             candle_core::bail!("cannot unpermute {} rows over {heads} heads", self.rows);
         }
         let half = self.rows / heads / 2;
-        let n = self.blocks_per_row() * self.format.block_bytes();
-        let mut data = vec![0u8; self.data.len()];
-        for h in 0..heads {
-            for a in 0..2 {
-                for b in 0..half {
-                    let dst = h * 2 * half + a * half + b;
-                    let src = h * 2 * half + b * 2 + a;
-                    data[dst * n..(dst + 1) * n].copy_from_slice(self.row(src));
-                }
-            }
+        let mut data = Vec::with_capacity(self.bytes());
+        for dst in 0..self.rows {
+            let (h, rest) = (dst / (2 * half), dst % (2 * half));
+            let (a, b) = (rest / half, rest % half);
+            data.extend_from_slice(&self.row(h * 2 * half + b * 2 + a));
         }
-        Ok(Self {
-            data,
-            ..self.clone()
-        })
+        Ok(Self::split(self.format, self.rows, self.cols, &data))
     }
 
     /// The weight in f32 `(rows, cols)`, exactly the values the blocks encode.
     pub fn dequantize(&self, device: &Device) -> Result<Tensor> {
         let mut out = Vec::with_capacity(self.rows * self.cols);
-        let bb = self.format.block_bytes();
-        for blk in self.data.chunks_exact(bb) {
-            let d = f16_bits_to_f32(u16::from_le_bytes([blk[0], blk[1]]));
+        let vb = self.format.value_bytes();
+        for (b, qs) in self.qs.chunks_exact(vb).enumerate() {
+            let d = f16_bits_to_f32(self.d[b]);
             match self.format {
-                BlockFormat::Q8_0 => out.extend(blk[2..].iter().map(|&q| d * f32::from(q as i8))),
+                BlockFormat::Q8_0 => out.extend(qs.iter().map(|&q| d * f32::from(q as i8))),
                 BlockFormat::Q4_1 => {
-                    let m = f16_bits_to_f32(u16::from_le_bytes([blk[2], blk[3]]));
-                    let qs = &blk[4..];
+                    let m = f16_bits_to_f32(self.m[b]);
                     out.extend(qs.iter().map(|&q| m + d * f32::from(q & 0x0F)));
                     out.extend(qs.iter().map(|&q| m + d * f32::from(q >> 4)));
                 }
@@ -237,6 +293,39 @@ pub(crate) fn f16_bits_to_f32(h: u16) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn planes_hold_the_ggml_bytes_and_give_them_back_per_row() {
+        // Two rows of two Q4_1 blocks: d, m, then 16 value bytes each (GGML's layout).
+        let block = |d: u16, m: u16, v: u8| {
+            let mut b = d.to_le_bytes().to_vec();
+            b.extend(m.to_le_bytes());
+            b.extend([v; 16]);
+            b
+        };
+        let rows: Vec<Vec<u8>> = vec![
+            [block(0x3C00, 0x0000, 0x12), block(0x4000, 0xBC00, 0x34)].concat(),
+            [block(0x3800, 0x3C00, 0x56), block(0x3400, 0x0001, 0x78)].concat(),
+        ];
+        let q = QuantWeight::from_bytes(BlockFormat::Q4_1, 2, 64, rows.concat()).unwrap();
+        assert_eq!(q.bytes(), 80);
+        assert_eq!(q.row(0), rows[0]);
+        assert_eq!(q.row(1), rows[1]);
+        let p = q.planes(1, 1);
+        assert_eq!(p.d, [0x3800, 0x3400]);
+        assert_eq!(p.m, [0x3C00, 0x0001]);
+        assert_eq!(p.qs, [[0x56u8; 16], [0x78; 16]].concat());
+        // Row 0, block 1: d = 2, m = -1, values 4 (low nibbles) and 3 (high nibbles).
+        let w: Vec<Vec<f32>> = q.dequantize(&Device::Cpu).unwrap().to_vec2().unwrap();
+        assert_eq!(w[0][32], -1.0 + 2.0 * 4.0);
+        assert_eq!(w[0][48], -1.0 + 2.0 * 3.0);
+        // Q8_0: d then 32 signed bytes.
+        let mut b = 0x3C00u16.to_le_bytes().to_vec();
+        b.extend((0..32).map(|i| (i as i8 - 16) as u8));
+        let q8 = QuantWeight::from_bytes(BlockFormat::Q8_0, 1, 32, b.clone()).unwrap();
+        assert_eq!(q8.row(0), b);
+        assert!(q8.planes(0, 1).m.is_empty());
+    }
 
     #[test]
     fn half_conversion_matches_known_values() {

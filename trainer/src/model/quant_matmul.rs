@@ -19,9 +19,8 @@
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use candle_core::{CpuStorage, Result, Storage, Tensor};
-use rayon::prelude::*;
 
-use super::quant::{BlockFormat, QuantWeight, f16_bits_to_f32};
+use super::quant::{BlockFormat, QuantWeight, RowPlanes, f16_bits_to_f32};
 pub use lora::LoraFactors;
 
 /// Input rows multiplied together with one pass over a weight row.
@@ -44,11 +43,6 @@ struct Activations {
     scales: Vec<f32>,
     /// Per row and block: the scale times the sum of the bytes.
     sums: Vec<f32>,
-    /// `sums` transposed, per block then row, rows padded with zeros to [`Self::rows_pad`]
-    /// (a multiple of [`GROUP`]), so a group's sums for one block are one vector load.
-    sums_t: Vec<f32>,
-    /// The rows, rounded up to a multiple of [`GROUP`].
-    rows_pad: usize,
     /// Per row and block: 32 signed bytes.
     qs: Vec<i8>,
 }
@@ -72,19 +66,10 @@ impl Activations {
             scales.push(d);
             sums.push(d * sum as f32);
         }
-        let rows_pad = rows.next_multiple_of(GROUP);
-        let mut sums_t = vec![0f32; blocks * rows_pad];
-        for (r, row) in sums.chunks_exact(blocks.max(1)).enumerate() {
-            for (b, &v) in row.iter().enumerate() {
-                sums_t[b * rows_pad + r] = v;
-            }
-        }
         Self {
             blocks,
             scales,
             sums,
-            sums_t,
-            rows_pad,
             qs,
         }
     }
@@ -230,8 +215,7 @@ pub fn matmul_t_with(
     }
     let xs: Vec<f32> = x.flatten_all()?.to_vec1()?;
     let act = Activations::quantize(&xs, rows, k);
-    let row_bytes = w.blocks_per_row() * w.format().block_bytes();
-    let data = w.data();
+
     let format = w.format();
     // Output transposed, (out, rows): each task owns a block of weight rows.
     let adapter = match lora {
@@ -263,39 +247,33 @@ pub fn matmul_t_with(
         None => None,
     };
     let mut out_t = vec![0f32; n * rows];
-    out_t
-        .par_chunks_mut(BLOCK * rows)
-        .enumerate()
-        .for_each(|(b, chunk)| {
-            let first = b * BLOCK;
-            let len = chunk.len() / rows;
-            let wb = &data[first * row_bytes..(first + len) * row_bytes];
-            match kernel {
-                #[cfg(target_arch = "x86_64")]
-                // SAFETY: `kernel.supported()` checked AVX-512 F/BW/VL/VNNI, AVX2, FMA and
-                // F16C above.
-                #[allow(unsafe_code)]
-                Kernel::Avx512Vnni => unsafe {
-                    avx512::rows(format, wb, row_bytes, &act, rows, chunk)
-                },
-                #[cfg(target_arch = "x86_64")]
-                // SAFETY: `kernel.supported()` checked AVX2, FMA and F16C above.
-                #[allow(unsafe_code)]
-                Kernel::Avx2 => unsafe { avx2::rows(format, wb, row_bytes, &act, rows, chunk) },
-                _ => {
-                    for (j, cells) in chunk.chunks_mut(rows).enumerate() {
-                        let wrow = &wb[j * row_bytes..][..row_bytes];
-                        row_portable(format, wrow, &act, 0, cells);
-                    }
-                }
-            }
-            if let (Some((xa, _, _, scale)), Some(bv)) = (&adapter, b_values) {
+    super::decode_pool::for_each_chunk_mut(&mut out_t, BLOCK * rows, |b, chunk| {
+        let first = b * BLOCK;
+        let len = chunk.len() / rows;
+        let planes = w.planes(first, len);
+        match kernel {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: `kernel.supported()` checked AVX-512 F/BW/VL/VNNI, AVX2, FMA and
+            // F16C above.
+            #[allow(unsafe_code)]
+            Kernel::Avx512Vnni => unsafe { avx512::rows(format, planes, &act, rows, chunk) },
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: `kernel.supported()` checked AVX2, FMA and F16C above.
+            #[allow(unsafe_code)]
+            Kernel::Avx2 => unsafe { avx2::rows(format, planes, &act, rows, chunk) },
+            _ => {
                 for (j, cells) in chunk.chunks_mut(rows).enumerate() {
-                    let b_row = &bv[(first + j) * rank..][..rank];
-                    lora::add_column(cells, xa, b_row, *scale);
+                    row_portable(format, w.planes(first + j, 1), &act, cells);
                 }
             }
-        });
+        }
+        if let (Some((xa, _, _, scale)), Some(bv)) = (&adapter, b_values) {
+            for (j, cells) in chunk.chunks_mut(rows).enumerate() {
+                let b_row = &bv[(first + j) * rank..][..rank];
+                lora::add_column(cells, xa, b_row, *scale);
+            }
+        }
+    });
     let mut out = vec![0f32; rows * n];
     for (o, cells) in out_t.chunks(rows).enumerate() {
         for (r, &v) in cells.iter().enumerate() {
@@ -305,26 +283,19 @@ pub fn matmul_t_with(
     Tensor::from_vec(out, (rows, n), x.device())
 }
 
-/// `out[r] = x[first + r] . w` for one weight row, in portable Rust.
-fn row_portable(
-    format: BlockFormat,
-    wrow: &[u8],
-    act: &Activations,
-    first: usize,
-    out: &mut [f32],
-) {
+/// `out[r] = x[r] . w` for one weight row (its planes), in portable Rust.
+fn row_portable(format: BlockFormat, w: RowPlanes<'_>, act: &Activations, out: &mut [f32]) {
     let nb = act.blocks;
-    let bb = format.block_bytes();
-    for (r, o) in out.iter_mut().enumerate() {
-        let xr = first + r;
+    let vb = format.value_bytes();
+    for (xr, o) in out.iter_mut().enumerate() {
         let mut acc = 0f32;
-        for (b, blk) in wrow.chunks_exact(bb).enumerate() {
-            let d = f16_bits_to_f32(u16::from_le_bytes([blk[0], blk[1]]));
+        for (b, qs) in w.qs.chunks_exact(vb).enumerate() {
+            let d = f16_bits_to_f32(w.d[b]);
             let xq = &act.qs[(xr * nb + b) * QK..][..QK];
             let sx = act.scales[xr * nb + b];
             match format {
                 BlockFormat::Q8_0 => {
-                    let dot: i32 = blk[2..]
+                    let dot: i32 = qs
                         .iter()
                         .zip(xq)
                         .map(|(&w, &x)| i32::from(w as i8) * i32::from(x))
@@ -332,8 +303,7 @@ fn row_portable(
                     acc += d * sx * dot as f32;
                 }
                 BlockFormat::Q4_1 => {
-                    let m = f16_bits_to_f32(u16::from_le_bytes([blk[2], blk[3]]));
-                    let qs = &blk[4..];
+                    let m = f16_bits_to_f32(w.m[b]);
                     let lo: i32 = qs
                         .iter()
                         .zip(&xq[..16])

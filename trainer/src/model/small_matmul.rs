@@ -8,7 +8,6 @@
 //! inner loop is compiled twice, for AVX2 with FMA (picked at run time when the CPU has them)
 //! and for the baseline target.
 use candle_core::{CpuStorage, Result, Storage, Tensor};
-use rayon::prelude::*;
 
 /// Most input rows the kernel takes; larger inputs (prefill) go through GEMM.
 pub const MAX_ROWS: usize = 16;
@@ -47,24 +46,21 @@ pub fn matmul_t(x: &Tensor, weight: &Tensor) -> Result<Tensor> {
     let fast = has_avx2_fma();
     // Output transposed, (out, rows): each task owns a block of weight rows.
     let mut out_t = vec![0f32; n * rows];
-    out_t
-        .par_chunks_mut(BLOCK * rows)
-        .enumerate()
-        .for_each(|(b, chunk)| {
-            let first = b * BLOCK;
-            let len = chunk.len() / rows;
-            let wb = &w[first * k..(first + len) * k];
-            if fast {
-                // SAFETY: the CPU was checked for AVX2 and FMA just above.
-                #[cfg(target_arch = "x86_64")]
-                #[allow(unsafe_code)]
-                unsafe {
-                    block_avx2(&x, rows, k, wb, chunk)
-                };
-            } else {
-                block(&x, rows, k, wb, chunk, |a, b, c| a * b + c);
-            }
-        });
+    super::decode_pool::for_each_chunk_mut(&mut out_t, BLOCK * rows, |b, chunk| {
+        let first = b * BLOCK;
+        let len = chunk.len() / rows;
+        let wb = &w[first * k..(first + len) * k];
+        if fast {
+            // SAFETY: the CPU was checked for AVX2 and FMA just above.
+            #[cfg(target_arch = "x86_64")]
+            #[allow(unsafe_code)]
+            unsafe {
+                block_avx2(&x, rows, k, wb, chunk)
+            };
+        } else {
+            block(&x, rows, k, wb, chunk, |a, b, c| a * b + c);
+        }
+    });
     let mut out = vec![0f32; rows * n];
     for (o, cells) in out_t.chunks(rows).enumerate() {
         for (r, &v) in cells.iter().enumerate() {

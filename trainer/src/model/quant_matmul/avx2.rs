@@ -5,58 +5,71 @@
 //! The summation order here is the contract [`super::avx512`] reproduces bit for bit: per input
 //! row, `K` accumulators of 8 lanes (lane `i` of block `b` holds the integer sum of the
 //! products of bytes `4i..4i + 4`), block `b` added to accumulator `b % K` by one FMA with the
-//! scale `d_w * d_x`, the accumulators added in order and then summed horizontally by [`hsum`]
-//! (plus, for `Q4_1`, the minimum term of [`q4_mins`]).
+//! scale `d_w * d_x` (from [`scales`]), the accumulators added in order and then summed
+//! horizontally by [`hsum`] (plus, for `Q4_1`, the minimum term of [`q4_mins`]).
 use std::arch::x86_64::*;
 
 use super::{Activations, BlockFormat, GROUP, QK};
+use crate::model::quant::RowPlanes;
 
-/// `out[j * n + r] = x[r] . w[j]` for every weight row `j` of `w` (rows of `row_bytes`)
-/// and each of the `n` input rows.
+/// `out[j * n + r] = x[r] . w[j]` for every weight row `j` of `w` and each of the `n` input
+/// rows.
 ///
 /// # Safety
 /// The CPU must have AVX2, FMA and F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn rows(
     format: BlockFormat,
-    w: &[u8],
-    row_bytes: usize,
+    w: RowPlanes<'_>,
     act: &Activations,
     n: usize,
     out: &mut [f32],
 ) {
     let nb = act.blocks;
-    assert_eq!(row_bytes, nb * format.block_bytes());
-    assert_eq!(act.qs.len(), n * nb * QK);
-    assert_eq!(act.scales.len(), n * nb);
-    assert_eq!(act.sums.len(), n * nb);
-    assert_eq!(out.len(), w.len() / row_bytes * n);
-    for (j, wrow) in w.chunks_exact(row_bytes).enumerate() {
+    let wrows = check(format, &w, act, n, out);
+    let mut sc = vec![0f32; n * nb];
+    for j in 0..wrows {
+        let d = &w.d[j * nb..][..nb];
+        // SAFETY: AVX2/F16C are enabled; `d` has `nb` scales and the activations `n` rows.
+        unsafe { scales(d, act, n, &mut sc) };
         let cells = &mut out[j * n..(j + 1) * n];
         let mut g = 0;
         while g < n {
             let len = GROUP.min(n - g);
             let o = &mut cells[g..g + len];
-            // SAFETY: rows g..g + len of the activations exist (checked above) and the
-            // weight row holds `nb` blocks.
+            let s = &sc[g * nb..];
+            // SAFETY: rows g..g + len of the activations and of `sc` exist (checked above)
+            // and the weight row holds `nb` blocks. `K` per row count: two accumulator sets
+            // for up to three rows.
             unsafe {
-                match (format, len) {
-                    (BlockFormat::Q8_0, 1) => q8::<1, 2>(wrow, act, g, o),
-                    (BlockFormat::Q8_0, 2) => q8::<2, 2>(wrow, act, g, o),
-                    (BlockFormat::Q8_0, 3) => q8::<3, 2>(wrow, act, g, o),
-                    (BlockFormat::Q8_0, 4) => q8::<4, 1>(wrow, act, g, o),
-                    (BlockFormat::Q8_0, 5) => q8::<5, 1>(wrow, act, g, o),
-                    (BlockFormat::Q8_0, 6) => q8::<6, 1>(wrow, act, g, o),
-                    (BlockFormat::Q8_0, 7) => q8::<7, 1>(wrow, act, g, o),
-                    (BlockFormat::Q8_0, _) => q8::<8, 1>(wrow, act, g, o),
-                    (BlockFormat::Q4_1, 1) => q4::<1, 2>(wrow, act, g, o),
-                    (BlockFormat::Q4_1, 2) => q4::<2, 2>(wrow, act, g, o),
-                    (BlockFormat::Q4_1, 3) => q4::<3, 2>(wrow, act, g, o),
-                    (BlockFormat::Q4_1, 4) => q4::<4, 1>(wrow, act, g, o),
-                    (BlockFormat::Q4_1, 5) => q4::<5, 1>(wrow, act, g, o),
-                    (BlockFormat::Q4_1, 6) => q4::<6, 1>(wrow, act, g, o),
-                    (BlockFormat::Q4_1, 7) => q4::<7, 1>(wrow, act, g, o),
-                    (BlockFormat::Q4_1, _) => q4::<8, 1>(wrow, act, g, o),
+                match format {
+                    BlockFormat::Q8_0 => {
+                        let q = &w.qs[j * nb * 32..][..nb * 32];
+                        match len {
+                            1 => q8::<1, 2>(q, s, act, g, o),
+                            2 => q8::<2, 2>(q, s, act, g, o),
+                            3 => q8::<3, 2>(q, s, act, g, o),
+                            4 => q8::<4, 1>(q, s, act, g, o),
+                            5 => q8::<5, 1>(q, s, act, g, o),
+                            6 => q8::<6, 1>(q, s, act, g, o),
+                            7 => q8::<7, 1>(q, s, act, g, o),
+                            _ => q8::<8, 1>(q, s, act, g, o),
+                        }
+                    }
+                    BlockFormat::Q4_1 => {
+                        let q = &w.qs[j * nb * 16..][..nb * 16];
+                        let m = &w.m[j * nb..][..nb];
+                        match len {
+                            1 => q4::<1, 2>(q, m, s, act, g, o),
+                            2 => q4::<2, 2>(q, m, s, act, g, o),
+                            3 => q4::<3, 2>(q, m, s, act, g, o),
+                            4 => q4::<4, 1>(q, m, s, act, g, o),
+                            5 => q4::<5, 1>(q, m, s, act, g, o),
+                            6 => q4::<6, 1>(q, m, s, act, g, o),
+                            7 => q4::<7, 1>(q, m, s, act, g, o),
+                            _ => q4::<8, 1>(q, m, s, act, g, o),
+                        }
+                    }
                 }
             }
             g += len;
@@ -64,14 +77,67 @@ pub(super) unsafe fn rows(
     }
 }
 
-/// One f16 bit pattern at `p` as f32, through F16C.
-#[inline(always)]
-pub(super) unsafe fn half(p: *const u8) -> f32 {
-    // SAFETY: the caller points at two readable bytes.
-    unsafe {
-        let bits = i32::from(u16::from_le_bytes([*p, *p.add(1)]));
-        _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits)))
+/// Checks the shapes both SIMD kernels rely on; returns the number of weight rows.
+pub(super) fn check(
+    format: BlockFormat,
+    w: &RowPlanes<'_>,
+    act: &Activations,
+    n: usize,
+    out: &[f32],
+) -> usize {
+    let nb = act.blocks;
+    let wrows = w.d.len() / nb.max(1);
+    assert_eq!(w.d.len(), wrows * nb);
+    assert_eq!(w.qs.len(), wrows * nb * format.value_bytes());
+    if format == BlockFormat::Q4_1 {
+        assert_eq!(w.m.len(), wrows * nb);
     }
+    assert_eq!(act.qs.len(), n * nb * QK);
+    assert_eq!(act.scales.len(), n * nb);
+    assert_eq!(act.sums.len(), n * nb);
+    assert_eq!(out.len(), wrows * n);
+    wrows
+}
+
+/// `sc[r * nb + b] = d_w[b] * d_x[r][b]` for the weight row's scales `d` (f16 bits) and
+/// each of the `n` input rows: eight scales per conversion and multiplication, the same
+/// products as converting and multiplying one at a time.
+///
+/// # Safety
+/// AVX2 and F16C; `d` holds `act.blocks` scales, the activations `n` rows and `sc` at least
+/// `n * act.blocks` values.
+#[inline(always)]
+pub(super) unsafe fn scales(d: &[u16], act: &Activations, n: usize, sc: &mut [f32]) {
+    let nb = act.blocks;
+    // SAFETY: every access is below `nb` in `d` and below `n * nb` in the activations'
+    // scales and in `sc`.
+    unsafe {
+        let mut b = 0;
+        while b + 8 <= nb {
+            let dw = _mm256_cvtph_ps(_mm_loadu_si128(d.as_ptr().add(b) as *const __m128i));
+            for r in 0..n {
+                let i = r * nb + b;
+                let sx = _mm256_loadu_ps(act.scales.as_ptr().add(i));
+                _mm256_storeu_ps(sc.as_mut_ptr().add(i), _mm256_mul_ps(dw, sx));
+            }
+            b += 8;
+        }
+        while b < nb {
+            let dw = half(d[b]);
+            for r in 0..n {
+                let i = r * nb + b;
+                sc[i] = dw * act.scales[i];
+            }
+            b += 1;
+        }
+    }
+}
+
+/// One f16 bit pattern as f32, through F16C.
+#[inline(always)]
+pub(super) unsafe fn half(bits: u16) -> f32 {
+    // SAFETY: register-only F16C conversion; the caller runs with F16C enabled.
+    unsafe { _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits)))) }
 }
 
 #[inline(always)]
@@ -85,27 +151,30 @@ pub(super) unsafe fn hsum(v: __m256) -> f32 {
     }
 }
 
-/// `N` input rows from `first` against one `Q8_0` weight row, with `K` accumulator sets
-/// taking alternate blocks.
+/// `N` input rows from `first` against one `Q8_0` weight row (`qs`: its blocks' 32 bytes
+/// each; `sc`: the scales of rows `first..first + N`, from [`scales`]), with `K` accumulator
+/// sets taking alternate blocks.
 ///
 /// # Safety
-/// AVX2/FMA/F16C; `wrow` holds `act.blocks` blocks and rows `first..first + N` exist.
+/// AVX2/FMA/F16C; `qs` holds `act.blocks` blocks, `sc` `N * act.blocks` scales, and rows
+/// `first..first + N` exist.
 #[inline(always)]
 unsafe fn q8<const N: usize, const K: usize>(
-    wrow: &[u8],
+    qs: &[u8],
+    sc: &[f32],
     act: &Activations,
     first: usize,
     out: &mut [f32],
 ) {
     let nb = act.blocks;
-    // SAFETY: every pointer below stays inside `wrow` (block b < nb of 34 bytes) or the
+    // SAFETY: every pointer below stays inside `qs` (block b < nb of 32 bytes), `sc` or the
     // activations of rows first..first + N (checked by the caller).
     unsafe {
         let ones = _mm256_set1_epi16(1);
         let mut acc = [[_mm256_setzero_ps(); N]; K];
-        let wp = wrow.as_ptr();
+        let wp = qs.as_ptr();
         let xq = act.qs.as_ptr().add(first * nb * QK);
-        let xs = act.scales.as_ptr().add(first * nb);
+        let scp = sc.as_ptr();
         let mut b = 0;
         while b < nb {
             for (k, acc) in acc.iter_mut().enumerate() {
@@ -113,15 +182,13 @@ unsafe fn q8<const N: usize, const K: usize>(
                 if bk >= nb {
                     break;
                 }
-                let blk = wp.add(bk * 34);
-                let d = half(blk);
-                let w = _mm256_loadu_si256(blk.add(2) as *const __m256i);
+                let w = _mm256_loadu_si256(wp.add(bk * 32) as *const __m256i);
                 let aw = _mm256_sign_epi8(w, w);
                 for (r, a) in acc.iter_mut().enumerate() {
                     let x = _mm256_loadu_si256(xq.add((r * nb + bk) * QK) as *const __m256i);
                     let sx = _mm256_sign_epi8(x, w);
                     let dot = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sx), ones);
-                    let scale = _mm256_set1_ps(d * *xs.add(r * nb + bk));
+                    let scale = _mm256_broadcast_ss(&*scp.add(r * nb + bk));
                     *a = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(dot), *a);
                 }
             }
@@ -137,27 +204,29 @@ unsafe fn q8<const N: usize, const K: usize>(
     }
 }
 
-/// `N` input rows from `first` against one `Q4_1` weight row (see [`q8`]); the minimum
-/// term comes from [`q4_mins`].
+/// `N` input rows from `first` against one `Q4_1` weight row (see [`q8`]; `qs` holds 16
+/// bytes a block, `m` the minimums' f16 bits); the minimum term comes from [`q4_mins`].
 ///
 /// # Safety
-/// As for [`q8`], with 20-byte blocks.
+/// As for [`q8`], with 16-byte blocks and `act.blocks` minimums.
 #[inline(always)]
 unsafe fn q4<const N: usize, const K: usize>(
-    wrow: &[u8],
+    qs: &[u8],
+    m: &[u16],
+    sc: &[f32],
     act: &Activations,
     first: usize,
     out: &mut [f32],
 ) {
     let nb = act.blocks;
-    // SAFETY: as in `q8`, with blocks of 20 bytes.
+    // SAFETY: as in `q8`, with blocks of 16 bytes.
     unsafe {
         let ones = _mm256_set1_epi16(1);
         let low = _mm256_set1_epi8(0x0F);
         let mut acc = [[_mm256_setzero_ps(); N]; K];
-        let wp = wrow.as_ptr();
+        let wp = qs.as_ptr();
         let xq = act.qs.as_ptr().add(first * nb * QK);
-        let xs = act.scales.as_ptr().add(first * nb);
+        let scp = sc.as_ptr();
         let mut b = 0;
         while b < nb {
             for (k, acc) in acc.iter_mut().enumerate() {
@@ -165,53 +234,52 @@ unsafe fn q4<const N: usize, const K: usize>(
                 if bk >= nb {
                     break;
                 }
-                let blk = wp.add(bk * 20);
-                let d = half(blk);
-                let q = _mm_loadu_si128(blk.add(4) as *const __m128i);
+                let q = _mm_loadu_si128(wp.add(bk * 16) as *const __m128i);
                 let w = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), low);
                 for (r, a) in acc.iter_mut().enumerate() {
                     let x = _mm256_loadu_si256(xq.add((r * nb + bk) * QK) as *const __m256i);
                     let dot = _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), ones);
-                    let scale = _mm256_set1_ps(d * *xs.add(r * nb + bk));
+                    let scale = _mm256_broadcast_ss(&*scp.add(r * nb + bk));
                     *a = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(dot), *a);
                 }
             }
             b += K;
         }
-        let mins = q4_mins(wrow, act, first);
         for (r, o) in out.iter_mut().enumerate().take(N) {
             let mut v = acc[0][r];
             for a in &acc[1..] {
                 v = _mm256_add_ps(v, a[r]);
             }
-            *o = hsum(v) + mins[r];
+            *o = hsum(v) + q4_mins(m, act, first + r);
         }
     }
 }
 
-/// The `Q4_1` minimum term for the [`GROUP`] input rows from `first`: lane `r` is
-/// `sum over blocks b of m_b * sums[first + r][b]`, one FMA per block in block order (the
-/// AVX-512 kernel calls this too, so both give the same bits). Lanes past the last row are 0.
+/// The `Q4_1` minimum term of input row `row`: `sum over blocks b of m_b * sums[row][b]`,
+/// blocks `b < nb - nb % 8` accumulated in lane `b % 8` by one FMA per eight blocks and
+/// summed by [`hsum`], then the remaining blocks added in order (the AVX-512 kernel calls
+/// this too, so both give the same bits).
 ///
 /// # Safety
-/// AVX2/FMA/F16C; `wrow` holds `act.blocks` blocks of 20 bytes and `first` is a multiple of
-/// [`GROUP`] below `act.rows_pad`.
+/// AVX2/FMA/F16C; `m` holds `act.blocks` minimums and row `row` of the activations exists.
 #[inline(always)]
-pub(super) unsafe fn q4_mins(wrow: &[u8], act: &Activations, first: usize) -> [f32; GROUP] {
-    // SAFETY: block b < nb lies in `wrow`; `sums_t` holds nb * rows_pad values and
-    // first + GROUP <= rows_pad.
+pub(super) unsafe fn q4_mins(m: &[u16], act: &Activations, row: usize) -> f32 {
+    let nb = act.blocks;
+    // SAFETY: block b < nb lies in `m` and in row `row` of the activations' sums.
     unsafe {
-        debug_assert!(first + GROUP <= act.rows_pad);
-        let wp = wrow.as_ptr();
-        let st = act.sums_t.as_ptr().add(first);
+        let s = act.sums.as_ptr().add(row * nb);
         let mut acc = _mm256_setzero_ps();
-        for b in 0..act.blocks {
-            let m = _mm256_set1_ps(half(wp.add(b * 20 + 2)));
-            let s = _mm256_loadu_ps(st.add(b * act.rows_pad));
-            acc = _mm256_fmadd_ps(m, s, acc);
+        let mut b = 0;
+        while b + 8 <= nb {
+            let mv = _mm256_cvtph_ps(_mm_loadu_si128(m.as_ptr().add(b) as *const __m128i));
+            acc = _mm256_fmadd_ps(mv, _mm256_loadu_ps(s.add(b)), acc);
+            b += 8;
         }
-        let mut lanes = [0f32; GROUP];
-        _mm256_storeu_ps(lanes.as_mut_ptr(), acc);
-        lanes
+        let mut total = hsum(acc);
+        while b < nb {
+            total += half(m[b]) * *s.add(b);
+            b += 1;
+        }
+        total
     }
 }

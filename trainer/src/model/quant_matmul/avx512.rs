@@ -6,60 +6,72 @@
 //! lane sums four products of at most `128 * 127`), lane `i` of a block holds the sum of the
 //! products of bytes `4i..4i + 4` in both, and the f32 work is the same sequence of FMAs into
 //! the same `K` accumulators of 8 lanes (block `b` into accumulator `b % K`, `K` chosen from
-//! the row count as there), the accumulators added in order and summed by the same [`hsum`],
-//! and the `Q4_1` minimum term is the same function.
+//! the row count as there, with the same scales from [`scales`]), the accumulators added in
+//! order and summed by the same [`hsum`], and the `Q4_1` minimum term is the same function.
 //! So a run samples the same tokens from the same seed on CPUs with and without AVX-512.
 use std::arch::x86_64::*;
 
-use super::avx2::{half, hsum, q4_mins};
+use super::avx2::{check, hsum, q4_mins, scales};
 use super::{Activations, BlockFormat, GROUP, QK};
+use crate::model::quant::RowPlanes;
 
-/// `out[j * n + r] = x[r] . w[j]` for every weight row `j` of `w` (rows of `row_bytes`)
-/// and each of the `n` input rows.
+/// `out[j * n + r] = x[r] . w[j]` for every weight row `j` of `w` and each of the `n` input
+/// rows.
 ///
 /// # Safety
 /// The CPU must have AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 pub(super) unsafe fn rows(
     format: BlockFormat,
-    w: &[u8],
-    row_bytes: usize,
+    w: RowPlanes<'_>,
     act: &Activations,
     n: usize,
     out: &mut [f32],
 ) {
     let nb = act.blocks;
-    assert_eq!(row_bytes, nb * format.block_bytes());
-    assert_eq!(act.qs.len(), n * nb * QK);
-    assert_eq!(act.scales.len(), n * nb);
-    assert_eq!(act.sums.len(), n * nb);
-    assert_eq!(out.len(), w.len() / row_bytes * n);
-    for (j, wrow) in w.chunks_exact(row_bytes).enumerate() {
+    let wrows = check(format, &w, act, n, out);
+    let mut sc = vec![0f32; n * nb];
+    for j in 0..wrows {
+        let d = &w.d[j * nb..][..nb];
+        // SAFETY: AVX2/F16C are enabled; `d` has `nb` scales and the activations `n` rows.
+        unsafe { scales(d, act, n, &mut sc) };
         let cells = &mut out[j * n..(j + 1) * n];
         let mut g = 0;
         while g < n {
             let len = GROUP.min(n - g);
             let o = &mut cells[g..g + len];
-            // SAFETY: rows g..g + len of the activations exist (checked above) and the
-            // weight row holds `nb` blocks. `K` per row count as in `avx2::rows`.
+            let s = &sc[g * nb..];
+            // SAFETY: rows g..g + len of the activations and of `sc` exist (checked above)
+            // and the weight row holds `nb` blocks. `K` per row count as in `avx2::rows`.
             unsafe {
-                match (format, len) {
-                    (BlockFormat::Q8_0, 1) => q8::<1, 2>(wrow, act, g, o),
-                    (BlockFormat::Q8_0, 2) => q8::<2, 2>(wrow, act, g, o),
-                    (BlockFormat::Q8_0, 3) => q8::<3, 2>(wrow, act, g, o),
-                    (BlockFormat::Q8_0, 4) => q8::<4, 1>(wrow, act, g, o),
-                    (BlockFormat::Q8_0, 5) => q8::<5, 1>(wrow, act, g, o),
-                    (BlockFormat::Q8_0, 6) => q8::<6, 1>(wrow, act, g, o),
-                    (BlockFormat::Q8_0, 7) => q8::<7, 1>(wrow, act, g, o),
-                    (BlockFormat::Q8_0, _) => q8::<8, 1>(wrow, act, g, o),
-                    (BlockFormat::Q4_1, 1) => q4::<1, 2>(wrow, act, g, o),
-                    (BlockFormat::Q4_1, 2) => q4::<2, 2>(wrow, act, g, o),
-                    (BlockFormat::Q4_1, 3) => q4::<3, 2>(wrow, act, g, o),
-                    (BlockFormat::Q4_1, 4) => q4::<4, 1>(wrow, act, g, o),
-                    (BlockFormat::Q4_1, 5) => q4::<5, 1>(wrow, act, g, o),
-                    (BlockFormat::Q4_1, 6) => q4::<6, 1>(wrow, act, g, o),
-                    (BlockFormat::Q4_1, 7) => q4::<7, 1>(wrow, act, g, o),
-                    (BlockFormat::Q4_1, _) => q4::<8, 1>(wrow, act, g, o),
+                match format {
+                    BlockFormat::Q8_0 => {
+                        let q = &w.qs[j * nb * 32..][..nb * 32];
+                        match len {
+                            1 => q8::<1, 2>(q, s, act, g, o),
+                            2 => q8::<2, 2>(q, s, act, g, o),
+                            3 => q8::<3, 2>(q, s, act, g, o),
+                            4 => q8::<4, 1>(q, s, act, g, o),
+                            5 => q8::<5, 1>(q, s, act, g, o),
+                            6 => q8::<6, 1>(q, s, act, g, o),
+                            7 => q8::<7, 1>(q, s, act, g, o),
+                            _ => q8::<8, 1>(q, s, act, g, o),
+                        }
+                    }
+                    BlockFormat::Q4_1 => {
+                        let q = &w.qs[j * nb * 16..][..nb * 16];
+                        let m = &w.m[j * nb..][..nb];
+                        match len {
+                            1 => q4::<1, 2>(q, m, s, act, g, o),
+                            2 => q4::<2, 2>(q, m, s, act, g, o),
+                            3 => q4::<3, 2>(q, m, s, act, g, o),
+                            4 => q4::<4, 1>(q, m, s, act, g, o),
+                            5 => q4::<5, 1>(q, m, s, act, g, o),
+                            6 => q4::<6, 1>(q, m, s, act, g, o),
+                            7 => q4::<7, 1>(q, m, s, act, g, o),
+                            _ => q4::<8, 1>(q, m, s, act, g, o),
+                        }
+                    }
                 }
             }
             g += len;
@@ -91,22 +103,6 @@ unsafe fn add_pair<const K: usize>(
     }
 }
 
-/// The f16 bit patterns at `p0` and `p1` as f32, in one conversion (the same exact values
-/// as two calls of `half`).
-///
-/// # Safety
-/// F16C; both pointers point at two readable bytes.
-#[inline(always)]
-unsafe fn halves(p0: *const u8, p1: *const u8) -> (f32, f32) {
-    // SAFETY: the caller points at two readable bytes each and runs with F16C enabled.
-    unsafe {
-        let h0 = i32::from(u16::from_le_bytes([*p0, *p0.add(1)]));
-        let h1 = i32::from(u16::from_le_bytes([*p1, *p1.add(1)]));
-        let v = _mm_cvtph_ps(_mm_cvtsi32_si128(h0 | (h1 << 16)));
-        (_mm_cvtss_f32(v), _mm_cvtss_f32(_mm_movehdup_ps(v)))
-    }
-}
-
 /// Two adjacent 256-bit halves as one 512-bit vector (`lo` in lanes 0..8).
 ///
 /// # Safety
@@ -117,58 +113,54 @@ unsafe fn join(lo: __m256i, hi: __m256i) -> __m512i {
     unsafe { _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1) }
 }
 
-/// `N` input rows from `first` against one `Q8_0` weight row: `|w|` times `x` with the sign
-/// of `w` (so the unsigned-by-signed product is `w x`), two blocks per `vpdpbusd`.
+/// `N` input rows from `first` against one `Q8_0` weight row (`qs`: 32 bytes a block; `sc`:
+/// the rows' scales): `|w|` times `x` with the sign of `w` (so the unsigned-by-signed
+/// product is `w x`), two blocks per `vpdpbusd`.
 ///
 /// # Safety
-/// As for [`rows`]; `wrow` holds `act.blocks` blocks and rows `first..first + N` exist.
+/// As for [`rows`]; `qs` holds `act.blocks` blocks, `sc` `N * act.blocks` scales and rows
+/// `first..first + N` exist.
 #[inline(always)]
 unsafe fn q8<const N: usize, const K: usize>(
-    wrow: &[u8],
+    qs: &[u8],
+    sc: &[f32],
     act: &Activations,
     first: usize,
     out: &mut [f32],
 ) {
     let nb = act.blocks;
-    // SAFETY: every pointer below stays inside `wrow` (block b < nb of 34 bytes) or the
+    // SAFETY: every pointer below stays inside `qs` (block b < nb of 32 bytes), `sc` or the
     // activations of rows first..first + N (checked by the caller); pairs take blocks
     // b and b + 1 < nb only.
     unsafe {
         let zero = _mm512_setzero_si512();
         let mut acc = [[_mm256_setzero_ps(); K]; N];
-        let wp = wrow.as_ptr();
+        let wp = qs.as_ptr();
         let xq = act.qs.as_ptr().add(first * nb * QK);
-        let xs = act.scales.as_ptr().add(first * nb);
+        let scp = sc.as_ptr();
         let mut b = 0;
         while b + 1 < nb {
-            let blk = wp.add(b * 34);
-            let (d0, d1) = halves(blk, blk.add(34));
-            let w = join(
-                _mm256_loadu_si256(blk.add(2) as *const __m256i),
-                _mm256_loadu_si256(blk.add(36) as *const __m256i),
-            );
+            let w = _mm512_loadu_si512(wp.add(b * 32) as *const __m512i);
             let aw = _mm512_abs_epi8(w);
             let negative = _mm512_movepi8_mask(w);
             for (r, a) in acc.iter_mut().enumerate() {
                 let x = _mm512_loadu_si512(xq.add((r * nb + b) * QK) as *const __m512i);
                 let sx = _mm512_mask_sub_epi8(x, negative, zero, x);
                 let dot = _mm512_dpbusd_epi32(zero, aw, sx);
-                let s = xs.add(r * nb + b);
-                add_pair::<K>(a, b, dot, d0 * *s, d1 * *s.add(1));
+                let s = scp.add(r * nb + b);
+                add_pair::<K>(a, b, dot, *s, *s.add(1));
             }
             b += 2;
         }
         if b < nb {
             // The odd last block, in 256 bits.
-            let blk = wp.add(b * 34);
-            let d = half(blk);
-            let w = _mm256_loadu_si256(blk.add(2) as *const __m256i);
+            let w = _mm256_loadu_si256(wp.add(b * 32) as *const __m256i);
             let aw = _mm256_abs_epi8(w);
             for (r, a) in acc.iter_mut().enumerate() {
                 let x = _mm256_loadu_si256(xq.add((r * nb + b) * QK) as *const __m256i);
                 let sx = _mm256_sign_epi8(x, w);
                 let dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), aw, sx);
-                let scale = _mm256_set1_ps(d * *xs.add(r * nb + b));
+                let scale = _mm256_set1_ps(*scp.add(r * nb + b));
                 a[b % K] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(dot), a[b % K]);
             }
         }
@@ -199,58 +191,56 @@ unsafe fn nibbles(q: *const u8) -> __m256i {
     }
 }
 
-/// `N` input rows from `first` against one `Q4_1` weight row (see [`q8`]); the weights'
-/// values are unsigned already, and the minimum term is `avx2::q4_mins`, as there.
+/// `N` input rows from `first` against one `Q4_1` weight row (see [`q8`]; 16 bytes a block,
+/// `m` the minimums' f16 bits); the weights' values are unsigned already, and the minimum
+/// term is `avx2::q4_mins`, as there.
 ///
 /// # Safety
-/// As for [`q8`], with 20-byte blocks.
+/// As for [`q8`], with 16-byte blocks and `act.blocks` minimums.
 #[inline(always)]
 unsafe fn q4<const N: usize, const K: usize>(
-    wrow: &[u8],
+    qs: &[u8],
+    m: &[u16],
+    sc: &[f32],
     act: &Activations,
     first: usize,
     out: &mut [f32],
 ) {
     let nb = act.blocks;
-    // SAFETY: as in `q8`, with blocks of 20 bytes.
+    // SAFETY: as in `q8`, with blocks of 16 bytes.
     unsafe {
         let zero = _mm512_setzero_si512();
         let mut acc = [[_mm256_setzero_ps(); K]; N];
-        let wp = wrow.as_ptr();
+        let wp = qs.as_ptr();
         let xq = act.qs.as_ptr().add(first * nb * QK);
-        let xs = act.scales.as_ptr().add(first * nb);
+        let scp = sc.as_ptr();
         let mut b = 0;
         while b + 1 < nb {
-            let blk = wp.add(b * 20);
-            let (d0, d1) = halves(blk, blk.add(20));
-            let w = join(nibbles(blk.add(4)), nibbles(blk.add(24)));
+            let w = join(nibbles(wp.add(b * 16)), nibbles(wp.add(b * 16 + 16)));
             for (r, a) in acc.iter_mut().enumerate() {
                 let x = _mm512_loadu_si512(xq.add((r * nb + b) * QK) as *const __m512i);
                 let dot = _mm512_dpbusd_epi32(zero, w, x);
-                let s = xs.add(r * nb + b);
-                add_pair::<K>(a, b, dot, d0 * *s, d1 * *s.add(1));
+                let s = scp.add(r * nb + b);
+                add_pair::<K>(a, b, dot, *s, *s.add(1));
             }
             b += 2;
         }
         if b < nb {
             // The odd last block, in 256 bits.
-            let blk = wp.add(b * 20);
-            let d = half(blk);
-            let w = nibbles(blk.add(4));
+            let w = nibbles(wp.add(b * 16));
             for (r, a) in acc.iter_mut().enumerate() {
                 let x = _mm256_loadu_si256(xq.add((r * nb + b) * QK) as *const __m256i);
                 let dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), w, x);
-                let scale = _mm256_set1_ps(d * *xs.add(r * nb + b));
+                let scale = _mm256_set1_ps(*scp.add(r * nb + b));
                 a[b % K] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(dot), a[b % K]);
             }
         }
-        let mins = q4_mins(wrow, act, first);
-        for ((o, a), m) in out.iter_mut().zip(&acc).zip(mins) {
+        for (r, (o, a)) in out.iter_mut().zip(&acc).enumerate() {
             let mut v = a[0];
             for x in &a[1..] {
                 v = _mm256_add_ps(v, *x);
             }
-            *o = hsum(v) + m;
+            *o = hsum(v) + q4_mins(m, act, first + r);
         }
     }
 }

@@ -24,34 +24,27 @@ pub(super) fn with_values<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> R) -> Result<
     Ok(f(&v[layout.start_offset()..][..t.elem_count()]))
 }
 
-/// `x A^T` for `x` `(rows, in)` row-major: `(rank, rows)`, transposed so that
-/// [`add_column`] sums over the rank with the rows in vector lanes. Each value is summed in
+/// `x A^T` for `x` `(rows, in)` row-major: `(rows, rank)`, row-major, so that
+/// [`add_column`] takes one contiguous dot product per output cell. Each value is summed in
 /// eight interleaved partial sums, then in lane order.
 pub(super) fn project(x: &[f32], rows: usize, a: &[f32], rank: usize) -> Vec<f32> {
     let k = a.len() / rank.max(1);
-    let mut out = vec![0f32; rank * rows];
+    let mut out = Vec::with_capacity(rank * rows);
     for r in 0..rows {
         let xr = &x[r * k..][..k];
-        for (t, ar) in a.chunks_exact(k).enumerate() {
-            out[t * rows + r] = dot(xr, ar);
-        }
+        out.extend(a.chunks_exact(k).map(|ar| dot(xr, ar)));
     }
     out
 }
 
-/// `cells[r] += scale * sum over t of xa_t[t][r] * b_row[t]` for one output column's factor
-/// row (`xa_t` from [`project`]); the rows are independent, so the loop vectorises.
-pub(super) fn add_column(cells: &mut [f32], xa_t: &[f32], b_row: &[f32], scale: f32) {
-    let rows = cells.len();
-    let mut acc = [0f32; super::MAX_ROWS];
-    let acc = &mut acc[..rows];
-    for (t, &bt) in b_row.iter().enumerate() {
-        for (a, &v) in acc.iter_mut().zip(&xa_t[t * rows..][..rows]) {
-            *a += v * bt;
-        }
-    }
-    for (c, a) in cells.iter_mut().zip(acc.iter()) {
-        *c += scale * *a;
+/// `cells[r] += scale * (xa[r] . b_row)` for one output column's factor row (`xa` from
+/// [`project`], one row of `rank` values per input row). Each cell is one dot product
+/// summed in registers (an accumulator array indexed by row kept every partial sum in
+/// memory, a store-to-load chain per rank step that cost a third of the block product).
+pub(super) fn add_column(cells: &mut [f32], xa: &[f32], b_row: &[f32], scale: f32) {
+    let rank = b_row.len();
+    for (c, xr) in cells.iter_mut().zip(xa.chunks_exact(rank.max(1))) {
+        *c += scale * dot(xr, b_row);
     }
 }
 
@@ -86,8 +79,8 @@ mod tests {
         let x = [1.0, 2.0, 3.0, 0.0, 1.0, 2.0];
         let a = [1.0, 0.0, 2.0, -1.0, 1.0, 0.0];
         let xa = project(&x, 2, &a, 2);
-        // Transposed: rank-major.
-        assert_eq!(xa, vec![7.0, 4.0, 1.0, 1.0]);
+        // Row-major: one row of `rank` values per input row.
+        assert_eq!(xa, vec![7.0, 1.0, 4.0, 1.0]);
         let mut cells = [10.0, 20.0];
         add_column(&mut cells, &xa, &[0.5, -2.0], 2.0);
         assert_eq!(cells, [13.0, 20.0]);
