@@ -215,7 +215,6 @@ pub fn matmul_t_with(
     }
     let xs: Vec<f32> = x.flatten_all()?.to_vec1()?;
     let act = Activations::quantize(&xs, rows, k);
-
     let format = w.format();
     // Output transposed, (out, rows): each task owns a block of weight rows.
     let adapter = match lora {
