@@ -186,6 +186,35 @@ pub fn for_each_chunk_mut<T: Send>(
     });
 }
 
+/// Runs `f(index, part)` for every part of `data` cut at `ends` (part `i` is
+/// `ends[i - 1]..ends[i]`, the first starting at 0), as [`run`] does. `ends` must be
+/// increasing and end at `data.len()`.
+pub fn for_each_part_mut<T: Send>(
+    data: &mut [T],
+    ends: &[usize],
+    f: impl Fn(usize, &mut [T]) + Sync,
+) {
+    assert!(
+        ends.windows(2).all(|w| w[0] < w[1]) && ends.first().is_none_or(|&e| e > 0),
+        "parts must be nonempty and in order"
+    );
+    assert_eq!(
+        ends.last().copied().unwrap_or(0),
+        data.len(),
+        "parts must cover the data"
+    );
+    let base = SendPtr(data.as_mut_ptr());
+    run(ends.len(), &|i| {
+        let start = if i == 0 { 0 } else { ends[i - 1] };
+        // SAFETY: `run` calls each index once and the parts are disjoint ranges of `data`
+        // (checked above), which stays mutably borrowed until `run` returns.
+        #[allow(unsafe_code)]
+        let part =
+            unsafe { std::slice::from_raw_parts_mut(base.get().add(start), ends[i] - start) };
+        f(i, part)
+    });
+}
+
 struct SendPtr<T>(*mut T);
 
 impl<T> SendPtr<T> {
@@ -276,6 +305,26 @@ mod tests {
         for (j, x) in v.iter().enumerate() {
             assert_eq!(*x, j / 10 + 1);
         }
+    }
+
+    #[test]
+    fn parts_cover_the_slice_once_at_their_ends() {
+        let mut v = vec![0usize; 10];
+        for_each_part_mut(&mut v, &[3, 4, 10], |i, p| {
+            assert_eq!(p.len(), [3, 1, 6][i]);
+            for x in p.iter_mut() {
+                *x += i + 1;
+            }
+        });
+        assert_eq!(v, [1, 1, 1, 2, 3, 3, 3, 3, 3, 3]);
+        let r = catch_unwind(AssertUnwindSafe(|| {
+            for_each_part_mut(&mut v, &[4, 3, 10], |_, _| {})
+        }));
+        assert!(r.is_err(), "overlapping parts were accepted");
+        let r = catch_unwind(AssertUnwindSafe(|| {
+            for_each_part_mut(&mut v, &[4, 9], |_, _| {})
+        }));
+        assert!(r.is_err(), "parts short of the data were accepted");
     }
 
     #[test]

@@ -87,18 +87,10 @@ impl Attention {
         mask: Option<&Tensor>,
     ) -> Result<Tensor> {
         let (b, t, _) = xs.dims3()?;
-        let mut q = self
-            .q_proj
-            .forward(xs, pass)?
-            .reshape((b, t, self.heads, self.head_dim))?;
-        let mut k = self
-            .k_proj
-            .forward(xs, pass)?
-            .reshape((b, t, self.kv_heads, self.head_dim))?;
-        let v = self
-            .v_proj
-            .forward(xs, pass)?
-            .reshape((b, t, self.kv_heads, self.head_dim))?;
+        let [q, k, v] = Linear::forward_many([&self.q_proj, &self.k_proj, &self.v_proj], xs, pass)?;
+        let mut q = q.reshape((b, t, self.heads, self.head_dim))?;
+        let mut k = k.reshape((b, t, self.kv_heads, self.head_dim))?;
+        let v = v.reshape((b, t, self.kv_heads, self.head_dim))?;
         if let (Some(qn), Some(kn)) = (&self.q_norm, &self.k_norm) {
             q = qn.forward(&q, pass)?;
             k = kn.forward(&k, pass)?;
@@ -178,9 +170,8 @@ impl Mlp {
     }
 
     fn forward(&self, xs: &Tensor, pass: Pass) -> Result<Tensor> {
-        let gate = self.gate_proj.forward(xs, pass)?.silu()?;
-        let up = self.up_proj.forward(xs, pass)?;
-        self.down_proj.forward(&(gate * up)?, pass)
+        let [gate, up] = Linear::forward_many([&self.gate_proj, &self.up_proj], xs, pass)?;
+        self.down_proj.forward(&(gate.silu()? * up)?, pass)
     }
 }
 

@@ -5,6 +5,7 @@ use candle_core::{Result, Tensor};
 use candle_nn::VarBuilder;
 
 use super::quant::QuantWeight;
+use super::quant_matmul::{LoraFactors, Product};
 
 /// Which weights a forward pass differentiates through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -131,6 +132,67 @@ impl Linear {
         self.lora = Some(lora);
     }
 
+    /// The quantised product of the inference path for `rows` input rows, with the adapter
+    /// when it is frozen; `None` when the inference path does not read blocks here.
+    fn product(&self, pass: Pass, rows: usize) -> Option<Product<'_>> {
+        let q = self.quant.as_deref()?;
+        if pass.train || rows > super::quant_matmul::MAX_ROWS {
+            return None;
+        }
+        let lora = match &self.lora {
+            Some(l) if !pass.grad_lora => Some(LoraFactors {
+                a: &l.a,
+                b: &l.b,
+                scale: l.scale as f32,
+            }),
+            _ => None,
+        };
+        Some(Product { weight: q, lora })
+    }
+
+    /// [`Linear::forward`] of several projections of one input (a layer's q/k/v or
+    /// gate/up): when every one reads quantised blocks and has no adapter left to add by
+    /// candle ops, the input is quantised once and all products run as one parallel job,
+    /// with the same results as one call each.
+    pub(crate) fn forward_many<const N: usize>(
+        linears: [&Linear; N],
+        xs: &Tensor,
+        pass: Pass,
+    ) -> Result<[Tensor; N]> {
+        let dims = xs.dims().to_vec();
+        let in_dim = *dims.last().expect("linear input has a last dimension");
+        let rows = xs.elem_count() / in_dim;
+        let products: Vec<Product<'_>> = linears
+            .iter()
+            .filter_map(|l| l.product(pass, rows))
+            .collect();
+        let fused = products.len() == N
+            && linears
+                .iter()
+                .zip(&products)
+                .all(|(l, p)| l.lora.is_some() == p.lora.is_some());
+        if !fused {
+            return linears
+                .iter()
+                .map(|l| l.forward(xs, pass))
+                .collect::<Result<Vec<_>>>()
+                .map(|v| v.try_into().expect("one output per projection"));
+        }
+        let x2 = xs.reshape((rows, in_dim))?;
+        let kernel = super::quant_matmul::kernel();
+        let outs = super::quant_matmul::matmul_t_fused(&x2, &products, kernel)?;
+        let mut done = Vec::with_capacity(N);
+        for (l, mut y) in linears.iter().zip(outs) {
+            if let Some(b) = &l.bias {
+                y = y.broadcast_add(&param(b, pass.grad_base))?;
+            }
+            let mut out_dims = dims.clone();
+            *out_dims.last_mut().expect("nonempty") = y.dim(1)?;
+            done.push(y.reshape(out_dims)?);
+        }
+        Ok(done.try_into().expect("one output per projection"))
+    }
+
     pub(crate) fn forward(&self, xs: &Tensor, pass: Pass) -> Result<Tensor> {
         let dims = xs.dims().to_vec();
         let in_dim = *dims.last().expect("linear input has a last dimension");
@@ -140,23 +202,11 @@ impl Linear {
         let mut lora_added = false;
         let mut y = if pass.train && !pass.grad_base {
             super::frozen::frozen_matmul(&x2, &self.weight)?
-        } else if let (false, Some(q), true) = (
-            pass.train,
-            &self.quant,
-            rows <= super::quant_matmul::MAX_ROWS,
-        ) {
-            match &self.lora {
-                Some(l) if !pass.grad_lora => {
-                    lora_added = true;
-                    let factors = super::quant_matmul::LoraFactors {
-                        a: &l.a,
-                        b: &l.b,
-                        scale: l.scale as f32,
-                    };
-                    super::quant_matmul::matmul_t_lora(q, &x2, factors)?
-                }
-                _ => q.matmul_t(&x2)?,
-            }
+        } else if let Some(p) = self.product(pass, rows) {
+            lora_added = p.lora.is_some();
+            let kernel = super::quant_matmul::kernel();
+            let mut out = super::quant_matmul::matmul_t_fused(&x2, &[p], kernel)?;
+            out.pop().expect("one product gives one output")
         } else if !pass.train && super::small_matmul::applies(&x2, &self.weight, rows) {
             super::small_matmul::matmul_t(&x2, &self.weight.detach())?
         } else {

@@ -59,7 +59,7 @@ impl Activations {
             let id = if d != 0.0 { 1.0 / d } else { 0.0 };
             let mut sum = 0i32;
             for &v in block {
-                let q = (v * id).round() as i8;
+                let q = round_to_i8(v * id);
                 sum += i32::from(q);
                 qs.push(q);
             }
@@ -73,6 +73,25 @@ impl Activations {
             qs,
         }
     }
+}
+
+/// `y.round() as i8` (half away from zero, saturating, NaN to 0) without the library call
+/// that `round` is on the baseline target. After the clamp the truncation is exact, and so is
+/// `y - t` (the fraction of `y`: Sterbenz), so comparing it with one half decides exactly as
+/// `round` does.
+#[inline(always)]
+fn round_to_i8(y: f32) -> i8 {
+    let y = y.clamp(-128.0, 127.0);
+    let t = y as i32;
+    let f = y - t as f32;
+    let r = if f >= 0.5 {
+        t + 1
+    } else if f <= -0.5 {
+        t - 1
+    } else {
+        t
+    };
+    r as i8
 }
 
 /// An inner loop of [`matmul_t`].
@@ -198,6 +217,15 @@ pub fn matmul_t_lora(w: &QuantWeight, x: &Tensor, lora: LoraFactors<'_>) -> Resu
     matmul_t_with(w, x, kernel(), Some(lora))
 }
 
+/// One product of [`matmul_t_fused`]: a weight and, optionally, the adapter added to it.
+#[derive(Debug, Clone, Copy)]
+pub struct Product<'a> {
+    /// The quantised weight `(out, in)`.
+    pub weight: &'a QuantWeight,
+    /// A LoRA adapter added inside the product.
+    pub lora: Option<LoraFactors<'a>>,
+}
+
 /// [`matmul_t`] with a chosen kernel (which the CPU must support) and an optional adapter.
 pub fn matmul_t_with(
     w: &QuantWeight,
@@ -205,51 +233,80 @@ pub fn matmul_t_with(
     kernel: Kernel,
     lora: Option<LoraFactors<'_>>,
 ) -> Result<Tensor> {
+    let mut out = matmul_t_fused(x, &[Product { weight: w, lora }], kernel)?;
+    Ok(out.pop().expect("one product gives one output"))
+}
+
+/// `x W_p^T` (plus each adapter) for every product `p` of one input `x` `(rows, in)`: the
+/// input is quantised once and every product's blocks are shared out in one parallel job
+/// (a decode step's q/k/v and gate/up products), with the same bits as one call each.
+/// Returns `(rows, out_p)` per product.
+pub fn matmul_t_fused(x: &Tensor, products: &[Product<'_>], kernel: Kernel) -> Result<Vec<Tensor>> {
     if !kernel.supported() {
         candle_core::bail!("this CPU cannot run the {} quantised kernel", kernel.name());
     }
     let (rows, k) = x.dims2()?;
-    let (n, wk) = w.dims();
-    if k != wk {
-        candle_core::bail!("quantised matmul: input has {k} features, weight takes {wk}");
+    for p in products {
+        let (_, wk) = p.weight.dims();
+        if k != wk {
+            candle_core::bail!("quantised matmul: input has {k} features, weight takes {wk}");
+        }
     }
     let xs: Vec<f32> = x.flatten_all()?.to_vec1()?;
     let act = Activations::quantize(&xs, rows, k);
-    let format = w.format();
-    // Output transposed, (out, rows): each task owns a block of weight rows.
-    let adapter = match lora {
-        Some(l) => {
-            if rows > MAX_ROWS {
-                candle_core::bail!("a fused LoRA update takes at most {MAX_ROWS} rows, got {rows}");
-            }
-            let (rank, ak) = l.a.dims2()?;
-            if ak != k || l.b.dims2()? != (n, rank) {
-                candle_core::bail!(
-                    "LoRA factors {:?} and {:?} do not fit a {n}x{k} weight",
-                    l.a.dims(),
-                    l.b.dims()
-                );
-            }
-            let xa = lora::with_values(l.a, |a| lora::project(&xs, rows, a, rank))?;
-            Some((xa, l.b.contiguous()?, rank, l.scale))
+    let simd = lora::has_avx();
+    let adapters = products
+        .iter()
+        .map(|p| {
+            p.lora
+                .map(|l| Adapter::new(l, &xs, rows, p.weight.dims(), simd))
+                .transpose()
+        })
+        .collect::<Result<Vec<_>>>()?;
+    // B's values `(n, rank)` per adapter, borrowed from their storage for the whole job.
+    let guards: Vec<_> = adapters
+        .iter()
+        .map(|a| a.as_ref().map(|a| a.b.storage_and_layout()))
+        .collect();
+    let b_values = guards
+        .iter()
+        .zip(products)
+        .map(|(g, p)| match g {
+            Some((storage, layout)) => match &**storage {
+                Storage::Cpu(CpuStorage::F32(v)) => {
+                    let (n, rank) = (
+                        p.weight.dims().0,
+                        p.lora.map_or(0, |l| l.b.dim(1).unwrap_or(0)),
+                    );
+                    Ok(Some(&v[layout.start_offset()..][..n * rank]))
+                }
+                _ => candle_core::bail!("a LoRA factor must be f32 on the CPU"),
+            },
+            None => Ok(None),
+        })
+        .collect::<Result<Vec<Option<&[f32]>>>>()?;
+    // Output transposed, (out, rows), the products back to back: each task owns a block of
+    // one product's weight rows.
+    let mut parts = Vec::new();
+    let mut ends = Vec::new();
+    let mut offsets = Vec::with_capacity(products.len());
+    let mut total = 0;
+    for (i, p) in products.iter().enumerate() {
+        let n = p.weight.dims().0;
+        offsets.push(total);
+        for first in (0..n).step_by(BLOCK) {
+            parts.push((i, first));
+            ends.push(total + (first + BLOCK).min(n) * rows);
         }
-        None => None,
-    };
-    // B's values `(n, rank)`, borrowed from its storage for the whole product.
-    let rank = adapter.as_ref().map_or(0, |a| a.2);
-    let b_guard = adapter.as_ref().map(|(_, b, _, _)| b.storage_and_layout());
-    let b_values: Option<&[f32]> = match &b_guard {
-        Some((storage, layout)) => match &**storage {
-            Storage::Cpu(CpuStorage::F32(v)) => Some(&v[layout.start_offset()..][..n * rank]),
-            _ => candle_core::bail!("a LoRA factor must be f32 on the CPU"),
-        },
-        None => None,
-    };
-    let mut out_t = vec![0f32; n * rows];
-    super::decode_pool::for_each_chunk_mut(&mut out_t, BLOCK * rows, |b, chunk| {
-        let first = b * BLOCK;
+        total += n * rows;
+    }
+    let mut out_t = vec![0f32; total];
+    super::decode_pool::for_each_part_mut(&mut out_t, &ends, |t, chunk| {
+        let (i, first) = parts[t];
+        let w = products[i].weight;
         let len = chunk.len() / rows;
         let planes = w.planes(first, len);
+        let format = w.format();
         match kernel {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: `kernel.supported()` checked AVX-512 F/BW/VL/VNNI, AVX2, FMA and
@@ -266,20 +323,69 @@ pub fn matmul_t_with(
                 }
             }
         }
-        if let (Some((xa, _, _, scale)), Some(bv)) = (&adapter, b_values) {
-            for (j, cells) in chunk.chunks_mut(rows).enumerate() {
-                let b_row = &bv[(first + j) * rank..][..rank];
-                lora::add_column(cells, xa, b_row, *scale);
-            }
+        if let (Some(a), Some(bv)) = (&adapters[i], b_values[i]) {
+            let b_rows = &bv[first * a.rank..(first + len) * a.rank];
+            lora::add_block(chunk, rows, &a.xa, b_rows, a.scale, simd);
         }
     });
-    let mut out = vec![0f32; rows * n];
-    for (o, cells) in out_t.chunks(rows).enumerate() {
-        for (r, &v) in cells.iter().enumerate() {
-            out[r * n + o] = v;
+    products
+        .iter()
+        .zip(offsets)
+        .map(|(p, off)| {
+            let n = p.weight.dims().0;
+            let part = &out_t[off..off + n * rows];
+            let out = if rows == 1 {
+                part.to_vec()
+            } else {
+                let mut out = vec![0f32; rows * n];
+                for (o, cells) in part.chunks(rows).enumerate() {
+                    for (r, &v) in cells.iter().enumerate() {
+                        out[r * n + o] = v;
+                    }
+                }
+                out
+            };
+            Tensor::from_vec(out, (rows, n), x.device())
+        })
+        .collect()
+}
+
+/// An adapter ready for the product: `x A^T` computed, `B` contiguous.
+struct Adapter {
+    /// `(rows, rank)` row-major.
+    xa: Vec<f32>,
+    b: Tensor,
+    rank: usize,
+    scale: f32,
+}
+
+impl Adapter {
+    fn new(
+        l: LoraFactors<'_>,
+        xs: &[f32],
+        rows: usize,
+        (n, k): (usize, usize),
+        simd: bool,
+    ) -> Result<Self> {
+        if rows > MAX_ROWS {
+            candle_core::bail!("a fused LoRA update takes at most {MAX_ROWS} rows, got {rows}");
         }
+        let (rank, ak) = l.a.dims2()?;
+        if ak != k || l.b.dims2()? != (n, rank) {
+            candle_core::bail!(
+                "LoRA factors {:?} and {:?} do not fit a {n}x{k} weight",
+                l.a.dims(),
+                l.b.dims()
+            );
+        }
+        let xa = lora::with_values(l.a, |a| lora::project(xs, rows, a, rank, simd))?;
+        Ok(Self {
+            xa,
+            b: l.b.contiguous()?,
+            rank,
+            scale: l.scale,
+        })
     }
-    Tensor::from_vec(out, (rows, n), x.device())
 }
 
 /// `out[r] = x[r] . w` for one weight row (its planes), in portable Rust.
@@ -333,3 +439,34 @@ mod lora;
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod rounding_tests {
+    use super::round_to_i8;
+
+    #[test]
+    fn rounding_matches_round_everywhere_the_quantiser_can_reach() {
+        // Every halfway case and its neighbours, both signs, out of range, and NaN.
+        let mut ys = vec![
+            f32::NAN,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            1e30,
+            -1e30,
+            0.0,
+            -0.0,
+        ];
+        for i in -300..=300 {
+            let h = i as f32 * 0.5;
+            ys.extend([
+                h,
+                f32::from_bits(h.to_bits() + 1),
+                f32::from_bits(h.to_bits().max(1) - 1),
+            ]);
+        }
+        ys.extend((0..100_000).map(|i| -130.0 + i as f32 * 0.0026));
+        for y in ys {
+            assert_eq!(round_to_i8(y), y.round() as i8, "{y}");
+        }
+    }
+}

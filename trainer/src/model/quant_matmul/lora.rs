@@ -25,45 +25,137 @@ pub(super) fn with_values<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> R) -> Result<
 }
 
 /// `x A^T` for `x` `(rows, in)` row-major: `(rows, rank)`, row-major, so that
-/// [`add_column`] takes one contiguous dot product per output cell. Each value is summed in
-/// eight interleaved partial sums, then in lane order.
-pub(super) fn project(x: &[f32], rows: usize, a: &[f32], rank: usize) -> Vec<f32> {
+/// [`add_block`] takes one contiguous dot product per output cell. Each value is a [`dot`].
+pub(super) fn project(x: &[f32], rows: usize, a: &[f32], rank: usize, simd: bool) -> Vec<f32> {
     let k = a.len() / rank.max(1);
-    let mut out = Vec::with_capacity(rank * rows);
-    for r in 0..rows {
-        let xr = &x[r * k..][..k];
-        out.extend(a.chunks_exact(k).map(|ar| dot(xr, ar)));
+    let mut out = vec![0f32; rank * rows];
+    for (xr, o) in x
+        .chunks_exact(k.max(1))
+        .take(rows)
+        .zip(out.chunks_exact_mut(rank.max(1)))
+    {
+        dots(xr, a, o, simd);
     }
     out
 }
 
-/// `cells[r] += scale * (xa[r] . b_row)` for one output column's factor row (`xa` from
-/// [`project`], one row of `rank` values per input row). Each cell is one dot product
-/// summed in registers (an accumulator array indexed by row kept every partial sum in
-/// memory, a store-to-load chain per rank step that cost a third of the block product).
-pub(super) fn add_column(cells: &mut [f32], xa: &[f32], b_row: &[f32], scale: f32) {
-    let rank = b_row.len();
-    for (c, xr) in cells.iter_mut().zip(xa.chunks_exact(rank.max(1))) {
-        *c += scale * dot(xr, b_row);
+/// `cells[j * rows + r] += scale * (xa[r] . b[j])` for a block of output columns: `cells`
+/// holds `rows` cells per column, `b_rows` the columns' factor rows (`rank` values each) and
+/// `xa` the rows of [`project`]. Each cell gets one [`dot`], whichever loop computes it.
+pub(super) fn add_block(
+    cells: &mut [f32],
+    rows: usize,
+    xa: &[f32],
+    b_rows: &[f32],
+    scale: f32,
+    simd: bool,
+) {
+    let rank = xa.len() / rows.max(1);
+    let cols = cells.len() / rows.max(1);
+    let mut d = vec![0f32; cols];
+    for r in 0..rows {
+        dots(
+            &xa[r * rank..][..rank],
+            &b_rows[..cols * rank],
+            &mut d,
+            simd,
+        );
+        for (j, v) in d.iter().enumerate() {
+            cells[j * rows + r] += scale * v;
+        }
     }
 }
 
-/// A dot product in eight independent partial sums (plain multiply and add: `mul_add` would
-/// be a library call on the baseline target).
+/// `out[j] = dot(x, m[j])` for the rows of `m` (each as long as `x`): eight rows at a time
+/// with AVX when `simd` and the length is a multiple of 8, the same bits either way.
+fn dots(x: &[f32], m: &[f32], out: &mut [f32], simd: bool) {
+    let k = x.len();
+    let mut j = 0;
+    #[cfg(target_arch = "x86_64")]
+    if simd && k > 0 && k.is_multiple_of(8) {
+        while j + 8 <= out.len() {
+            // SAFETY: `simd` is only set when the CPU has AVX; `m` holds rows `j..j + 8`
+            // of `k` values (checked by the slicing) and `out` eight values from `j`.
+            #[allow(unsafe_code)]
+            unsafe {
+                dots8(x, &m[j * k..(j + 8) * k], &mut out[j..j + 8])
+            };
+            j += 8;
+        }
+    }
+    for (o, row) in out[j..].iter_mut().zip(m[j * k..].chunks_exact(k.max(1))) {
+        *o = dot(x, row);
+    }
+}
+
+/// Whether [`add_block`] and [`project`] may take the AVX loop.
+pub(super) fn has_avx() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::is_x86_feature_detected!("avx")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// A dot product in eight partial sums (lane `i` adds the products of values `i`, `i + 8`,
+/// ... by a multiply and an add, no FMA: `mul_add` is a library call on the baseline target),
+/// summed as `((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7))`, which is the order of
+/// [`dots8`]'s horizontal adds, then the values past the last multiple of 8 in order.
 fn dot(x: &[f32], y: &[f32]) -> f32 {
-    let mut lanes = [0f32; 8];
+    let mut l = [0f32; 8];
     let (xc, yc) = (x.chunks_exact(8), y.chunks_exact(8));
     let (xt, yt) = (xc.remainder(), yc.remainder());
     for (a, b) in xc.zip(yc) {
         for i in 0..8 {
-            lanes[i] += a[i] * b[i];
+            l[i] += a[i] * b[i];
         }
     }
-    let mut s = lanes.iter().sum::<f32>();
+    let mut s = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
     for (a, b) in xt.iter().zip(yt) {
         s += a * b;
     }
     s
+}
+
+/// Eight [`dot`]s of `x` with the rows of `m` (`8 * x.len()` values), bit for bit.
+///
+/// # Safety
+/// The CPU must have AVX; `x.len()` must be a multiple of 8.
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+#[target_feature(enable = "avx")]
+unsafe fn dots8(x: &[f32], m: &[f32], out: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let k = x.len();
+    assert!(k.is_multiple_of(8) && m.len() == 8 * k && out.len() == 8);
+    // SAFETY: every load reads 8 values at an offset below `k - 7` of `x` or of one of the
+    // eight rows of `m`; the store writes `out`'s 8 values.
+    unsafe {
+        let mut acc = [_mm256_setzero_ps(); 8];
+        for c in (0..k).step_by(8) {
+            let xv = _mm256_loadu_ps(x.as_ptr().add(c));
+            for (i, a) in acc.iter_mut().enumerate() {
+                let mv = _mm256_loadu_ps(m.as_ptr().add(i * k + c));
+                *a = _mm256_add_ps(*a, _mm256_mul_ps(xv, mv));
+            }
+        }
+        // Per 128-bit half, hadd(a, b) = [a0+a1, a2+a3, b0+b1, b2+b3]: two rounds give each
+        // row's (l0+l1)+(l2+l3) in the low half and (l4+l5)+(l6+l7) in the high half.
+        let lo = _mm256_hadd_ps(
+            _mm256_hadd_ps(acc[0], acc[1]),
+            _mm256_hadd_ps(acc[2], acc[3]),
+        );
+        let hi = _mm256_hadd_ps(
+            _mm256_hadd_ps(acc[4], acc[5]),
+            _mm256_hadd_ps(acc[6], acc[7]),
+        );
+        let first = _mm256_permute2f128_ps(lo, hi, 0x20);
+        let second = _mm256_permute2f128_ps(lo, hi, 0x31);
+        _mm256_storeu_ps(out.as_mut_ptr(), _mm256_add_ps(first, second));
+    }
 }
 
 #[cfg(test)]
@@ -78,12 +170,38 @@ mod tests {
         // [13, 20].
         let x = [1.0, 2.0, 3.0, 0.0, 1.0, 2.0];
         let a = [1.0, 0.0, 2.0, -1.0, 1.0, 0.0];
-        let xa = project(&x, 2, &a, 2);
+        let xa = project(&x, 2, &a, 2, has_avx());
         // Row-major: one row of `rank` values per input row.
         assert_eq!(xa, vec![7.0, 1.0, 4.0, 1.0]);
+        // One output column, two input rows.
         let mut cells = [10.0, 20.0];
-        add_column(&mut cells, &xa, &[0.5, -2.0], 2.0);
+        add_block(&mut cells, 2, &xa, &[0.5, -2.0], 2.0, has_avx());
         assert_eq!(cells, [13.0, 20.0]);
+    }
+
+    #[test]
+    fn the_avx_loop_gives_the_bits_of_the_scalar_one() {
+        // Values spread over many magnitudes, so that any other summation order would
+        // round differently somewhere; 13 rows: one group of eight, five left over.
+        let mut seed = 7u32;
+        let mut next = || {
+            seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            let e = (seed >> 28) as i32 - 8;
+            (f64::from(seed >> 8) / f64::from(1u32 << 24) - 0.5) as f32 * 2f32.powi(e)
+        };
+        for k in [8, 24, 64] {
+            let x: Vec<f32> = (0..k).map(|_| next()).collect();
+            let m: Vec<f32> = (0..13 * k).map(|_| next()).collect();
+            let want: Vec<u32> = m.chunks_exact(k).map(|r| dot(&x, r).to_bits()).collect();
+            let mut got = vec![0f32; 13];
+            dots(&x, &m, &mut got, has_avx());
+            let got: Vec<u32> = got.iter().map(|v| v.to_bits()).collect();
+            assert_eq!(got, want, "k = {k}");
+        }
+        // The order is the documented tree: lanes 0..8 of one chunk hold 1e8, 1, -1e8, 1,
+        // 0, 0, 0, 0: (1e8 + 1) + (-1e8 + 1) = 0 in f32, where a running sum would give 1.
+        let x = [1e8f32, 1.0, -1e8, 1.0, 0.0, 0.0, 0.0, 0.0];
+        assert_eq!(dot(&x, &[1.0; 8]), 0.0);
     }
 
     #[test]

@@ -280,3 +280,59 @@ fn an_adapter_adds_its_low_rank_update_to_every_output() {
         }
     }
 }
+
+#[test]
+fn fused_products_give_the_bits_of_one_call_each() {
+    use super::{LoraFactors, Product, matmul_t_fused};
+    let mut rng = Lcg(57);
+    let nb = 2;
+    let k = nb * 32;
+    let dev = Device::Cpu;
+    // Three products of one input: Q8_0 with an adapter, Q4_1 without, Q4_1 with one; output
+    // widths that are not multiples of the 32-row task block, so tasks end mid-product.
+    let shapes = [
+        (BlockFormat::Q8_0, 70, true),
+        (BlockFormat::Q4_1, 45, false),
+        (BlockFormat::Q4_1, 33, true),
+    ];
+    let rank = 8;
+    let mut weights = Vec::new();
+    let mut factors = Vec::new();
+    for &(format, n, adapted) in &shapes {
+        let (bytes, _) = write_blocks(format, n, nb, &mut rng);
+        weights.push(QuantWeight::from_bytes(format, n, k, bytes).unwrap());
+        let a: Vec<f32> = (0..rank * k).map(|_| rng.unit()).collect();
+        let b: Vec<f32> = (0..n * rank).map(|_| rng.unit()).collect();
+        factors.push(adapted.then(|| {
+            (
+                Tensor::from_vec(a, (rank, k), &dev).unwrap(),
+                Tensor::from_vec(b, (n, rank), &dev).unwrap(),
+            )
+        }));
+    }
+    let bits = |t: &Tensor| -> Vec<u32> {
+        let v: Vec<f32> = t.flatten_all().unwrap().to_vec1().unwrap();
+        v.iter().map(|x| x.to_bits()).collect()
+    };
+    for rows in [1, 5] {
+        let x: Vec<f32> = (0..rows * k).map(|_| rng.unit()).collect();
+        let xt = Tensor::from_vec(x, (rows, k), &dev).unwrap();
+        for kernel in kernels() {
+            let products: Vec<Product<'_>> = weights
+                .iter()
+                .zip(&factors)
+                .map(|(w, f)| Product {
+                    weight: w,
+                    lora: f.as_ref().map(|(a, b)| LoraFactors { a, b, scale: 0.5 }),
+                })
+                .collect();
+            let fused = matmul_t_fused(&xt, &products, kernel).unwrap();
+            assert_eq!(fused.len(), 3);
+            for (p, got) in products.iter().zip(&fused) {
+                let alone = matmul_t_with(p.weight, &xt, kernel, p.lora).unwrap();
+                assert_eq!(got.dims(), &[rows, p.weight.dims().0]);
+                assert_eq!(bits(got), bits(&alone), "{kernel:?}, {rows} rows");
+            }
+        }
+    }
+}
