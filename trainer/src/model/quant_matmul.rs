@@ -48,23 +48,29 @@ struct Activations {
 }
 
 impl Activations {
-    fn quantize(x: &[f32], rows: usize, k: usize) -> Self {
+    /// Quantises `rows` rows of `k` values (`k` a multiple of 32), with AVX2 when `simd`:
+    /// the same bytes, scales and sums either way.
+    fn quantize(x: &[f32], rows: usize, k: usize, simd: bool) -> Self {
         let blocks = k / QK;
-        let mut scales = Vec::with_capacity(rows * blocks);
-        let mut sums = Vec::with_capacity(rows * blocks);
-        let mut qs = Vec::with_capacity(rows * k);
-        for block in x.chunks_exact(QK) {
-            let amax = block.iter().fold(0f32, |m, v| m.max(v.abs()));
-            let d = amax / 127.0;
-            let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-            let mut sum = 0i32;
-            for &v in block {
-                let q = round_to_i8(v * id);
-                sum += i32::from(q);
-                qs.push(q);
+        let mut scales = vec![0f32; rows * blocks];
+        let mut sums = vec![0f32; rows * blocks];
+        let mut qs = vec![0i8; rows * k];
+        let it = x
+            .chunks_exact(QK)
+            .zip(qs.chunks_exact_mut(QK))
+            .zip(scales.iter_mut().zip(sums.iter_mut()));
+        for ((block, q), (d, sum)) in it {
+            #[cfg(target_arch = "x86_64")]
+            if simd {
+                // SAFETY: `simd` is only set when the CPU has AVX2; both blocks hold 32.
+                #[allow(unsafe_code)]
+                unsafe {
+                    (*d, *sum) = avx2::quantize_block(block, q)
+                };
+                continue;
             }
-            scales.push(d);
-            sums.push(d * sum as f32);
+            let _ = simd;
+            (*d, *sum) = quantize_block(block, q);
         }
         Self {
             blocks,
@@ -73,6 +79,20 @@ impl Activations {
             qs,
         }
     }
+}
+
+/// One block of 32 inputs: `q = round(v / d)` with `d = max|v| / 127` (0 for an all-zero
+/// block); returns `d` and `d * sum(q)`.
+fn quantize_block(block: &[f32], q: &mut [i8]) -> (f32, f32) {
+    let amax = block.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let d = amax / 127.0;
+    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    let mut sum = 0i32;
+    for (o, &v) in q.iter_mut().zip(block) {
+        *o = round_to_i8(v * id);
+        sum += i32::from(*o);
+    }
+    (d, d * sum as f32)
 }
 
 /// `y.round() as i8` (half away from zero, saturating, NaN to 0) without the library call
@@ -84,13 +104,8 @@ fn round_to_i8(y: f32) -> i8 {
     let y = y.clamp(-128.0, 127.0);
     let t = y as i32;
     let f = y - t as f32;
-    let r = if f >= 0.5 {
-        t + 1
-    } else if f <= -0.5 {
-        t - 1
-    } else {
-        t
-    };
+    // Branch-free: the halfway test goes either way at random.
+    let r = t + i32::from(f >= 0.5) - i32::from(f <= -0.5);
     r as i8
 }
 
@@ -253,8 +268,8 @@ pub fn matmul_t_fused(x: &Tensor, products: &[Product<'_>], kernel: Kernel) -> R
         }
     }
     let xs: Vec<f32> = x.flatten_all()?.to_vec1()?;
-    let act = Activations::quantize(&xs, rows, k);
     let simd = lora::has_avx();
+    let act = Activations::quantize(&xs, rows, k, kernel != Kernel::Portable);
     let adapters = products
         .iter()
         .map(|p| {

@@ -77,6 +77,65 @@ pub(super) unsafe fn rows(
     }
 }
 
+/// [`super::quantize_block`] eight values at a time, with the same bytes, scale and sum.
+///
+/// # Safety
+/// The CPU must have AVX2.
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn quantize_block(block: &[f32], q: &mut [i8]) -> (f32, f32) {
+    assert!(block.len() == QK && q.len() == QK);
+    // SAFETY: four loads of 8 values inside the 32 of `block`, one store of 32 bytes into `q`.
+    unsafe {
+        let p = block.as_ptr();
+        let v = [0, 8, 16, 24].map(|o| _mm256_loadu_ps(p.add(o)));
+        let abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
+        // `max(abs, m)` returns `m` for a NaN `abs`, as `f32::max` ignores NaN.
+        let mut m = _mm256_setzero_ps();
+        for x in v {
+            m = _mm256_max_ps(_mm256_and_ps(x, abs), m);
+        }
+        let mut lanes = [0f32; 8];
+        _mm256_storeu_ps(lanes.as_mut_ptr(), m);
+        let amax = lanes.iter().fold(0f32, |a, &b| a.max(b));
+        let d = amax / 127.0;
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        let (vid, lo, hi) = (
+            _mm256_set1_ps(id),
+            _mm256_set1_ps(-128.0),
+            _mm256_set1_ps(127.0),
+        );
+        let (half, neg_half, one) = (
+            _mm256_set1_ps(0.5),
+            _mm256_set1_ps(-0.5),
+            _mm256_set1_ps(1.0),
+        );
+        let mut sum = _mm256_setzero_si256();
+        let r = v.map(|x| {
+            // The clamp keeps NaN (it is the second operand), which the mask then zeroes.
+            let y = _mm256_min_ps(hi, _mm256_max_ps(lo, _mm256_mul_ps(x, vid)));
+            let y = _mm256_and_ps(y, _mm256_cmp_ps(y, y, _CMP_ORD_Q));
+            let t = _mm256_round_ps(y, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+            let f = _mm256_sub_ps(y, t);
+            let up = _mm256_and_ps(_mm256_cmp_ps(f, half, _CMP_GE_OQ), one);
+            let down = _mm256_and_ps(_mm256_cmp_ps(f, neg_half, _CMP_LE_OQ), one);
+            let ri = _mm256_cvtps_epi32(_mm256_sub_ps(_mm256_add_ps(t, up), down));
+            sum = _mm256_add_epi32(sum, ri);
+            ri
+        });
+        // packs work per 128-bit half: the bytes come out as r0[0..4] r1[0..4] r2[0..4]
+        // r3[0..4] r0[4..8] ..., which the permutation puts back in order.
+        let bytes = _mm256_packs_epi16(
+            _mm256_packs_epi32(r[0], r[1]),
+            _mm256_packs_epi32(r[2], r[3]),
+        );
+        let bytes = _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        _mm256_storeu_si256(q.as_mut_ptr() as *mut __m256i, bytes);
+        let mut s = [0i32; 8];
+        _mm256_storeu_si256(s.as_mut_ptr() as *mut __m256i, sum);
+        (d, d * s.iter().sum::<i32>() as f32)
+    }
+}
+
 /// Checks the shapes both SIMD kernels rely on; returns the number of weight rows.
 pub(super) fn check(
     format: BlockFormat,

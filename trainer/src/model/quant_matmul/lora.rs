@@ -41,7 +41,8 @@ pub(super) fn project(x: &[f32], rows: usize, a: &[f32], rank: usize, simd: bool
 
 /// `cells[j * rows + r] += scale * (xa[r] . b[j])` for a block of output columns: `cells`
 /// holds `rows` cells per column, `b_rows` the columns' factor rows (`rank` values each) and
-/// `xa` the rows of [`project`]. Each cell gets one [`dot`], whichever loop computes it.
+/// `xa` the rows of [`project`]; at most one task block of columns. Each cell gets one
+/// [`dot`], whichever loop computes it.
 pub(super) fn add_block(
     cells: &mut [f32],
     rows: usize,
@@ -52,14 +53,10 @@ pub(super) fn add_block(
 ) {
     let rank = xa.len() / rows.max(1);
     let cols = cells.len() / rows.max(1);
-    let mut d = vec![0f32; cols];
+    let mut d = [0f32; super::BLOCK];
+    let d = &mut d[..cols];
     for r in 0..rows {
-        dots(
-            &xa[r * rank..][..rank],
-            &b_rows[..cols * rank],
-            &mut d,
-            simd,
-        );
+        dots(&xa[r * rank..][..rank], &b_rows[..cols * rank], d, simd);
         for (j, v) in d.iter().enumerate() {
             cells[j * rows + r] += scale * v;
         }
@@ -73,19 +70,33 @@ fn dots(x: &[f32], m: &[f32], out: &mut [f32], simd: bool) {
     let mut j = 0;
     #[cfg(target_arch = "x86_64")]
     if simd && k > 0 && k.is_multiple_of(8) {
-        while j + 8 <= out.len() {
-            // SAFETY: `simd` is only set when the CPU has AVX; `m` holds rows `j..j + 8`
-            // of `k` values (checked by the slicing) and `out` eight values from `j`.
-            #[allow(unsafe_code)]
-            unsafe {
-                dots8(x, &m[j * k..(j + 8) * k], &mut out[j..j + 8])
-            };
-            j += 8;
-        }
+        // SAFETY: `simd` is only set when the CPU has AVX.
+        #[allow(unsafe_code)]
+        unsafe {
+            j = dots_avx(x, m, out)
+        };
     }
     for (o, row) in out[j..].iter_mut().zip(m[j * k..].chunks_exact(k.max(1))) {
         *o = dot(x, row);
     }
+}
+
+/// The AVX part of [`dots`]: every whole group of eight rows; returns the rows done.
+///
+/// # Safety
+/// The CPU must have AVX; `x.len()` must be a nonzero multiple of 8.
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+#[target_feature(enable = "avx")]
+unsafe fn dots_avx(x: &[f32], m: &[f32], out: &mut [f32]) -> usize {
+    let k = x.len();
+    let mut j = 0;
+    while j + 8 <= out.len() {
+        // SAFETY: AVX is enabled; the slicing checks that `m` holds rows `j..j + 8`.
+        unsafe { dots8(x, &m[j * k..(j + 8) * k], &mut out[j..j + 8]) };
+        j += 8;
+    }
+    j
 }
 
 /// Whether [`add_block`] and [`project`] may take the AVX loop.
@@ -123,10 +134,10 @@ fn dot(x: &[f32], y: &[f32]) -> f32 {
 /// Eight [`dot`]s of `x` with the rows of `m` (`8 * x.len()` values), bit for bit.
 ///
 /// # Safety
-/// The CPU must have AVX; `x.len()` must be a multiple of 8.
+/// The CPU must have AVX (inlined into an AVX function); `x.len()` must be a multiple of 8.
 #[cfg(target_arch = "x86_64")]
 #[allow(unsafe_code)]
-#[target_feature(enable = "avx")]
+#[inline(always)]
 unsafe fn dots8(x: &[f32], m: &[f32], out: &mut [f32]) {
     use std::arch::x86_64::*;
     let k = x.len();

@@ -336,3 +336,41 @@ fn fused_products_give_the_bits_of_one_call_each() {
         }
     }
 }
+
+#[test]
+fn the_avx2_quantiser_gives_the_bytes_of_the_scalar_one() {
+    if !Kernel::Avx2.supported() {
+        return;
+    }
+    let mut rng = Lcg(91);
+    let mut blocks: Vec<Vec<f32>> = (0..2000)
+        .map(|i| {
+            // Blocks scaled so that many inputs land on halfway points of the grid.
+            let amax = 1.0 + (i % 7) as f32;
+            (0..32)
+                .map(|j| match (i + j) % 5 {
+                    0 => amax * ((j as f32 - 16.0) / 127.0 + 0.5 / 127.0),
+                    _ => amax * (2.0 * rng.unit() - 1.0),
+                })
+                .collect()
+        })
+        .collect();
+    blocks.push(vec![0.0; 32]);
+    let mut odd = vec![1.0f32; 32];
+    odd[3] = f32::NAN;
+    odd[9] = -0.0;
+    odd[17] = 1e-40;
+    blocks.push(odd);
+    for block in &blocks {
+        let (mut want, mut got) = ([0i8; 32], [0i8; 32]);
+        let w = super::quantize_block(block, &mut want);
+        // SAFETY: the CPU has AVX2 (checked above).
+        #[allow(unsafe_code)]
+        let g = unsafe { super::avx2::quantize_block(block, &mut got) };
+        assert_eq!(got, want, "{block:?}");
+        assert_eq!(
+            (g.0.to_bits(), g.1.to_bits()),
+            (w.0.to_bits(), w.1.to_bits())
+        );
+    }
+}
