@@ -75,7 +75,11 @@ fn stream_seed(seed: u64, i: usize) -> u64 {
 /// Picks a token from `logits`; returns it with its untempered log-probability.
 pub fn pick(logits: &[f32], params: &SamplingParams, rng: &mut StdRng) -> (u32, f32) {
     let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let lse = max + logits.iter().map(|&l| (l - max).exp()).sum::<f32>().ln();
+    let lse = max
+        + map_each(logits, |l| (l - max).exp())
+            .iter()
+            .sum::<f32>()
+            .ln();
     let argmax = || {
         let mut best = 0;
         for (i, &l) in logits.iter().enumerate() {
@@ -96,7 +100,14 @@ pub fn pick(logits: &[f32], params: &SamplingParams, rng: &mut StdRng) -> (u32, 
             cand.truncate(params.top_k);
         }
         let truncate_p = params.top_p < 1.0;
-        let weight = |i: usize| f64::from((logits[i] - max) * inv_t).exp();
+        let weight_of = |l: f32| f64::from((l - max) * inv_t).exp();
+        // Every token's weight is read when no top-k cut comes first.
+        let every = (cand.len() == logits.len()).then(|| map_each(logits, weight_of));
+        let weight = |i: usize| {
+            every
+                .as_ref()
+                .map_or_else(|| weight_of(logits[i]), |w| w[i])
+        };
         let (weights, total, keep) = if truncate_p {
             nucleus(&mut cand, params.top_p, order, weight)
         } else {
@@ -117,6 +128,20 @@ pub fn pick(logits: &[f32], params: &SamplingParams, rng: &mut StdRng) -> (u32, 
         chosen
     };
     (chosen as u32, logits[chosen] - lse)
+}
+
+/// `f` of every logit, computed on the decode threads (a vocabulary's `exp`s were most of a
+/// token's sampling): each value is the one a sequential pass gives, and callers sum them in
+/// order, so the results do not change.
+fn map_each<T: Send + Default + Clone>(logits: &[f32], f: impl Fn(f32) -> T + Sync) -> Vec<T> {
+    const CHUNK: usize = 4096;
+    let mut out = vec![T::default(); logits.len()];
+    crate::model::decode_pool::for_each_chunk_mut(&mut out, CHUNK, |c, chunk| {
+        for (o, &l) in chunk.iter_mut().zip(&logits[c * CHUNK..]) {
+            *o = f(l);
+        }
+    });
+    out
 }
 
 /// The nucleus of `cand`: sorts its most likely tokens to the front (by `order`) until their

@@ -187,16 +187,16 @@ pub fn for_each_chunk_mut<T: Send>(
 }
 
 /// Runs `f(index, part)` for every part of `data` cut at `ends` (part `i` is
-/// `ends[i - 1]..ends[i]`, the first starting at 0), as [`run`] does. `ends` must be
-/// increasing and end at `data.len()`.
+/// `ends[i - 1]..ends[i]`, the first starting at 0; parts may be empty), as [`run`] does.
+/// `ends` must not decrease and must end at `data.len()`.
 pub fn for_each_part_mut<T: Send>(
     data: &mut [T],
     ends: &[usize],
     f: impl Fn(usize, &mut [T]) + Sync,
 ) {
     assert!(
-        ends.windows(2).all(|w| w[0] < w[1]) && ends.first().is_none_or(|&e| e > 0),
-        "parts must be nonempty and in order"
+        ends.windows(2).all(|w| w[0] <= w[1]),
+        "parts must be in order"
     );
     assert_eq!(
         ends.last().copied().unwrap_or(0),
@@ -310,13 +310,13 @@ mod tests {
     #[test]
     fn parts_cover_the_slice_once_at_their_ends() {
         let mut v = vec![0usize; 10];
-        for_each_part_mut(&mut v, &[3, 4, 10], |i, p| {
-            assert_eq!(p.len(), [3, 1, 6][i]);
+        for_each_part_mut(&mut v, &[0, 3, 4, 4, 10], |i, p| {
+            assert_eq!(p.len(), [0, 3, 1, 0, 6][i]);
             for x in p.iter_mut() {
                 *x += i + 1;
             }
         });
-        assert_eq!(v, [1, 1, 1, 2, 3, 3, 3, 3, 3, 3]);
+        assert_eq!(v, [2, 2, 2, 3, 5, 5, 5, 5, 5, 5]);
         let r = catch_unwind(AssertUnwindSafe(|| {
             for_each_part_mut(&mut v, &[4, 3, 10], |_, _| {})
         }));

@@ -16,6 +16,7 @@
 //! Rust. The two SIMD loops give the same bits (the AVX-512 one reproduces the AVX2 one's
 //! summation order); the portable one sums in another order, so its results may differ in the
 //! last bits ([`kernel_name`] says which one runs).
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use candle_core::{CpuStorage, Result, Storage, Tensor};
@@ -274,36 +275,55 @@ pub fn matmul_t_fused(x: &Tensor, products: &[Product<'_>], kernel: Kernel) -> R
         .iter()
         .map(|p| {
             p.lora
-                .map(|l| Adapter::new(l, &xs, rows, p.weight.dims(), simd))
+                .map(|l| Adapter::new(l, rows, p.weight.dims()))
                 .transpose()
         })
         .collect::<Result<Vec<_>>>()?;
-    // B's values `(n, rank)` per adapter, borrowed from their storage for the whole job.
+    // The factors' values, borrowed from their storage for the whole job.
     let guards: Vec<_> = adapters
         .iter()
-        .map(|a| a.as_ref().map(|a| a.b.storage_and_layout()))
-        .collect();
-    let b_values = guards
-        .iter()
-        .zip(products)
-        .map(|(g, p)| match g {
-            Some((storage, layout)) => match &**storage {
-                Storage::Cpu(CpuStorage::F32(v)) => {
-                    let (n, rank) = (
-                        p.weight.dims().0,
-                        p.lora.map_or(0, |l| l.b.dim(1).unwrap_or(0)),
-                    );
-                    Ok(Some(&v[layout.start_offset()..][..n * rank]))
-                }
-                _ => candle_core::bail!("a LoRA factor must be f32 on the CPU"),
-            },
-            None => Ok(None),
+        .map(|a| {
+            a.as_ref()
+                .map(|a| (a.a.storage_and_layout(), a.b.storage_and_layout()))
         })
-        .collect::<Result<Vec<Option<&[f32]>>>>()?;
-    // Output transposed, (out, rows), the products back to back: each task owns a block of
-    // one product's weight rows.
+        .collect();
+    let factors = guards
+        .iter()
+        .zip(&adapters)
+        .map(|(g, a)| match (g, a) {
+            (Some(((sa, la), (sb, lb))), Some(ad)) => {
+                let (Storage::Cpu(CpuStorage::F32(va)), Storage::Cpu(CpuStorage::F32(vb))) =
+                    (&**sa, &**sb)
+                else {
+                    candle_core::bail!("a LoRA factor must be f32 on the CPU");
+                };
+                let (a_len, b_len) = (ad.a.elem_count(), ad.b.elem_count());
+                Ok(Some((
+                    &va[la.start_offset()..][..a_len],
+                    &vb[lb.start_offset()..][..b_len],
+                )))
+            }
+            _ => Ok(None),
+        })
+        .collect::<Result<Vec<Option<(&[f32], &[f32])>>>>()?;
+    // `x A^T` per adapter, computed once by whichever thread gets there first: the job's
+    // first tasks compute one each, so they normally run in parallel before any block needs
+    // them; a block that finds one missing computes it (or waits for the thread that does).
+    let xa: Vec<OnceLock<Vec<f32>>> = products.iter().map(|_| OnceLock::new()).collect();
+    let project = |i: usize| -> &[f32] {
+        xa[i].get_or_init(|| {
+            let (a, _) = factors[i].expect("only adapted products are projected");
+            let rank = adapters[i].as_ref().map_or(0, |ad| ad.rank);
+            lora::project(&xs, rows, a, rank, simd)
+        })
+    };
+    let adapted: Vec<usize> = (0..products.len())
+        .filter(|&i| factors[i].is_some())
+        .collect();
+    // Output transposed, (out, rows), the products back to back: after one empty part per
+    // adapter (its projection), each task owns a block of one product's weight rows.
     let mut parts = Vec::new();
-    let mut ends = Vec::new();
+    let mut ends = vec![0; adapted.len()];
     let mut offsets = Vec::with_capacity(products.len());
     let mut total = 0;
     for (i, p) in products.iter().enumerate() {
@@ -317,7 +337,11 @@ pub fn matmul_t_fused(x: &Tensor, products: &[Product<'_>], kernel: Kernel) -> R
     }
     let mut out_t = vec![0f32; total];
     super::decode_pool::for_each_part_mut(&mut out_t, &ends, |t, chunk| {
-        let (i, first) = parts[t];
+        if t < adapted.len() {
+            project(adapted[t]);
+            return;
+        }
+        let (i, first) = parts[t - adapted.len()];
         let w = products[i].weight;
         let len = chunk.len() / rows;
         let planes = w.planes(first, len);
@@ -338,9 +362,9 @@ pub fn matmul_t_fused(x: &Tensor, products: &[Product<'_>], kernel: Kernel) -> R
                 }
             }
         }
-        if let (Some(a), Some(bv)) = (&adapters[i], b_values[i]) {
-            let b_rows = &bv[first * a.rank..(first + len) * a.rank];
-            lora::add_block(chunk, rows, &a.xa, b_rows, a.scale, simd);
+        if let (Some(ad), Some((_, bv))) = (&adapters[i], factors[i]) {
+            let b_rows = &bv[first * ad.rank..(first + len) * ad.rank];
+            lora::add_block(chunk, rows, project(i), b_rows, ad.scale, simd);
         }
     });
     products
@@ -365,23 +389,18 @@ pub fn matmul_t_fused(x: &Tensor, products: &[Product<'_>], kernel: Kernel) -> R
         .collect()
 }
 
-/// An adapter ready for the product: `x A^T` computed, `B` contiguous.
+/// An adapter checked against its product, its factors contiguous.
 struct Adapter {
-    /// `(rows, rank)` row-major.
-    xa: Vec<f32>,
+    /// `(rank, in)`.
+    a: Tensor,
+    /// `(out, rank)`.
     b: Tensor,
     rank: usize,
     scale: f32,
 }
 
 impl Adapter {
-    fn new(
-        l: LoraFactors<'_>,
-        xs: &[f32],
-        rows: usize,
-        (n, k): (usize, usize),
-        simd: bool,
-    ) -> Result<Self> {
+    fn new(l: LoraFactors<'_>, rows: usize, (n, k): (usize, usize)) -> Result<Self> {
         if rows > MAX_ROWS {
             candle_core::bail!("a fused LoRA update takes at most {MAX_ROWS} rows, got {rows}");
         }
@@ -393,9 +412,8 @@ impl Adapter {
                 l.b.dims()
             );
         }
-        let xa = lora::with_values(l.a, |a| lora::project(xs, rows, a, rank, simd))?;
         Ok(Self {
-            xa,
+            a: l.a.contiguous()?,
             b: l.b.contiguous()?,
             rank,
             scale: l.scale,

@@ -1,7 +1,7 @@
 //! A LoRA adapter added inside the quantised product: `y += scale * (x A^T) B^T` for the few
 //! rows of a decode step, without the two small GEMMs, the scaling and the addition that the
 //! candle ops would cost per projection (their fixed overhead exceeded the arithmetic).
-use candle_core::{CpuStorage, Result, Storage, Tensor};
+use candle_core::Tensor;
 
 /// A LoRA adapter's factors: `a` `(rank, in)`, `b` `(out, rank)`, both f32 on the CPU.
 #[derive(Debug, Clone, Copy)]
@@ -12,16 +12,6 @@ pub struct LoraFactors<'a> {
     pub b: &'a Tensor,
     /// `alpha / rank`.
     pub scale: f32,
-}
-
-/// Runs `f` on the f32 values of a contiguous CPU tensor, without copying them.
-pub(super) fn with_values<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> R) -> Result<R> {
-    let t = t.contiguous()?;
-    let (storage, layout) = t.storage_and_layout();
-    let Storage::Cpu(CpuStorage::F32(v)) = &*storage else {
-        candle_core::bail!("a LoRA factor must be f32 on the CPU");
-    };
-    Ok(f(&v[layout.start_offset()..][..t.elem_count()]))
 }
 
 /// `x A^T` for `x` `(rows, in)` row-major: `(rows, rank)`, row-major, so that
