@@ -268,6 +268,12 @@ pub fn matmul_t_fused(x: &Tensor, products: &[Product<'_>], kernel: Kernel) -> R
             candle_core::bail!("quantised matmul: input has {k} features, weight takes {wk}");
         }
     }
+    if rows == 0 {
+        return products
+            .iter()
+            .map(|p| Tensor::zeros((0, p.weight.dims().0), candle_core::DType::F32, x.device()))
+            .collect();
+    }
     let xs: Vec<f32> = x.flatten_all()?.to_vec1()?;
     let simd = lora::has_avx();
     let act = Activations::quantize(&xs, rows, k, kernel != Kernel::Portable);
