@@ -173,17 +173,10 @@ pub fn for_each_chunk_mut<T: Send>(
 ) {
     assert!(size > 0, "chunks need a size");
     let len = data.len();
-    let base = SendPtr(data.as_mut_ptr());
-    let chunks = len.div_ceil(size);
-    run(chunks, &|i| {
-        let start = i * size;
-        let n = size.min(len - start);
-        // SAFETY: `run` calls each index once, so the chunks handed out are disjoint parts
-        // of `data`, which stays mutably borrowed until `run` returns.
-        #[allow(unsafe_code)]
-        let chunk = unsafe { std::slice::from_raw_parts_mut(base.get().add(start), n) };
-        f(i, chunk)
-    });
+    let ends: Vec<usize> = (1..=len.div_ceil(size))
+        .map(|i| (i * size).min(len))
+        .collect();
+    for_each_part_mut(data, &ends, f);
 }
 
 /// Runs `f(index, part)` for every part of `data` cut at `ends` (part `i` is

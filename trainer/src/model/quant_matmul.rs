@@ -227,12 +227,6 @@ pub fn matmul_t(w: &QuantWeight, x: &Tensor) -> Result<Tensor> {
     matmul_t_with(w, x, kernel(), None)
 }
 
-/// [`matmul_t`] plus a LoRA adapter's `scale * (x A^T) B^T`, added per output inside the
-/// product (the decode step's adapters cost no candle ops).
-pub fn matmul_t_lora(w: &QuantWeight, x: &Tensor, lora: LoraFactors<'_>) -> Result<Tensor> {
-    matmul_t_with(w, x, kernel(), Some(lora))
-}
-
 /// One product of [`matmul_t_fused`]: a weight and, optionally, the adapter added to it.
 #[derive(Debug, Clone, Copy)]
 pub struct Product<'a> {
