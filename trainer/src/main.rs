@@ -6,6 +6,13 @@ use clap::{Parser, Subcommand};
 
 mod cli;
 
+/// mimalloc instead of glibc's malloc: a decode step makes thousands of small allocations
+/// (candle's tensors) between larger ones, and glibc consolidated its free lists on each
+/// larger one. Measured on the G=1 decode profile: allocation went from 7% of the sampling
+/// thread's time to 3.6%.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// spade: self-play in generated, executable environments, with a WebAssembly sandbox.
 #[derive(Debug, Parser)]
 #[command(name = "spade", version, about)]

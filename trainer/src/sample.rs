@@ -93,41 +93,52 @@ pub fn pick(logits: &[f32], params: &SamplingParams, rng: &mut StdRng) -> (u32, 
         argmax()
     } else {
         let inv_t = 1.0 / params.temperature as f32;
-        let mut cand: Vec<usize> = (0..logits.len()).collect();
-        let order = |a: &usize, b: &usize| logits[*b].total_cmp(&logits[*a]).then(a.cmp(b));
-        if params.top_k > 0 && params.top_k < cand.len() {
-            cand.select_nth_unstable_by(params.top_k - 1, order);
-            cand.truncate(params.top_k);
-        }
-        let truncate_p = params.top_p < 1.0;
         let weight_of = |l: f32| f64::from((l - max) * inv_t).exp();
-        // Every token's weight is read when no top-k cut comes first.
-        let every = (cand.len() == logits.len()).then(|| map_each(logits, weight_of));
-        let weight = |i: usize| {
-            every
-                .as_ref()
-                .map_or_else(|| weight_of(logits[i]), |w| w[i])
-        };
-        let (weights, total, keep) = if truncate_p {
-            nucleus(&mut cand, params.top_p, order, weight)
-        } else {
-            let weights: Vec<f64> = cand.iter().map(|&i| weight(i)).collect();
+        let cut_k = params.top_k > 0 && params.top_k < logits.len();
+        if !cut_k && params.top_p >= 1.0 {
+            // Every token, in vocabulary order: the weights are read where they are computed.
+            let weights = map_each(logits, weight_of);
             let total: f64 = weights.iter().sum();
-            let keep = weights.len();
-            (weights, total, keep)
-        };
-        let mut u = rng.random::<f64>() * total;
-        let mut chosen = cand[keep - 1];
-        for (n, w) in weights[..keep].iter().enumerate() {
-            if u < *w {
-                chosen = cand[n];
-                break;
+            draw(&weights, total, rng).unwrap_or(logits.len() - 1)
+        } else {
+            let mut cand: Vec<usize> = (0..logits.len()).collect();
+            let order = |a: &usize, b: &usize| logits[*b].total_cmp(&logits[*a]).then(a.cmp(b));
+            if cut_k {
+                cand.select_nth_unstable_by(params.top_k - 1, order);
+                cand.truncate(params.top_k);
             }
-            u -= w;
+            // Every token's weight is read when no top-k cut comes first.
+            let every = (!cut_k).then(|| map_each(logits, weight_of));
+            let weight = |i: usize| {
+                every
+                    .as_ref()
+                    .map_or_else(|| weight_of(logits[i]), |w| w[i])
+            };
+            let (weights, total, keep) = if params.top_p < 1.0 {
+                nucleus(&mut cand, params.top_p, order, weight)
+            } else {
+                let weights: Vec<f64> = cand.iter().map(|&i| weight(i)).collect();
+                let total: f64 = weights.iter().sum();
+                let keep = weights.len();
+                (weights, total, keep)
+            };
+            cand[draw(&weights[..keep], total, rng).unwrap_or(keep - 1)]
         }
-        chosen
     };
     (chosen as u32, logits[chosen] - lse)
+}
+
+/// The index that a uniform draw in `[0, total)` lands on when `weights` are laid end to
+/// end; `None` when rounding leaves it past the last (the caller takes the last).
+fn draw(weights: &[f64], total: f64, rng: &mut StdRng) -> Option<usize> {
+    let mut u = rng.random::<f64>() * total;
+    for (n, w) in weights.iter().enumerate() {
+        if u < *w {
+            return Some(n);
+        }
+        u -= w;
+    }
+    None
 }
 
 /// `f` of every logit, computed on the decode threads (a vocabulary's `exp`s were most of a

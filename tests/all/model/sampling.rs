@@ -365,3 +365,55 @@ fn nucleus_sampling_draws_only_from_the_smallest_set_reaching_top_p() {
         }
     }
 }
+
+#[test]
+fn untruncated_sampling_is_the_inverse_cdf_in_vocabulary_order() {
+    use rand::{Rng, SeedableRng, rngs::StdRng};
+    use spade_trainer::sample::pick;
+    let mut rng = StdRng::seed_from_u64(11);
+    for case in 0..12 {
+        let vocab = [2usize, 9, 300, 49_152][case % 4];
+        let logits: Vec<f32> = (0..vocab).map(|_| rng.random_range(-6.0f32..6.0)).collect();
+        let temperature = [1.0, 0.7, 1.3][case % 3];
+        let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        // By hand: weights exp((l - max) / T) in vocabulary order, one uniform draw scaled
+        // by their total, the token whose interval holds it.
+        let inv_t = 1.0 / temperature as f32;
+        let w: Vec<f64> = logits
+            .iter()
+            .map(|&l| f64::from((l - max) * inv_t).exp())
+            .collect();
+        let lse = max + logits.iter().map(|&l| (l - max).exp()).sum::<f32>().ln();
+        let mut hand_rng = StdRng::seed_from_u64(100 + case as u64);
+        let mut expected = Vec::new();
+        for _ in 0..50 {
+            let mut u = hand_rng.random::<f64>() * w.iter().sum::<f64>();
+            let mut token = vocab - 1;
+            for (i, x) in w.iter().enumerate() {
+                if u < *x {
+                    token = i;
+                    break;
+                }
+                u -= x;
+            }
+            expected.push(token as u32);
+        }
+        // top_k = 0 and top_k = vocab (no cut) both sample the whole vocabulary.
+        for top_k in [0, vocab] {
+            let params = SamplingParams {
+                temperature,
+                top_k,
+                ..SamplingParams::default()
+            };
+            let mut draw_rng = StdRng::seed_from_u64(100 + case as u64);
+            let got: Vec<u32> = (0..50)
+                .map(|_| {
+                    let (t, lp) = pick(&logits, &params, &mut draw_rng);
+                    assert_eq!(lp, logits[t as usize] - lse, "case {case}: log-prob of {t}");
+                    t
+                })
+                .collect();
+            assert_eq!(got, expected, "case {case}, top_k {top_k}");
+        }
+    }
+}

@@ -8,6 +8,7 @@ use candle_nn::{VarBuilder, VarMap};
 use super::cache::KvCache;
 use super::config::{Config, Family};
 use super::decode_weights::{DecodePath, DecodeWeights};
+use super::infer_ops;
 use super::linear::{Linear, Pass, param};
 use super::lora::LoraConfig;
 use super::ops;
@@ -33,7 +34,7 @@ impl RmsNorm {
         if pass.train {
             ops::rms_norm(xs, &param(&self.weight, pass.grad_base), self.eps)
         } else {
-            candle_nn::ops::rms_norm(&xs.contiguous()?, &self.weight.detach(), self.eps as f32)
+            infer_ops::rms_norm(xs, &self.weight.detach(), self.eps as f32)
         }
     }
 }
@@ -109,8 +110,8 @@ impl Attention {
                 ops::causal_softmax(&scores)?.matmul(&v)?
             }
             Some((cache, layer)) => {
-                let q = candle_nn::rotary_emb::rope(&q, cos, sin)?;
-                let k = candle_nn::rotary_emb::rope(&k, cos, sin)?;
+                let q = infer_ops::rope(&q, cos, sin)?;
+                let k = infer_ops::rope(&k, cos, sin)?;
                 let (k, v) = cache.append(layer, &k, &v)?;
                 self.attend_cached(&q, &k, &v, mask, scale)?
             }
@@ -171,7 +172,12 @@ impl Mlp {
 
     fn forward(&self, xs: &Tensor, pass: Pass) -> Result<Tensor> {
         let [gate, up] = Linear::forward_many([&self.gate_proj, &self.up_proj], xs, pass)?;
-        self.down_proj.forward(&(gate.silu()? * up)?, pass)
+        let act = if pass.train {
+            (gate.silu()? * up)?
+        } else {
+            infer_ops::silu_mul(&gate, &up)?
+        };
+        self.down_proj.forward(&act, pass)
     }
 }
 

@@ -7,6 +7,7 @@ pub mod decode_pool;
 pub mod decode_weights;
 pub mod decoder;
 pub mod frozen;
+pub mod infer_ops;
 pub mod init;
 pub mod linear;
 pub mod lora;

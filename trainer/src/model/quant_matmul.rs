@@ -367,6 +367,11 @@ pub fn matmul_t_fused(x: &Tensor, products: &[Product<'_>], kernel: Kernel) -> R
             lora::add_block(chunk, rows, project(i), b_rows, ad.scale, simd);
         }
     });
+    if rows == 1 && products.len() == 1 {
+        // One row of one product: the transposed output is the output.
+        let n = products[0].weight.dims().0;
+        return Ok(vec![Tensor::from_vec(out_t, (1, n), x.device())?]);
+    }
     products
         .iter()
         .zip(offsets)
