@@ -11,7 +11,7 @@
 //! So a run samples the same tokens from the same seed on CPUs with and without AVX-512.
 use std::arch::x86_64::*;
 
-use super::avx2::{check, hsum, q4_mins, scales};
+use super::avx2::{AHEAD, check, hsum, q4_mins, scales};
 use super::{Activations, BlockFormat, GROUP, QK};
 use crate::model::quant::RowPlanes;
 
@@ -31,7 +31,11 @@ pub(super) unsafe fn rows(
     let nb = act.blocks;
     let wrows = check(format, &w, act, n, out);
     let mut sc = vec![0f32; n * nb];
+    let row_bytes = nb * format.value_bytes();
     for j in 0..wrows {
+        // The same block of the row `AHEAD` rows on, to prefetch: an address past the plane
+        // is only a hint (a prefetch never faults), so it is computed without `add`.
+        let ahead = w.qs.as_ptr().wrapping_add((j + AHEAD) * row_bytes);
         let d = &w.d[j * nb..][..nb];
         // SAFETY: AVX2/F16C are enabled; `d` has `nb` scales and the activations `n` rows.
         unsafe { scales(d, act, n, &mut sc) };
@@ -48,28 +52,28 @@ pub(super) unsafe fn rows(
                     BlockFormat::Q8_0 => {
                         let q = &w.qs[j * nb * 32..][..nb * 32];
                         match len {
-                            1 => q8::<1, 2>(q, s, act, g, o),
-                            2 => q8::<2, 2>(q, s, act, g, o),
-                            3 => q8::<3, 2>(q, s, act, g, o),
-                            4 => q8::<4, 1>(q, s, act, g, o),
-                            5 => q8::<5, 1>(q, s, act, g, o),
-                            6 => q8::<6, 1>(q, s, act, g, o),
-                            7 => q8::<7, 1>(q, s, act, g, o),
-                            _ => q8::<8, 1>(q, s, act, g, o),
+                            1 => q8::<1, 2>(q, ahead, s, act, g, o),
+                            2 => q8::<2, 2>(q, ahead, s, act, g, o),
+                            3 => q8::<3, 2>(q, ahead, s, act, g, o),
+                            4 => q8::<4, 1>(q, ahead, s, act, g, o),
+                            5 => q8::<5, 1>(q, ahead, s, act, g, o),
+                            6 => q8::<6, 1>(q, ahead, s, act, g, o),
+                            7 => q8::<7, 1>(q, ahead, s, act, g, o),
+                            _ => q8::<8, 1>(q, ahead, s, act, g, o),
                         }
                     }
                     BlockFormat::Q4_1 => {
                         let q = &w.qs[j * nb * 16..][..nb * 16];
                         let m = &w.m[j * nb..][..nb];
                         match len {
-                            1 => q4::<1, 2>(q, m, s, act, g, o),
-                            2 => q4::<2, 2>(q, m, s, act, g, o),
-                            3 => q4::<3, 2>(q, m, s, act, g, o),
-                            4 => q4::<4, 1>(q, m, s, act, g, o),
-                            5 => q4::<5, 1>(q, m, s, act, g, o),
-                            6 => q4::<6, 1>(q, m, s, act, g, o),
-                            7 => q4::<7, 1>(q, m, s, act, g, o),
-                            _ => q4::<8, 1>(q, m, s, act, g, o),
+                            1 => q4::<1, 2>(q, ahead, m, s, act, g, o),
+                            2 => q4::<2, 2>(q, ahead, m, s, act, g, o),
+                            3 => q4::<3, 2>(q, ahead, m, s, act, g, o),
+                            4 => q4::<4, 1>(q, ahead, m, s, act, g, o),
+                            5 => q4::<5, 1>(q, ahead, m, s, act, g, o),
+                            6 => q4::<6, 1>(q, ahead, m, s, act, g, o),
+                            7 => q4::<7, 1>(q, ahead, m, s, act, g, o),
+                            _ => q4::<8, 1>(q, ahead, m, s, act, g, o),
                         }
                     }
                 }
@@ -123,6 +127,7 @@ unsafe fn join(lo: __m256i, hi: __m256i) -> __m512i {
 #[inline(always)]
 unsafe fn q8<const N: usize, const K: usize>(
     qs: &[u8],
+    ahead: *const u8,
     sc: &[f32],
     act: &Activations,
     first: usize,
@@ -140,6 +145,7 @@ unsafe fn q8<const N: usize, const K: usize>(
         let scp = sc.as_ptr();
         let mut b = 0;
         while b + 1 < nb {
+            _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(b * 32) as *const i8);
             let w = _mm512_loadu_si512(wp.add(b * 32) as *const __m512i);
             let aw = _mm512_abs_epi8(w);
             let negative = _mm512_movepi8_mask(w);
@@ -200,6 +206,7 @@ unsafe fn nibbles(q: *const u8) -> __m256i {
 #[inline(always)]
 unsafe fn q4<const N: usize, const K: usize>(
     qs: &[u8],
+    ahead: *const u8,
     m: &[u16],
     sc: &[f32],
     act: &Activations,
@@ -216,6 +223,7 @@ unsafe fn q4<const N: usize, const K: usize>(
         let scp = sc.as_ptr();
         let mut b = 0;
         while b + 1 < nb {
+            _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(b * 16) as *const i8);
             let w = join(nibbles(wp.add(b * 16)), nibbles(wp.add(b * 16 + 16)));
             for (r, a) in acc.iter_mut().enumerate() {
                 let x = _mm512_loadu_si512(xq.add((r * nb + b) * QK) as *const __m512i);
