@@ -9,7 +9,9 @@ mod cli;
 /// mimalloc instead of glibc's malloc: a decode step makes thousands of small allocations
 /// (candle's tensors) between larger ones, and glibc consolidated its free lists on each
 /// larger one. Measured on the G=1 decode profile: allocation went from 7% of the sampling
-/// thread's time to 3.6%.
+/// thread's time to 3.6%, and G=1 decoding 1.09x faster (median of five alternating runs).
+/// The costs, measured: the GRPO update's peak RSS 4.37 GiB instead of 3.96, and a process
+/// start to first reset about 1 ms (10%) longer.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
