@@ -57,15 +57,18 @@ pub fn artifact_path(engine: &Engine, dir: &Path) -> PathBuf {
     dir.join(format!("guest-{}.cwasm", &key[..32]))
 }
 
-/// The compiled, pre-initialised guest for `engine`, from the cache when possible.
+/// The compiled, pre-initialised guest for `engine`, from the cache when possible;
+/// `before_build` is called when the cache misses, before the long part.
 pub fn load_component(
     engine: &Engine,
     cache_dir: Option<&Path>,
+    before_build: impl FnOnce(),
 ) -> Result<Component, RuntimeError> {
     let path = cache_dir.map(|dir| artifact_path(engine, dir));
     if let Some(component) = cached_at(engine, path.as_deref())? {
         return Ok(component);
     }
+    before_build();
     // Several processes may start at once on a cold cache (a test suite, a fleet of workers):
     // one builds the artifact while the others wait on a lock file, then map its result.
     let _lock = match &path {

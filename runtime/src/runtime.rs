@@ -136,6 +136,18 @@ impl Runtime {
 
     /// Builds the engine and prepares the guest (from the artifact cache when possible).
     pub fn new(config: Config) -> Result<Runtime, RuntimeError> {
+        Runtime::new_announcing(config, || {})
+    }
+
+    /// [`Runtime::new`], calling `before_build` once the artifact cache has missed, just before
+    /// the guest is pre-initialised and compiled (or another process building it is waited
+    /// for): a command can tell its user why this start takes a minute. With a warm cache it
+    /// is never called, and no engine is built twice to find out (as [`Runtime::is_prepared`]
+    /// would).
+    pub fn new_announcing(
+        config: Config,
+        before_build: impl FnOnce(),
+    ) -> Result<Runtime, RuntimeError> {
         if config.yields == Yields::Fuel(0) {
             return Err(RuntimeError::Engine(
                 "Yields::Fuel needs a positive fuel interval".to_owned(),
@@ -143,7 +155,8 @@ impl Runtime {
         }
         let engine = Engine::new(&engine_config(&config))
             .map_err(|e| RuntimeError::Engine(e.to_string()))?;
-        let component = artifact::load_component(&engine, config.cache_dir.as_deref())?;
+        let component =
+            artifact::load_component(&engine, config.cache_dir.as_deref(), before_build)?;
         let mut linker: Linker<SandboxState> = Linker::new(&engine);
         let trapped = wasi::add_to_linker(&mut linker, &component)
             .map_err(|e| RuntimeError::Engine(e.to_string()))?;

@@ -224,6 +224,14 @@ impl<W: Write> Recorder<W> {
 
     /// Writes the footer and returns it with the writer.
     pub fn finish(self) -> io::Result<(RecordSummary, W)> {
-        self.writer.finish(self.tally.footer())
+        self.finish_keeping_sandbox()
+            .map(|(summary, writer, _)| (summary, writer))
+    }
+
+    /// [`Recorder::finish`], handing back the sandbox too (`None` when the load failed): for a
+    /// caller that hands it to the process's exit rather than drop it.
+    pub fn finish_keeping_sandbox(self) -> io::Result<(RecordSummary, W, Option<Sandbox>)> {
+        let (summary, writer) = self.writer.finish(self.tally.footer())?;
+        Ok((summary, writer, self.sandbox.ok()))
     }
 }

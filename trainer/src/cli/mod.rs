@@ -64,6 +64,16 @@ pub fn tokio_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .context("starting the async runtime")
 }
 
+/// The executor of a process that drives one sandbox at a time (`spade run`, the startup
+/// probe): tokio's current-thread runtime, with no worker threads to start and join. A
+/// sandbox call runs on the calling thread either way.
+pub fn one_task_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")
+}
+
 /// Reads a UTF-8 text file, with messages that name the file and the problem.
 pub fn read_text(path: &Path, what: &str) -> anyhow::Result<String> {
     let bytes = match std::fs::read(path) {

@@ -9,10 +9,10 @@ use anyhow::Context as _;
 use clap::Args;
 use serde_json::{Value, json};
 use spade_runtime::trajectory::{RecordError, RecordMeta, Recorder};
-use spade_runtime::{CallError, CallOutput, Config, Pool, Runtime, SandboxOptions};
+use spade_runtime::{CallError, CallOutput, Config, Pool, Runtime, Sandbox, SandboxOptions};
 
 use super::actions::{Format, InteractiveActions, read_actions};
-use super::{EXIT_ENV_FAILED, read_text, tokio_runtime};
+use super::{EXIT_ENV_FAILED, one_task_runtime, read_text};
 
 /// Run an environment in the sandbox: reset, then one step per action.
 #[derive(Debug, Args)]
@@ -60,7 +60,10 @@ impl RunArgs {
         let source = read_text(&self.env, "environment file")?;
         let actions = self.actions()?;
         let runtime = start_runtime(one_episode_config(!self.no_snapshots))?;
-        tokio_runtime()?.block_on(self.play(&runtime, &source, actions))
+        let (code, sandbox) =
+            one_task_runtime()?.block_on(self.play(&runtime, &source, actions))?;
+        leave_for_exit(sandbox, runtime);
+        Ok(code)
     }
 
     fn actions(&self) -> anyhow::Result<Actions> {
@@ -76,7 +79,7 @@ impl RunArgs {
         runtime: &Runtime,
         source: &str,
         actions: Actions,
-    ) -> anyhow::Result<ExitCode> {
+    ) -> anyhow::Result<(ExitCode, Option<Sandbox>)> {
         let sink: Box<dyn Write> = match &self.record {
             Some(path) => Box::new(std::io::BufWriter::new(
                 std::fs::File::create(path).with_context(|| {
@@ -94,8 +97,11 @@ impl RunArgs {
             .await
             .context("writing the trajectory")?;
         let code = self.episode(&mut recorder, &mut out, actions).await?;
-        recorder.finish().context("writing the trajectory")?;
-        Ok(code)
+        let (_, mut sink, sandbox) = recorder
+            .finish_keeping_sandbox()
+            .context("writing the trajectory")?;
+        sink.flush().context("writing the trajectory")?;
+        Ok((code, sandbox))
     }
 
     async fn episode<W: Write>(
@@ -168,8 +174,6 @@ impl RunArgs {
     }
 }
 
-/// Starts the sandbox runtime. On a machine's first run this pre-initialises and compiles the
-/// guest (about a minute): say so on stderr, then where it is cached.
 /// Sandboxes one episode needs at once: its own, and the short-lived ones that compile its
 /// source, probe how it loads and capture a fresh interpreter, with room to spare.
 const ONE_EPISODE_SLOTS: u32 = 8;
@@ -188,18 +192,20 @@ pub fn one_episode_config(snapshots: bool) -> Config {
     }
 }
 
+/// Starts the sandbox runtime. On a machine's first run this pre-initialises and compiles the
+/// guest (about a minute): say so on stderr, then where it is cached.
 pub fn start_runtime(config: Config) -> anyhow::Result<Runtime> {
-    let first = !Runtime::is_prepared(&config);
-    let started = std::time::Instant::now();
-    if first {
+    let mut built = None;
+    let runtime = Runtime::new_announcing(config.clone(), || {
         eprintln!(
             "spade: first run with this build: pre-initialising the Python interpreter (wizer) \
              and compiling it (Cranelift), one to three minutes on 2 cores; later runs start in \
              milliseconds"
         );
-    }
-    let runtime = Runtime::new(config.clone()).context("starting the sandbox runtime")?;
-    if first {
+        built = Some(std::time::Instant::now());
+    })
+    .context("starting the sandbox runtime")?;
+    if let Some(started) = built {
         let cached = match &config.cache_dir {
             Some(dir) => format!("cached in {}", dir.display()),
             None => "not cached: no cache directory (set SPADE_CACHE_DIR)".to_owned(),
@@ -210,6 +216,16 @@ pub fn start_runtime(config: Config) -> anyhow::Result<Runtime> {
         );
     }
     Ok(runtime)
+}
+
+/// Hands a finished episode's sandbox and the runtime to the process's exit instead of
+/// dropping them: a drop resets the sandbox's pool slot for a next sandbox that never comes
+/// and unmaps the pool's reservations and the artifact one by one, about half a millisecond
+/// that the kernel's teardown of the process spends anyway. Only for a process that exits
+/// next (nothing of theirs needs flushing: the trajectory is written and flushed before).
+pub fn leave_for_exit(sandbox: Option<Sandbox>, runtime: Runtime) {
+    std::mem::forget(sandbox);
+    std::mem::forget(runtime);
 }
 
 /// The sandbox error inside a recording error; I/O failures become command errors.

@@ -5,6 +5,7 @@
 mod levers;
 mod memory;
 mod play;
+mod startup;
 mod throughput;
 
 use std::path::{Path, PathBuf};
@@ -57,6 +58,9 @@ pub struct BenchArgs {
     /// Internal: build a runtime, load this environment, reset it, exit (timed by the parent).
     #[arg(long, hide = true)]
     pub startup_probe: Option<PathBuf>,
+    /// Internal: how the startup probe starts and ends (one lever undone, or none).
+    #[arg(long, hide = true, value_enum, default_value_t = startup::ProbeSetting::Run)]
+    pub probe_setting: startup::ProbeSetting,
 }
 
 /// One fixture environment of the benchmark.
@@ -87,7 +91,7 @@ fn us(d: Duration) -> String {
 impl BenchArgs {
     pub fn execute(self) -> anyhow::Result<ExitCode> {
         if let Some(env) = &self.startup_probe {
-            return startup_probe(env);
+            return startup::probe(env, self.probe_setting);
         }
         let fixtures = self.fixtures()?;
         let t0 = Instant::now();
@@ -97,12 +101,7 @@ impl BenchArgs {
             &GUEST_SHA256[..12],
             ms(t0.elapsed())
         );
-        let startup = self.process_starts(&fixtures[0])?;
-        say!(
-            "process start to first reset (`spade run`'s settings, warm caches): median {} over {} runs",
-            ms(startup),
-            self.starts
-        );
+        let startup = startup::measure(&fixtures[0].dir.join("env.py"), self.starts)?;
         let prelude_dir = tempfile_dir()?;
         for (name, source) in PRELUDE_MODULES {
             std::fs::write(prelude_dir.join(format!("{name}.py")), source)?;
@@ -338,25 +337,6 @@ impl BenchArgs {
             .collect()
     }
 
-    fn process_starts(&self, fixture: &Fixture) -> anyhow::Result<Duration> {
-        let exe = std::env::current_exe().context("locating the spade binary")?;
-        let mut times = Vec::new();
-        for _ in 0..self.starts.max(1) {
-            let start = Instant::now();
-            let status = Command::new(&exe)
-                .args(["bench", "--startup-probe"])
-                .arg(fixture.dir.join("env.py"))
-                .status()
-                .context("spawning the startup probe")?;
-            if !status.success() {
-                bail!("the startup probe failed ({status})");
-            }
-            times.push(start.elapsed());
-        }
-        times.sort();
-        Ok(percentile(&times, 0.5))
-    }
-
     async fn measure(&self, runtime: &Runtime, fixture: &Fixture) -> anyhow::Result<Row> {
         let mut fresh = Vec::new();
         let mut fresh_with_reset = Vec::new();
@@ -501,16 +481,4 @@ fn tempfile_dir() -> anyhow::Result<PathBuf> {
     let dir = std::env::temp_dir().join(format!("spade-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     Ok(dir)
-}
-
-fn startup_probe(env: &Path) -> anyhow::Result<ExitCode> {
-    let source = read_text(env, "environment file")?;
-    // The settings of `spade run`, a process that starts for one episode.
-    let runtime = Runtime::new(super::run::one_episode_config(true))?;
-    tokio_runtime()?.block_on(async {
-        let mut sandbox = runtime.sandbox(&source, SandboxOptions::seeded(0)).await?;
-        sandbox.reset(Some(0)).await?;
-        Ok::<_, anyhow::Error>(())
-    })?;
-    Ok(ExitCode::SUCCESS)
 }
