@@ -275,6 +275,11 @@ fn a_cached_artifact_that_others_can_write_is_refused() {
 
     std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o600)).unwrap();
     spade_runtime::Runtime::new(config(&dir)).expect("a private artifact loads");
+    // A warm cache builds nothing, so the hook that announces a build is never called.
+    spade_runtime::Runtime::new_announcing(config(&dir), || {
+        panic!("the hook announcing a build ran with the artifact cached")
+    })
+    .expect("a private artifact loads");
 
     std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o666)).unwrap();
     let err = spade_runtime::Runtime::new(config(&dir))

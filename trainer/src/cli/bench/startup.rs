@@ -59,7 +59,7 @@ impl ProbeSetting {
 /// What the probe measured inside itself, in microseconds since `main` ran the probe.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 struct Phases {
-    /// Engine, artifact, linker, pre-instantiation.
+    /// Reading the source file; engine, artifact, linker, pre-instantiation.
     runtime_us: f64,
     /// Reading the cached bytecode and snapshot, creating and restoring the sandbox.
     sandbox_us: f64,
