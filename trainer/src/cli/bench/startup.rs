@@ -13,7 +13,7 @@ use spade_runtime::{Runtime, SandboxOptions};
 
 use super::{ms, percentile, read_text};
 
-/// How the probe starts and ends: `spade run`'s way (all `false`), or with one lever undone.
+/// How the probe starts and ends: `spade run`'s way, or with one lever of it undone.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum ProbeSetting {
     /// `spade run`'s way: a current-thread executor, one engine, no teardown before exit.
@@ -43,15 +43,6 @@ impl ProbeSetting {
             ProbeSetting::MultiThread => "multi-thread executor",
             ProbeSetting::Teardown => "teardown before exit",
             ProbeSetting::EngineTwice => "engine built twice",
-        }
-    }
-
-    fn arg(self) -> &'static str {
-        match self {
-            ProbeSetting::Run => "run",
-            ProbeSetting::MultiThread => "multi-thread",
-            ProbeSetting::Teardown => "teardown",
-            ProbeSetting::EngineTwice => "engine-twice",
         }
     }
 }
@@ -121,7 +112,12 @@ fn start_once(exe: &Path, env: &Path, setting: ProbeSetting) -> anyhow::Result<(
     let output = Command::new(exe)
         .args(["bench", "--startup-probe"])
         .arg(env)
-        .args(["--probe-setting", setting.arg()])
+        .arg("--probe-setting")
+        .arg(
+            clap::ValueEnum::to_possible_value(&setting)
+                .expect("no setting is skipped")
+                .get_name(),
+        )
         .stderr(Stdio::inherit())
         .output()
         .context("spawning the startup probe")?;
