@@ -224,12 +224,14 @@ impl State {
                 used_random,
             });
         }
-        let mut info = self.construct()?;
+        let mut info = self.construct(false)?;
         info.used_random = used_random;
         Ok(info)
     }
 
-    pub fn construct(&mut self) -> Result<EnvInfo, EnvError> {
+    /// Constructs the pending class; with `report_random`, whether the constructor changed the
+    /// state of `random` (compared before and after: the host's probe asks this).
+    pub fn construct(&mut self, report_random: bool) -> Result<EnvInfo, EnvError> {
         let Some((class, max_turns)) = self.pending.take() else {
             return Err(EnvError::Usage(
                 "construct needs a load that did not construct the environment".to_owned(),
@@ -237,13 +239,20 @@ impl State {
         };
         let prelude = self.prelude.clone();
         let result = self.interpreter.enter(|vm| {
-            let before = random_state(vm, &prelude)?;
+            let before = if report_random {
+                Some(random_state(vm, &prelude)?)
+            } else {
+                None
+            };
             let max_turns = max_turns.map_or_else(|| vm.ctx.none(), |n| vm.ctx.new_int(n).into());
             let loaded = vm
                 .call_method(&prelude, "construct", (class, max_turns))
                 .map_err(|exc| env_error(vm, &prelude, &exc))?;
             let (env, mut info) = convert::loaded(vm, &prelude, loaded)?;
-            info.used_random = random_changed(vm, &prelude, &before)?;
+            info.used_random = match &before {
+                Some(before) => random_changed(vm, &prelude, before)?,
+                None => false,
+            };
             Ok((env, info))
         });
         let (env, info) = result?;

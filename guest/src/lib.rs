@@ -36,8 +36,8 @@ impl env::Guest for Component {
         interpreter::with(|s| s.load(&source, &code, options))
     }
 
-    fn construct() -> Result<env::EnvInfo, env::EnvError> {
-        interpreter::with(|s| s.construct())
+    fn construct(report_random: bool) -> Result<env::EnvInfo, env::EnvError> {
+        interpreter::with(|s| s.construct(report_random))
     }
 
     fn reseed(seed: u64) -> Result<(), env::EnvError> {

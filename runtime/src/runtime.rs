@@ -307,7 +307,7 @@ impl Runtime {
             seed_before_construct: true,
             snapshot,
         };
-        let Ok((info, used_random)) = probe.construct_probe().await else {
+        let Ok((info, used_random)) = probe.construct(true).await else {
             return Ok(seeded_construct(snapshot));
         };
         if used_random || !probe.seed_independent() {

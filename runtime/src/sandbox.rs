@@ -204,8 +204,11 @@ enum Call<'a> {
         seed: Option<u64>,
         construct: bool,
     },
-    /// Construct the environment class (after a load without `construct`).
-    Construct,
+    /// Construct the environment class (after a load without `construct`); with
+    /// `report_random`, find out whether the constructor changed the state of `random`.
+    Construct {
+        report_random: bool,
+    },
     /// Seed `random` (after a load without a seed).
     Reseed(u64),
     /// Hand the linear memory to the host.
@@ -316,14 +319,17 @@ impl Sandbox {
                 load.add(&sandbox);
             }
         }
+        // An unseeded constructor runs as the probe ran it (comparing `random`'s state), so
+        // that it costs the fuel a snapshot taken after it reports; a seeded one compares
+        // nothing, in every sandbox of the source alike.
         if info.is_none() && !seed_before_construct {
-            info = Some(sandbox.construct().await?);
+            info = Some(sandbox.construct(true).await?.0);
             load.add(&sandbox);
         }
         sandbox.call(Call::Reseed(options.seed)).await?;
         load.add(&sandbox);
         if info.is_none() {
-            info = Some(sandbox.construct().await?);
+            info = Some(sandbox.construct(false).await?.0);
             load.add(&sandbox);
         }
         sandbox.info = info.expect("constructed above");
@@ -356,14 +362,14 @@ impl Sandbox {
         }
     }
 
-    /// Constructs the environment class after a load without `construct`.
-    pub(crate) async fn construct(&mut self) -> Result<EnvInfo, CallError> {
-        self.construct_probe().await.map(|(info, _)| info)
-    }
-
-    /// [`Sandbox::construct`], and whether the constructor changed the state of `random`.
-    pub(crate) async fn construct_probe(&mut self) -> Result<(EnvInfo, bool), CallError> {
-        match self.call(Call::Construct).await? {
+    /// Constructs the environment class after a load without `construct`; with
+    /// `report_random`, also whether the constructor changed the state of `random` (false
+    /// when not asked).
+    pub(crate) async fn construct(
+        &mut self,
+        report_random: bool,
+    ) -> Result<(EnvInfo, bool), CallError> {
+        match self.call(Call::Construct { report_random }).await? {
             Reply::Loaded(info, used_random) => Ok((info, used_random)),
             _ => unreachable!("construct replies with Loaded"),
         }
@@ -482,7 +488,7 @@ impl Sandbox {
         let budget = match call {
             Call::Compile(_)
             | Call::Load { .. }
-            | Call::Construct
+            | Call::Construct { .. }
             | Call::Capture
             | Call::Restore(_) => limits.load_fuel,
             _ => limits.fuel_per_call,
@@ -619,7 +625,9 @@ async fn dispatch(
                 .await?
                 .map(loaded)
         }
-        Call::Construct => env.call_construct(store).await?.map(loaded),
+        Call::Construct { report_random } => {
+            env.call_construct(store, report_random).await?.map(loaded)
+        }
         Call::Reseed(seed) => env.call_reseed(store, seed).await?.map(|()| Reply::Done),
         Call::Capture => {
             store.data_mut().snapshot.capture = Some(None);

@@ -197,7 +197,8 @@ async fn a_source_that_draws_randomness_while_loading_is_seeded_first_and_never_
 #[tokio::test]
 async fn fuel_per_call_is_the_same_for_the_first_and_the_hundredth_sandbox() {
     let runtime = with_snapshots();
-    // Its constructor builds the puzzle without drawing randomness: a snapshot holds it.
+    // Its constructor draws the puzzle from `random`: the snapshot holds the loaded module, and
+    // every sandbox seeds and then constructs (comparing no state of `random`).
     let source = env_source("arithmetic_puzzle");
     let actions = env_actions("arithmetic_puzzle");
     let mut fuels = Vec::new();
@@ -241,6 +242,7 @@ async fn a_constructor_that_works_runs_once_per_source_not_once_per_sandbox() {
         .sandbox(CONSTRUCTOR_WORK, SandboxOptions::seeded(1))
         .await
         .unwrap();
+    let load_fuel = first.last_fuel();
     let mut second = runtime
         .sandbox(CONSTRUCTOR_WORK, SandboxOptions::seeded(2))
         .await
@@ -255,6 +257,17 @@ async fn a_constructor_that_works_runs_once_per_source_not_once_per_sandbox() {
     let prepared = runtime.prepare(CONSTRUCTOR_WORK).await.unwrap();
     let (pages, _) = runtime.snapshot_size(&prepared, None).unwrap();
     assert!(pages > 0, "{pages}");
+    // Without snapshots every sandbox runs that constructor unseeded, as the probe did, so the
+    // load costs the same fuel as the snapshot's recorded stages.
+    let off = without_snapshots()
+        .sandbox(CONSTRUCTOR_WORK, SandboxOptions::seeded(1))
+        .await
+        .unwrap();
+    assert_eq!(
+        off.last_fuel(),
+        load_fuel,
+        "load fuel, snapshots off and on"
+    );
 }
 
 #[tokio::test]
