@@ -24,6 +24,13 @@ fn main() {
         }
     }
     println!("cargo:rerun-if-changed={}", root.join("wit").display());
+    // The guest's allocator is a crate of the main workspace (tested natively there).
+    for path in ["src", "Cargo.toml"] {
+        println!(
+            "cargo:rerun-if-changed={}",
+            root.join("guest-alloc").join(path).display()
+        );
+    }
     println!("cargo:rerun-if-env-changed=SPADE_GUEST_WASM_OVERRIDE");
 
     let wasm = match std::env::var_os("SPADE_GUEST_WASM_OVERRIDE") {

@@ -9,6 +9,11 @@ mod interpreter;
 mod limits;
 mod snapshot;
 
+/// Small blocks from pools, as CPython's `pymalloc` (see `spade-guest-alloc`); the rest from
+/// wasi-libc's `malloc`.
+#[global_allocator]
+static ALLOCATOR: spade_guest_alloc::Pools = spade_guest_alloc::Pools::new(std::alloc::System);
+
 wit_bindgen::generate!({ world: "sandbox", path: "../wit" });
 
 use exports::spade::env::environment as env;

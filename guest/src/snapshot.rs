@@ -15,8 +15,10 @@ use core::cell::UnsafeCell;
 const PAGE: usize = 4096;
 /// One record of a chunk: the page index (u32, little-endian), then the page.
 const RECORD: usize = 4 + PAGE;
-/// The host sends chunks of at most this many bytes.
-const SCRATCH_BYTES: usize = 256 * RECORD;
+/// The host sends chunks of at most this many bytes: sixteen records. Every page of the buffer
+/// a restore writes stays private to the sandbox (and, in a fresh pool slot, is page-faulted in
+/// first), so it is small; the host's round trip per chunk costs far less than a page fault.
+const SCRATCH_BYTES: usize = 16 * RECORD;
 
 /// Where chunks from the host land during a restore, and the flag that sends `cabi_realloc`
 /// there. Page-aligned so that its pages can be skipped whole.

@@ -38,8 +38,10 @@ pub(crate) const PAGE: usize = 4096;
 pub(crate) const MAX_SNAPSHOT_BYTES: usize = 64 << 20;
 /// One record of a restore chunk: the page index (u32, little-endian), then the page.
 const RECORD: usize = 4 + PAGE;
-/// Records per chunk: the guest's receive buffer holds exactly this many.
-const RECORDS_PER_CHUNK: usize = 256;
+/// Records per chunk: the guest's receive buffer holds exactly this many (its
+/// `SCRATCH_BYTES`). Small, because every page of that buffer a restore writes is one more
+/// private page per sandbox and one more page fault in a fresh pool slot.
+const RECORDS_PER_CHUNK: usize = 16;
 
 /// A loaded environment's memory, as the pages that differ from a fresh interpreter's.
 #[derive(Debug)]
@@ -214,9 +216,10 @@ mod tests {
         let (chunks, dirty) = diff(&base, &memory);
         assert_eq!(dirty, 600);
         let sizes: Vec<usize> = chunks.iter().map(Vec::len).collect();
+        let mut expected = vec![16 * RECORD; 37];
+        expected.push(8 * RECORD);
         assert_eq!(
-            sizes,
-            [256 * RECORD, 256 * RECORD, 88 * RECORD],
+            sizes, expected,
             "records per chunk must match the guest's SCRATCH_BYTES"
         );
         assert!(diff(&memory, &memory).0.is_empty());

@@ -11,6 +11,7 @@ mod escape;
 mod faults;
 mod fidelity;
 mod fuzz;
+mod guest_memory;
 mod learning;
 // Reads RSS from /proc.
 #[cfg(target_os = "linux")]
