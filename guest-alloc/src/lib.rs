@@ -61,18 +61,19 @@ const POOL_LAYOUT: Layout = match Layout::from_size_align(POOL, POOL) {
 /// The allocator; see the crate documentation. `B` is where pools and large blocks come from:
 /// [`System`] (wasi-libc's `malloc`) in the guest, a counting allocator in the tests.
 ///
-/// Not thread-safe: it is `Sync` only so that it can be the `#[global_allocator]` of the
-/// guest, which is single-threaded (wasm32-wasip2 without threads).
-pub struct Pools<B = System> {
+/// Not thread-safe: it is `Sync` only on WebAssembly without threads (the guest's
+/// `wasm32-wasip2`), so that it can be the guest's `#[global_allocator]`.
+pub struct Pools<B: GlobalAlloc = System> {
     /// Per class, the pools that have room (the head is allocated from first).
     open: UnsafeCell<[*mut Pool; CLASSES]>,
     backing: B,
 }
 
-// SAFETY: see the type's documentation; the guest never runs a second thread.
-unsafe impl<B: Sync> Sync for Pools<B> {}
+// SAFETY: WebAssembly without the atomics feature has no second thread.
+#[cfg(all(target_family = "wasm", not(target_feature = "atomics")))]
+unsafe impl<B: GlobalAlloc + Sync> Sync for Pools<B> {}
 
-impl<B> Pools<B> {
+impl<B: GlobalAlloc> Pools<B> {
     /// An allocator with no pools yet, taking memory from `backing`.
     pub const fn new(backing: B) -> Self {
         Pools {
@@ -226,6 +227,26 @@ impl<B: GlobalAlloc> Pools<B> {
             }
             self.unlist(pool);
             self.backing.dealloc(pool as *mut u8, POOL_LAYOUT);
+        }
+    }
+}
+
+impl<B: GlobalAlloc> Drop for Pools<B> {
+    /// Returns the pools that hold no live block. The guest's allocator is a static and never
+    /// dropped; this is for allocators made for a while, as in the tests.
+    fn drop(&mut self) {
+        for class in 0..CLASSES {
+            let mut pool = self.open.get_mut()[class];
+            while !pool.is_null() {
+                // SAFETY: listed pools are live; an empty one is handed back once.
+                unsafe {
+                    let next = (*pool).next;
+                    if (*pool).live == 0 {
+                        self.backing.dealloc(pool.cast(), POOL_LAYOUT);
+                    }
+                    pool = next;
+                }
+            }
         }
     }
 }

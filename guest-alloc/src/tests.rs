@@ -181,12 +181,13 @@ fn freed_blocks_are_reused_first() {
     let a = unsafe { pools.alloc(layout(100)) };
     let b = unsafe { pools.alloc(layout(100)) };
     unsafe { pools.dealloc(a, layout(100)) };
-    assert_eq!(
-        unsafe { pools.alloc(layout(97)) },
-        a,
-        "same class, last freed"
-    );
-    assert_ne!(unsafe { pools.alloc(layout(100)) }, b);
+    let again = unsafe { pools.alloc(layout(97)) };
+    assert_eq!(again, a, "same class, last freed");
+    let fresh = unsafe { pools.alloc(layout(100)) };
+    assert_ne!(fresh, b);
+    for block in [again, b, fresh] {
+        unsafe { pools.dealloc(block, layout(100)) };
+    }
 }
 
 #[test]
@@ -247,6 +248,7 @@ fn alloc_zeroed_clears_a_reused_block() {
             .iter()
             .all(|&x| x == 0)
     );
+    unsafe { pools.dealloc(b, layout(64)) };
 }
 
 #[test]
