@@ -4,6 +4,7 @@
 //! thin wrappers over [`interpreter`], which owns the Python state; [`convert`] turns Python
 //! return values into WIT values strictly, without going through Python's `json`.
 
+mod cabi;
 mod convert;
 mod interpreter;
 mod limits;

@@ -38,6 +38,7 @@ mod runtime;
 mod sandbox;
 pub mod snapshot;
 mod snapshot_cache;
+mod snapshot_restore;
 mod source;
 pub mod trajectory;
 mod wasi;

@@ -337,14 +337,14 @@ impl Runtime {
         let clock_nanos = probe.state().map_or(0, |state| state.clock.peek());
         let memory = probe.capture().await?;
         let base = self.base_memory().await?;
-        let (chunks, dirty_pages) = snapshot::diff(&base, &memory);
+        let (records, dirty_pages) = snapshot::diff(&base, &memory);
         if dirty_pages * snapshot::PAGE > snapshot::MAX_SNAPSHOT_BYTES {
             return Ok(None);
         }
         // The capture starts at address 1.
         Ok(Some(Arc::new(Snapshot {
             wasm_pages: ((memory.len() + 1) / 65536) as u32,
-            chunks: chunks.into_iter().map(Arc::from).collect(),
+            records,
             dirty_pages,
             constructed,
             load_fuel,

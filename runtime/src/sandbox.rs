@@ -644,13 +644,12 @@ async fn dispatch(
             }
         }
         Call::Restore(snapshot) => {
-            let queue = (0..snapshot.chunks.len()).collect();
-            store.data_mut().snapshot.restore = Some((snapshot.clone(), queue));
+            store.data_mut().snapshot.restore = Some((snapshot.clone(), false));
             let ran = env.call_restore(&mut *store, snapshot.wasm_pages).await;
-            let left = store.data_mut().snapshot.restore.take();
+            let restore = store.data_mut().snapshot.restore.take();
             ran?;
-            if left.is_some_and(|(_, queue)| !queue.is_empty()) {
-                wasmtime::bail!("the guest's restore stopped before the last chunk");
+            if !restore.is_some_and(|(_, written)| written) {
+                wasmtime::bail!("the guest's restore did not ask for the snapshot's pages");
             }
             store.data().clock.advance_to(snapshot.clock_nanos);
             Ok(Reply::Done)

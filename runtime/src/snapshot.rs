@@ -15,8 +15,8 @@
 //! 3. The probe hands its memory to the host after the last seed-independent stage that
 //!    printed nothing and left no host resource open (a stdout stream, say); the host keeps the
 //!    4 KiB pages that differ from a fresh interpreter's ([`Snapshot`]). Every sandbox, the
-//!    first included, then instantiates a fresh interpreter, writes those pages back
-//!    (`restore`) and runs the rest: seed, and construct if the snapshot was taken before the
+//!    first included, then instantiates a fresh interpreter, has the host write those pages
+//!    into its memory (`restore`, see [`crate::snapshot_restore`]) and runs the rest: seed, and construct if the snapshot was taken before the
 //!    constructor. Its memory is byte for byte that of a sandbox that ran every stage itself.
 //!
 //! The fuel of the stages a snapshot holds is measured once, in the probe; a sandbox from the
@@ -24,10 +24,10 @@
 //! on whether a snapshot was used. [`Config::snapshots`](crate::Config::snapshots) off runs
 //! every stage in every sandbox, in the same order.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 
 use crate::sandbox::{EnvInfo, SandboxState};
+use crate::snapshot_restore::SnapshotWrite;
 use wasmtime::StoreContextMut;
 
 /// Bytes of one snapshot page.
@@ -36,21 +36,16 @@ pub(crate) const PAGE: usize = 4096;
 /// constructor that built and dropped hundreds of megabytes) is cheaper to run than to copy,
 /// and holding its pages for every source would cost the host that much memory per source.
 pub(crate) const MAX_SNAPSHOT_BYTES: usize = 64 << 20;
-/// One record of a restore chunk: the page index (u32, little-endian), then the page.
-const RECORD: usize = 4 + PAGE;
-/// Records per chunk: the guest's receive buffer holds exactly this many (its
-/// `SCRATCH_BYTES`). Small, because every page of that buffer a restore writes is one more
-/// private page per sandbox and one more page fault in a fresh pool slot.
-const RECORDS_PER_CHUNK: usize = 16;
+/// One record of a snapshot: the page index (u32, little-endian), then the page.
+pub(crate) const RECORD: usize = 4 + PAGE;
 
 /// A loaded environment's memory, as the pages that differ from a fresh interpreter's.
 #[derive(Debug)]
 pub(crate) struct Snapshot {
     /// Size of the linear memory in wasm pages (64 KiB).
     pub wasm_pages: u32,
-    /// Restore chunks, each at most [`RECORDS_PER_CHUNK`] records, shared (not copied) with
-    /// every restore that hands them to a guest.
-    pub chunks: Vec<Arc<[u8]>>,
+    /// The changed pages as records ([`RECORD`]), in ascending order of page.
+    pub records: Vec<u8>,
     /// Pages that differ from the fresh interpreter's.
     pub dirty_pages: usize,
     /// What the constructor returned, when the snapshot was taken after it (`None`: taken
@@ -65,7 +60,7 @@ pub(crate) struct Snapshot {
 impl Snapshot {
     /// Bytes the snapshot holds.
     pub fn bytes(&self) -> usize {
-        self.chunks.iter().map(|chunk| chunk.len()).sum()
+        self.records.len()
     }
 }
 
@@ -84,14 +79,13 @@ pub(crate) enum LoadPlan {
     },
 }
 
-/// The chunks of `memory` whose 4 KiB pages differ from `base`'s (the fresh interpreter's;
-/// pages past its end compare against zeros). Both are linear memories as the guest hands
-/// them over: from address 1 (address 0 is always zero in both).
-pub(crate) fn diff(base: &[u8], memory: &[u8]) -> (Vec<Vec<u8>>, usize) {
+/// The records of `memory`'s 4 KiB pages that differ from `base`'s (the fresh interpreter's;
+/// pages past its end compare against zeros), and how many there are. Both are linear
+/// memories as the guest hands them over: from address 1 (address 0 is always zero in both).
+pub(crate) fn diff(base: &[u8], memory: &[u8]) -> (Vec<u8>, usize) {
     let zeros = [0u8; PAGE];
     let size = memory.len() + 1;
-    let mut chunks = Vec::new();
-    let mut chunk = Vec::new();
+    let mut records = Vec::new();
     let mut dirty = 0;
     for index in 0..size.div_ceil(PAGE) {
         // Addresses `start..end` of the page are bytes `start - 1..end - 1` of the captures.
@@ -102,20 +96,14 @@ pub(crate) fn diff(base: &[u8], memory: &[u8]) -> (Vec<Vec<u8>>, usize) {
             continue;
         }
         dirty += 1;
-        chunk.extend_from_slice(&(index as u32).to_le_bytes());
+        records.extend_from_slice(&(index as u32).to_le_bytes());
         if index == 0 {
-            chunk.push(0);
+            records.push(0);
         }
-        chunk.extend_from_slice(page);
-        chunk.resize(RECORD * (chunk.len().div_ceil(RECORD)), 0);
-        if chunk.len() == RECORD * RECORDS_PER_CHUNK {
-            chunks.push(std::mem::take(&mut chunk));
-        }
+        records.extend_from_slice(page);
+        records.resize(RECORD * (records.len().div_ceil(RECORD)), 0);
     }
-    if !chunk.is_empty() {
-        chunks.push(chunk);
-    }
-    (chunks, dirty)
+    (records, dirty)
 }
 
 /// The host side of `spade:env/snapshot-host` for one sandbox.
@@ -123,8 +111,8 @@ pub(crate) fn diff(base: &[u8], memory: &[u8]) -> (Vec<Vec<u8>>, usize) {
 pub(crate) struct SnapshotIo {
     /// Set while the host asks the guest for its memory; the memory lands here.
     pub capture: Option<Option<Vec<u8>>>,
-    /// Chunks still to hand over while a restore runs.
-    pub restore: Option<(Arc<Snapshot>, VecDeque<usize>)>,
+    /// The snapshot a restore writes, and whether it was written.
+    pub restore: Option<(Arc<Snapshot>, bool)>,
 }
 
 impl SnapshotIo {
@@ -138,14 +126,23 @@ impl SnapshotIo {
         }
     }
 
-    /// The next chunk (empty when done), lowered into the guest straight from the shared
-    /// snapshot: a restore copies no chunk on the host side.
-    fn next_chunk(&mut self) -> wasmtime::Result<Arc<[u8]>> {
+    /// The write of the snapshot being restored, done when the result is lowered.
+    fn write_snapshot(&mut self, skip: Vec<u32>) -> wasmtime::Result<SnapshotWrite> {
+        if !skip.len().is_multiple_of(2) {
+            wasmtime::bail!("write-snapshot's skip list is not pairs of addresses");
+        }
         match &mut self.restore {
-            Some((snapshot, queue)) => Ok(queue
-                .pop_front()
-                .map_or_else(|| Arc::from(&[][..]), |i| snapshot.chunks[i].clone())),
-            None => wasmtime::bail!("next-chunk called outside a restore"),
+            Some((snapshot, written @ false)) => {
+                *written = true;
+                Ok(SnapshotWrite {
+                    snapshot: snapshot.clone(),
+                    skip: skip
+                        .chunks_exact(2)
+                        .map(|pair| pair[0] as usize..pair[1] as usize)
+                        .collect(),
+                })
+            }
+            _ => wasmtime::bail!("write-snapshot called outside a restore"),
         }
     }
 }
@@ -154,8 +151,8 @@ impl SnapshotIo {
 const SNAPSHOT_HOST: &str = "spade:env/snapshot-host@0.1.0";
 
 /// Links `spade:env/snapshot-host`. Linked by hand rather than through the generated
-/// `add_to_linker`, whose `next-chunk` must return an owned `Vec` (a copy of the chunk per
-/// call); the types are checked against the component when it is instantiated.
+/// `add_to_linker`, whose `write-snapshot` could only return a plain `u32`, with no access to
+/// the guest's memory; the types are checked against the component when it is instantiated.
 pub(crate) fn add_to_linker(
     linker: &mut wasmtime::component::Linker<SandboxState>,
 ) -> wasmtime::Result<()> {
@@ -167,9 +164,13 @@ pub(crate) fn add_to_linker(
         },
     )?;
     host.func_wrap(
-        "next-chunk",
-        |mut store: StoreContextMut<'_, SandboxState>, (): ()| {
-            store.data_mut().snapshot.next_chunk().map(|chunk| (chunk,))
+        "write-snapshot",
+        |mut store: StoreContextMut<'_, SandboxState>, (skip,): (Vec<u32>,)| {
+            store
+                .data_mut()
+                .snapshot
+                .write_snapshot(skip)
+                .map(|write| (write,))
         },
     )?;
     Ok(())
@@ -195,10 +196,8 @@ mod tests {
         // Page 0 changed at address 1, page 1 at address PAGE + 7; page 4 is past the base and
         // compared with zeros.
         let memory = captured(5, &[(1, 2), (5, 3), (PAGE + 7, 1), (4 * PAGE, 9)]);
-        let (chunks, dirty) = diff(&base, &memory);
+        let (chunk, dirty) = diff(&base, &memory);
         assert_eq!(dirty, 3);
-        assert_eq!(chunks.len(), 1);
-        let chunk = &chunks[0];
         assert_eq!(chunk.len(), 3 * RECORD);
         // Page 0's record holds address 0 (always zero) too.
         assert_eq!(&chunk[..4], &0u32.to_le_bytes());
@@ -210,18 +209,9 @@ mod tests {
     }
 
     #[test]
-    fn diff_splits_into_chunks_the_guest_can_receive() {
-        let base = captured(600, &[]);
+    fn diff_of_identical_memories_is_empty() {
         let memory = vec![1u8; 600 * PAGE - 1];
-        let (chunks, dirty) = diff(&base, &memory);
-        assert_eq!(dirty, 600);
-        let sizes: Vec<usize> = chunks.iter().map(Vec::len).collect();
-        let mut expected = vec![16 * RECORD; 37];
-        expected.push(8 * RECORD);
-        assert_eq!(
-            sizes, expected,
-            "records per chunk must match the guest's SCRATCH_BYTES"
-        );
-        assert!(diff(&memory, &memory).0.is_empty());
+        assert_eq!(diff(&memory, &memory), (Vec::new(), 0));
+        assert_eq!(diff(&captured(600, &[]), &memory).1, 600);
     }
 }

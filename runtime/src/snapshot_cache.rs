@@ -19,11 +19,11 @@ use sha2::{Digest, Sha256};
 
 use crate::artifact::private;
 use crate::sandbox::EnvInfo;
-use crate::snapshot::{LoadPlan, Snapshot};
+use crate::snapshot::{LoadPlan, MAX_SNAPSHOT_BYTES, PAGE, RECORD, Snapshot};
 use crate::source::PlanKey;
 
 /// Bumped whenever the file format or what a plan means changes.
-const FORMAT: &str = "spade-snapshot-2";
+const FORMAT: &str = "spade-snapshot-3";
 
 #[derive(Serialize, Deserialize)]
 struct Header {
@@ -45,7 +45,7 @@ struct Figures {
     load_fuel: u64,
     clock_nanos: u64,
     constructed: Option<Info>,
-    chunk_lens: Vec<usize>,
+    records_len: usize,
     crc32: u32,
 }
 
@@ -80,7 +80,7 @@ pub(crate) fn path(dir: &Path, artifact_key: &str, source_sha256: &str, key: &Pl
 
 /// The cached plan at `path`, if there is a readable, intact, private one.
 ///
-/// The pages are read straight into the chunks every restore hands out (no copy of the
+/// The pages are read straight into the buffer every restore writes from (no copy of the
 /// whole file first): in a process that starts for one episode, that copy was a fifth of the
 /// host memory it touched.
 pub(crate) fn read(path: &Path) -> Option<LoadPlan> {
@@ -103,22 +103,19 @@ pub(crate) fn read(path: &Path) -> Option<LoadPlan> {
     let snapshot = match deferred.snapshot {
         None => None,
         Some(figures) => {
-            let mut crc = crc32fast::Hasher::new();
-            let mut chunks = Vec::with_capacity(figures.chunk_lens.len());
-            for &len in &figures.chunk_lens {
-                let mut chunk: Arc<[u8]> = std::iter::repeat_n(0, len).collect();
-                let bytes = Arc::get_mut(&mut chunk).expect("a new chunk is not shared");
-                file.read_exact(bytes).ok()?;
-                crc.update(bytes);
-                chunks.push(chunk);
+            // A damaged length must not allocate more than a snapshot can hold.
+            if figures.records_len > MAX_SNAPSHOT_BYTES / PAGE * RECORD {
+                return None;
             }
-            // A file longer than its chunks is damaged too.
-            if crc.finalize() != figures.crc32 || file.read(&mut [0]).ok()? != 0 {
+            let mut records = vec![0; figures.records_len];
+            file.read_exact(&mut records).ok()?;
+            // A file longer than its records is damaged too.
+            if crc32fast::hash(&records) != figures.crc32 || file.read(&mut [0]).ok()? != 0 {
                 return None;
             }
             Some(Arc::new(Snapshot {
                 wasm_pages: figures.wasm_pages,
-                chunks,
+                records,
                 dirty_pages: figures.dirty_pages,
                 constructed: figures.constructed.map(|info| EnvInfo {
                     class_name: info.class_name,
@@ -139,15 +136,12 @@ pub(crate) fn read(path: &Path) -> Option<LoadPlan> {
 /// Writes `plan` to `path` (atomically, private to the user).
 pub(crate) fn write(path: &Path, plan: &LoadPlan) -> std::io::Result<()> {
     let (deferred, data) = match plan {
-        LoadPlan::Seeded => (None, Vec::new()),
+        LoadPlan::Seeded => (None, &[][..]),
         LoadPlan::Deferred {
             seed_before_construct,
             snapshot,
         } => {
-            let data: Vec<u8> = snapshot
-                .iter()
-                .flat_map(|s| s.chunks.iter().flat_map(|chunk| chunk.iter().copied()))
-                .collect();
+            let data: &[u8] = snapshot.as_ref().map_or(&[], |s| &s.records);
             let figures = snapshot.as_ref().map(|s| Figures {
                 wasm_pages: s.wasm_pages,
                 dirty_pages: s.dirty_pages,
@@ -158,8 +152,8 @@ pub(crate) fn write(path: &Path, plan: &LoadPlan) -> std::io::Result<()> {
                     max_turns: info.max_turns,
                     tools: info.tools.clone(),
                 }),
-                chunk_lens: s.chunks.iter().map(|chunk| chunk.len()).collect(),
-                crc32: crc32fast::hash(&data),
+                records_len: s.records.len(),
+                crc32: crc32fast::hash(data),
             });
             (
                 Some(Deferred {
@@ -176,23 +170,20 @@ pub(crate) fn write(path: &Path, plan: &LoadPlan) -> std::io::Result<()> {
     };
     let mut head = serde_json::to_vec(&header)?;
     head.push(b'\n');
-    private::write_atomic(path, &[&head, &data])
+    private::write_atomic(path, &[&head, data])
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// A snapshot of two chunks, the second shorter, with a constructed environment.
+    /// A snapshot of four pages' records, with a constructed environment.
     fn plan() -> LoadPlan {
-        let chunk = |len: usize, seed: u8| -> Arc<[u8]> {
-            (0..len).map(|i| (i as u8).wrapping_mul(seed)).collect()
-        };
         LoadPlan::Deferred {
             seed_before_construct: false,
             snapshot: Some(Arc::new(Snapshot {
                 wasm_pages: 7,
-                chunks: vec![chunk(3 * 4100, 3), chunk(4100, 5)],
+                records: (0..4 * RECORD).map(|i| (i % 251) as u8).collect(),
                 dirty_pages: 4,
                 constructed: Some(EnvInfo {
                     class_name: "CachedEnv".to_owned(),
@@ -205,11 +196,11 @@ mod tests {
         }
     }
 
-    fn chunks(plan: &LoadPlan) -> Vec<Vec<u8>> {
+    fn records(plan: &LoadPlan) -> &[u8] {
         match plan {
             LoadPlan::Deferred {
                 snapshot: Some(s), ..
-            } => s.chunks.iter().map(|c| c.to_vec()).collect(),
+            } => &s.records,
             _ => panic!("a plan with a snapshot, got {plan:?}"),
         }
     }
@@ -224,13 +215,13 @@ mod tests {
         write(&path, &written).unwrap();
 
         let read_back = read(&path).expect("an intact file is read");
-        assert_eq!(chunks(&read_back), chunks(&written));
+        assert_eq!(records(&read_back), records(&written));
         let LoadPlan::Deferred {
             seed_before_construct,
             snapshot: Some(snapshot),
         } = &read_back
         else {
-            unreachable!("checked by `chunks`");
+            unreachable!("checked by `records`");
         };
         assert!(!seed_before_construct);
         assert_eq!(
@@ -257,7 +248,7 @@ mod tests {
         let cases: [(&str, &[u8]); 4] = [
             ("a flipped page byte", &flipped),
             ("a missing last byte", &intact[..intact.len() - 1]),
-            ("a byte past the last chunk", &longer),
+            ("a byte past the last record", &longer),
             (
                 "no pages after the header",
                 &intact[..=intact.iter().position(|&b| b == b'\n').unwrap()],
