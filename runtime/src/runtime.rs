@@ -303,14 +303,22 @@ impl Runtime {
         if snapshots && probe.can_snapshot() {
             snapshot = self.take_snapshot(&mut probe, module_fuel, None).await?;
         }
-        let seeded_construct = |snapshot| LoadPlan::Deferred {
+        let seeded_construct = |snapshot: Option<(Snapshot, Vec<u8>)>| LoadPlan::Deferred {
             seed_before_construct: true,
-            snapshot,
+            snapshot: snapshot.map(|(snapshot, _)| Arc::new(snapshot)),
         };
         let Ok((info, used_random)) = probe.construct(true).await else {
             return Ok(seeded_construct(snapshot));
         };
         if used_random || !probe.seed_independent() {
+            // Every sandbox constructs after the restore: have the restore populate the pages
+            // the probe's constructor wrote, too. An optimisation only: a probe that cannot
+            // hand its memory over now leaves the snapshot as it is.
+            if let Some((snapshot, before)) = &mut snapshot
+                && let Ok(after) = probe.capture().await
+            {
+                snapshot.later_pages = snapshot::later_pages(snapshot, before, &after);
+            }
             return Ok(seeded_construct(snapshot));
         }
         let fuel = module_fuel.saturating_add(probe.last_fuel());
@@ -322,18 +330,18 @@ impl Runtime {
         }
         Ok(LoadPlan::Deferred {
             seed_before_construct: false,
-            snapshot,
+            snapshot: snapshot.map(|(snapshot, _)| Arc::new(snapshot)),
         })
     }
 
     /// The snapshot of `probe` as it is now: its pages that differ from a fresh interpreter's
-    /// (`None` when they are too many to be worth keeping).
+    /// (`None` when they are too many to be worth keeping), and the memory it was taken from.
     async fn take_snapshot(
         &self,
         probe: &mut Sandbox,
         load_fuel: u64,
         constructed: Option<EnvInfo>,
-    ) -> Result<Option<Arc<Snapshot>>, CallError> {
+    ) -> Result<Option<(Snapshot, Vec<u8>)>, CallError> {
         let clock_nanos = probe.state().map_or(0, |state| state.clock.peek());
         let memory = probe.capture().await?;
         let base = self.base_memory().await?;
@@ -341,15 +349,17 @@ impl Runtime {
         if dirty_pages * snapshot::PAGE > snapshot::MAX_SNAPSHOT_BYTES {
             return Ok(None);
         }
-        // The capture starts at address 1.
-        Ok(Some(Arc::new(Snapshot {
+        let snapshot = Snapshot {
+            // The capture starts at address 1.
             wasm_pages: ((memory.len() + 1) / 65536) as u32,
             records,
             dirty_pages,
+            later_pages: Vec::new(),
             constructed,
             load_fuel,
             clock_nanos,
-        })))
+        };
+        Ok(Some((snapshot, memory)))
     }
 
     /// A fresh interpreter's memory (captured once per runtime).

@@ -42,6 +42,7 @@ struct Deferred {
 struct Figures {
     wasm_pages: u32,
     dirty_pages: usize,
+    later_pages: Vec<u32>,
     load_fuel: u64,
     clock_nanos: u64,
     constructed: Option<Info>,
@@ -117,6 +118,7 @@ pub(crate) fn read(path: &Path) -> Option<LoadPlan> {
                 wasm_pages: figures.wasm_pages,
                 records,
                 dirty_pages: figures.dirty_pages,
+                later_pages: figures.later_pages,
                 constructed: figures.constructed.map(|info| EnvInfo {
                     class_name: info.class_name,
                     max_turns: info.max_turns,
@@ -145,6 +147,7 @@ pub(crate) fn write(path: &Path, plan: &LoadPlan) -> std::io::Result<()> {
             let figures = snapshot.as_ref().map(|s| Figures {
                 wasm_pages: s.wasm_pages,
                 dirty_pages: s.dirty_pages,
+                later_pages: s.later_pages.clone(),
                 load_fuel: s.load_fuel,
                 clock_nanos: s.clock_nanos,
                 constructed: s.constructed.as_ref().map(|info| Info {
@@ -185,6 +188,7 @@ mod tests {
                 wasm_pages: 7,
                 records: (0..4 * RECORD).map(|i| (i % 251) as u8).collect(),
                 dirty_pages: 4,
+                later_pages: vec![9, 11],
                 constructed: Some(EnvInfo {
                     class_name: "CachedEnv".to_owned(),
                     max_turns: Some(9),
@@ -233,6 +237,7 @@ mod tests {
             (7, 4, 123_456)
         );
         assert_eq!(snapshot.clock_nanos, 42);
+        assert_eq!(snapshot.later_pages, [9, 11]);
         let info = snapshot.constructed.as_ref().unwrap();
         assert_eq!(
             (info.class_name.as_str(), info.max_turns),

@@ -39,6 +39,7 @@ impl SnapshotWrite {
     fn write<T>(&self, cx: &mut LowerContext<'_, T>) -> wasmtime::Result<u32> {
         write_pages(
             &self.snapshot.records,
+            &self.snapshot.later_pages,
             cx.as_slice_mut(),
             &self.skip,
             populate,
@@ -81,10 +82,12 @@ unsafe impl Lower for SnapshotWrite {
 
 /// Writes each record of `records` (a little-endian `u32` page index, then the 4 KiB page)
 /// into `memory` at its page, except pages overlapping a `skip` range, calling `prepare` once
-/// on each run of consecutive pages before writing it. Returns the pages written; a page past
+/// on each run of consecutive pages before writing it; the pages in `later` (ascending) are
+/// part of the runs `prepare` sees but are not written. Returns the pages written; a page past
 /// the end of `memory` is an error (the guest grows its memory to the snapshot's size first).
 pub(crate) fn write_pages(
     records: &[u8],
+    later: &[u32],
     memory: &mut [u8],
     skip: &[Range<usize>],
     mut prepare: impl FnMut(&mut [u8]),
@@ -92,38 +95,50 @@ pub(crate) fn write_pages(
     if !records.len().is_multiple_of(RECORD) {
         wasmtime::bail!("a snapshot's records are not whole pages");
     }
-    let pages: Vec<(usize, &[u8])> = records
+    let snapshot: Vec<(usize, Option<&[u8]>)> = records
         .chunks_exact(RECORD)
         .map(|record| {
             let index = u32::from_le_bytes([record[0], record[1], record[2], record[3]]);
-            (index as usize * PAGE, &record[4..])
-        })
-        .filter(|&(start, _)| {
-            !skip
-                .iter()
-                .any(|range| start < range.end && start + PAGE > range.start)
+            (index as usize * PAGE, Some(&record[4..]))
         })
         .collect();
-    if pages.windows(2).any(|pair| pair[0].0 >= pair[1].0) {
-        wasmtime::bail!("snapshot pages are not in ascending order");
+    let later: Vec<(usize, Option<&[u8]>)> = later
+        .iter()
+        .map(|&index| (index as usize * PAGE, None))
+        .collect();
+    for pages in [&snapshot, &later] {
+        if pages.windows(2).any(|pair| pair[0].0 >= pair[1].0) {
+            wasmtime::bail!("snapshot pages are not in ascending order");
+        }
+        if let Some(&(last, _)) = pages.last()
+            && last + PAGE > memory.len()
+        {
+            wasmtime::bail!(
+                "snapshot page at {last:#x} is past the guest's memory ({} bytes)",
+                memory.len()
+            );
+        }
     }
-    if let Some(&(last, _)) = pages.last()
-        && last + PAGE > memory.len()
-    {
-        wasmtime::bail!(
-            "snapshot page at {last:#x} is past the guest's memory ({} bytes)",
-            memory.len()
-        );
-    }
+    // Both lists in one ascending order; a page in both is the snapshot's.
+    let mut pages: Vec<(usize, Option<&[u8]>)> = snapshot.into_iter().chain(later).collect();
+    pages.sort_by_key(|&(start, _)| start);
+    pages.dedup_by_key(|&mut (start, _)| start);
+    pages.retain(|&(start, _)| {
+        !skip
+            .iter()
+            .any(|range| start < range.end && start + PAGE > range.start)
+    });
     let mut written = 0;
     for run in pages.chunk_by(|a, b| a.0 + PAGE == b.0) {
         let (start, end) = (run[0].0, run[run.len() - 1].0 + PAGE);
         let target = &mut memory[start..end];
         prepare(target);
         for (page, &(_, bytes)) in target.chunks_exact_mut(PAGE).zip(run) {
-            page.copy_from_slice(bytes);
+            if let Some(bytes) = bytes {
+                page.copy_from_slice(bytes);
+                written += 1;
+            }
         }
-        written += run.len() as u32;
     }
     Ok(written)
 }
@@ -169,6 +184,7 @@ mod tests {
         let mut runs = Vec::new();
         let written = write_pages(
             &records(&[(0, 9), (1, 1), (2, 2), (3, 3), (5, 5), (6, 6)]),
+            &[],
             &mut memory,
             // The second range overlaps page 6 by one byte only: the page is still skipped.
             &[0..1, 6 * PAGE + PAGE - 1..7 * PAGE],
@@ -189,17 +205,44 @@ mod tests {
     }
 
     #[test]
+    fn later_pages_join_the_populated_runs_but_keep_their_bytes() {
+        let mut memory = vec![7u8; 8 * PAGE];
+        let mut runs = Vec::new();
+        let written = write_pages(
+            &records(&[(1, 1), (4, 4)]),
+            // Page 4 is the snapshot's as well; page 6 is skipped.
+            &[2, 3, 4, 6],
+            &mut memory,
+            &[6 * PAGE..7 * PAGE],
+            |region| runs.push((region.as_ptr() as usize, region.len())),
+        )
+        .unwrap();
+        assert_eq!(written, 2);
+        let base = memory.as_ptr() as usize;
+        assert_eq!(runs, [(base + PAGE, 4 * PAGE)]);
+        let fills: Vec<u8> = memory.chunks(PAGE).map(|page| page[0]).collect();
+        assert_eq!(fills, [7, 1, 7, 7, 4, 7, 7, 7]);
+        let past = write_pages(&records(&[]), &[8], &mut memory, &[], |_| {}).unwrap_err();
+        assert!(
+            past.to_string().contains("past the guest's memory"),
+            "{past}"
+        );
+        let unordered = write_pages(&[], &[3, 2], &mut memory, &[], |_| {}).unwrap_err();
+        assert!(unordered.to_string().contains("ascending"), "{unordered}");
+    }
+
+    #[test]
     fn a_page_past_the_memory_or_out_of_order_is_an_error() {
         let mut memory = vec![0u8; 2 * PAGE];
-        let past = write_pages(&records(&[(2, 1)]), &mut memory, &[], |_| {}).unwrap_err();
+        let past = write_pages(&records(&[(2, 1)]), &[], &mut memory, &[], |_| {}).unwrap_err();
         assert!(
             past.to_string().contains("past the guest's memory"),
             "{past}"
         );
         let unordered =
-            write_pages(&records(&[(1, 1), (0, 1)]), &mut memory, &[], |_| {}).unwrap_err();
+            write_pages(&records(&[(1, 1), (0, 1)]), &[], &mut memory, &[], |_| {}).unwrap_err();
         assert!(unordered.to_string().contains("ascending"), "{unordered}");
-        let torn = write_pages(&[0; 5], &mut memory, &[], |_| {}).unwrap_err();
+        let torn = write_pages(&[0; 5], &[], &mut memory, &[], |_| {}).unwrap_err();
         assert!(torn.to_string().contains("whole pages"), "{torn}");
     }
 

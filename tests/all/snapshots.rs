@@ -332,7 +332,7 @@ async fn a_new_runtime_starts_from_the_cached_snapshot_and_ignores_a_damaged_or_
     let prepared = first.prepare(&source).await.unwrap();
     let file = first.snapshot_file(&prepared, None).unwrap();
     let cached = std::fs::read(&file).unwrap();
-    assert!(cached.starts_with(b"{\"format\":\"spade-snapshot-2\""));
+    assert!(cached.starts_with(b"{\"format\":\"spade-snapshot-3\""));
 
     // A new runtime (as in a new process) reads the file instead of probing.
     let second = Runtime::new(Config::default())
