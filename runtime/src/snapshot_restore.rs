@@ -213,7 +213,7 @@ mod tests {
             // Page 4 is the snapshot's as well; page 6 is skipped.
             &[2, 3, 4, 6],
             &mut memory,
-            &[6 * PAGE..7 * PAGE],
+            std::slice::from_ref(&(6 * PAGE..7 * PAGE)),
             |region| runs.push((region.as_ptr() as usize, region.len())),
         )
         .unwrap();
