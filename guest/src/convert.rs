@@ -38,10 +38,7 @@ fn is_bool(vm: &VirtualMachine, value: &PyObject) -> bool {
 fn utf8(value: &PyStr, name: &str, limit: Limit) -> Result<String, EnvError> {
     let size = value.byte_len();
     if !limit.allows(size) {
-        return Err(contract(format!(
-            "{name} is {size} bytes, {}",
-            limit.over()
-        )));
+        return Err(contract(format!("{name} is {size} bytes, {}", limit.over())));
     }
     value.to_str().map(str::to_owned).ok_or_else(|| {
         contract(format!(
