@@ -352,7 +352,7 @@ impl Runtime {
         let snapshot = Snapshot {
             // The capture starts at address 1.
             wasm_pages: ((memory.len() + 1) / 65536) as u32,
-            records,
+            records: snapshot::Records::Captured(records),
             dirty_pages,
             later_pages: Vec::new(),
             constructed,

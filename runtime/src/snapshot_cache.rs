@@ -10,7 +10,7 @@
 //! can write them; a file that is missing, damaged or not private is ignored and the source is
 //! probed as if there were no cache.
 
-use std::io::{BufRead as _, BufReader, Read as _};
+use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -19,7 +19,7 @@ use sha2::{Digest, Sha256};
 
 use crate::artifact::private;
 use crate::sandbox::EnvInfo;
-use crate::snapshot::{LoadPlan, MAX_SNAPSHOT_BYTES, PAGE, RECORD, Snapshot};
+use crate::snapshot::{LoadPlan, MAX_SNAPSHOT_BYTES, PAGE, RECORD, Records, Snapshot};
 use crate::source::PlanKey;
 
 /// Bumped whenever the file format or what a plan means changes.
@@ -81,9 +81,8 @@ pub(crate) fn path(dir: &Path, artifact_key: &str, source_sha256: &str, key: &Pl
 
 /// The cached plan at `path`, if there is a readable, intact, private one.
 ///
-/// The pages are read straight into the buffer every restore writes from (no copy of the
-/// whole file first): in a process that starts for one episode, that copy was a fifth of the
-/// host memory it touched.
+/// The pages are mapped, not read: the restores copy them straight from the page cache, so a
+/// process that starts for one episode neither allocates nor page-faults a buffer for them.
 pub(crate) fn read(path: &Path) -> Option<LoadPlan> {
     if private::check(path).is_err() {
         return None;
@@ -94,6 +93,7 @@ pub(crate) fn read(path: &Path) -> Option<LoadPlan> {
     if line.pop() != Some(b'\n') {
         return None;
     }
+    let start = line.len() + 1;
     let header: Header = serde_json::from_slice(&line).ok()?;
     if header.format != FORMAT {
         return None;
@@ -104,16 +104,18 @@ pub(crate) fn read(path: &Path) -> Option<LoadPlan> {
     let snapshot = match deferred.snapshot {
         None => None,
         Some(figures) => {
-            // A damaged length must not allocate more than a snapshot can hold.
+            // A damaged length must not stand for more than a snapshot can hold.
             if figures.records_len > MAX_SNAPSHOT_BYTES / PAGE * RECORD {
                 return None;
             }
-            let mut records = vec![0; figures.records_len];
-            file.read_exact(&mut records).ok()?;
-            // A file longer than its records is damaged too.
-            if crc32fast::hash(&records) != figures.crc32 || file.read(&mut [0]).ok()? != 0 {
+            let map = map_records(file.get_ref())?;
+            // A file shorter or longer than its records is damaged.
+            if map.len() != start + figures.records_len
+                || crc32fast::hash(&map[start..]) != figures.crc32
+            {
                 return None;
             }
+            let records = Records::Mapped { map, start };
             Some(Arc::new(Snapshot {
                 wasm_pages: figures.wasm_pages,
                 records,
@@ -133,6 +135,17 @@ pub(crate) fn read(path: &Path) -> Option<LoadPlan> {
         seed_before_construct: deferred.seed_before_construct,
         snapshot,
     })
+}
+
+/// `file` mapped read-only, all its pages mapped by the one call (rather than a fault per 16
+/// pages as they are first read).
+#[allow(unsafe_code)]
+fn map_records(file: &std::fs::File) -> Option<memmap2::Mmap> {
+    // SAFETY: the mapping is read-only and its bytes are only ever read as bytes. The file is
+    // private to this user (checked by the caller) and spade never changes one in place: it
+    // writes a new file and renames it over the old one, which leaves a mapped file's pages as
+    // they were. The compiled guest in the same directory is mapped under the same contract.
+    unsafe { memmap2::MmapOptions::new().populate().map(file) }.ok()
 }
 
 /// Writes `plan` to `path` (atomically, private to the user).
@@ -186,7 +199,7 @@ mod tests {
             seed_before_construct: false,
             snapshot: Some(Arc::new(Snapshot {
                 wasm_pages: 7,
-                records: (0..4 * RECORD).map(|i| (i % 251) as u8).collect(),
+                records: Records::Captured((0..4 * RECORD).map(|i| (i % 251) as u8).collect()),
                 dirty_pages: 4,
                 later_pages: vec![9, 11],
                 constructed: Some(EnvInfo {
@@ -228,6 +241,10 @@ mod tests {
             unreachable!("checked by `records`");
         };
         assert!(!seed_before_construct);
+        assert!(
+            matches!(snapshot.records, Records::Mapped { .. }),
+            "the pages are mapped from the file, not read into a buffer"
+        );
         assert_eq!(
             (
                 snapshot.wasm_pages,
@@ -263,6 +280,45 @@ mod tests {
             std::fs::write(&path, bytes).unwrap();
             assert!(read(&path).is_none(), "a file with {what} is ignored");
         }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_mapped_snapshot_keeps_its_pages_when_the_file_is_rewritten() {
+        let dir = std::env::temp_dir().join(format!("spade-snapremap-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        private::create_dir(&dir).unwrap();
+        let path = dir.join("plan.snap");
+        let first = plan();
+        write(&path, &first).unwrap();
+        let mapped = read(&path).expect("an intact file is read");
+
+        // Another process caches a different snapshot for the same key: written beside the
+        // file and renamed over it, so the mapping above still sees the pages it mapped.
+        let LoadPlan::Deferred {
+            snapshot: Some(snapshot),
+            ..
+        } = &first
+        else {
+            unreachable!("`plan` has a snapshot");
+        };
+        let other: Vec<u8> = snapshot.records.iter().map(|b| b.wrapping_add(1)).collect();
+        let second = LoadPlan::Deferred {
+            seed_before_construct: false,
+            snapshot: Some(Arc::new(Snapshot {
+                wasm_pages: snapshot.wasm_pages,
+                records: Records::Captured(other.clone()),
+                dirty_pages: snapshot.dirty_pages,
+                later_pages: Vec::new(),
+                constructed: None,
+                load_fuel: 1,
+                clock_nanos: 1,
+            })),
+        };
+        write(&path, &second).unwrap();
+
+        assert_eq!(records(&mapped), records(&first));
+        assert_eq!(records(&read(&path).unwrap()), &other[..]);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
