@@ -222,11 +222,17 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_written_plan_reads_back_and_a_damaged_file_is_ignored() {
-        let dir = std::env::temp_dir().join(format!("spade-snapcache-{}", std::process::id()));
+    /// An empty directory private to the user, named for `name` and this process.
+    fn private_temp_dir(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         private::create_dir(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn a_written_plan_reads_back_and_a_damaged_file_is_ignored() {
+        let dir = private_temp_dir("spade-snapcache");
         let path = dir.join("plan.snap");
         let written = plan();
         write(&path, &written).unwrap();
@@ -285,9 +291,7 @@ mod tests {
 
     #[test]
     fn a_mapped_snapshot_keeps_its_pages_when_the_file_is_rewritten() {
-        let dir = std::env::temp_dir().join(format!("spade-snapremap-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        private::create_dir(&dir).unwrap();
+        let dir = private_temp_dir("spade-snapremap");
         let path = dir.join("plan.snap");
         let first = plan();
         write(&path, &first).unwrap();
