@@ -16,8 +16,9 @@
 //!    printed nothing and left no host resource open (a stdout stream, say); the host keeps the
 //!    4 KiB pages that differ from a fresh interpreter's ([`Snapshot`]). Every sandbox, the
 //!    first included, then instantiates a fresh interpreter, has the host write those pages
-//!    into its memory (`restore`, see [`crate::snapshot_restore`]) and runs the rest: seed, and construct if the snapshot was taken before the
-//!    constructor. Its memory is byte for byte that of a sandbox that ran every stage itself.
+//!    into its memory (`restore`, see [`crate::snapshot_restore`]) and runs the rest: seed,
+//!    and construct if the snapshot was taken before the constructor. Its memory is byte for
+//!    byte that of a sandbox that ran every stage itself.
 //!
 //! The fuel of the stages a snapshot holds is measured once, in the probe; a sandbox from the
 //! snapshot reports it plus the fuel of the stages it runs, so fuel per call does not depend
