@@ -4,7 +4,7 @@
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use spade_runtime::fuzz::targets::Harness;
+use spade_envtools::fuzz::targets::Harness;
 
 static HARNESS: OnceLock<Harness> = OnceLock::new();
 

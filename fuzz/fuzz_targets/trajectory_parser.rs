@@ -4,5 +4,5 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    spade_runtime::fuzz::targets::trajectory_parser(data);
+    spade_envtools::fuzz::targets::trajectory_parser(data);
 });

@@ -2,10 +2,10 @@
 //! warns about reward hacks, and every finding's trajectory replays.
 
 use serde_json::Value;
-use spade_runtime::check::{CheckOptions, CheckReport, check};
-use spade_runtime::fuzz::Severity;
-use spade_runtime::trajectory::{ReplayOptions, Trajectory, replay};
-use spade_runtime::{ErrorKind, Runtime};
+use spade_envtools::Severity;
+use spade_envtools::check::{CheckOptions, CheckReport, check};
+use spade_envtools::trajectory::{ReplayOptions, Trajectory, replay};
+use spade_sandbox::{ErrorKind, Runtime};
 
 use crate::common::{env_dir, env_source, runtime, spade, stdout};
 
@@ -492,12 +492,13 @@ async fn the_new_probes_run_and_pass_on_the_good_fixtures() {
 /// recorded result was changed, which is what a nondeterministic run would have recorded.
 #[tokio::test]
 async fn the_nondeterminism_oracle_reports_a_diverging_replay() {
-    use spade_runtime::fuzz::{Session, check_replay};
+    use spade_envtools::{RecordedEpisode, check_replay};
     let runtime = check_runtime();
-    let mut session = Session::start(&runtime, &env_source("arithmetic_puzzle"), 5, "test").await;
-    session.reset(Some(5)).await.unwrap();
-    session.step("\\boxed{0}").await.unwrap();
-    let (text, hash) = session.finish();
+    let mut recording =
+        RecordedEpisode::start(&runtime, &env_source("arithmetic_puzzle"), 5, "test").await;
+    recording.reset(Some(5)).await.unwrap();
+    recording.step("\\boxed{0}").await.unwrap();
+    let (text, hash) = recording.finish();
     assert_eq!(check_replay(&runtime, &text, &hash).await, None);
     let changed = text.replacen("\"reward\":0.0", "\"reward\":0.5", 1);
     assert_ne!(changed, text);
@@ -510,10 +511,15 @@ async fn the_nondeterminism_oracle_reports_a_diverging_replay() {
     );
 }
 
-/// Codes of the README's `spade check` table.
-fn readme_check_codes() -> Vec<String> {
-    let readme = std::fs::read_to_string(crate::common::repo_root().join("README.md")).unwrap();
-    let table = readme
+/// Codes of the `spade check` table in docs/check-and-fuzz.md.
+fn documented_check_codes() -> Vec<String> {
+    let page = std::fs::read_to_string(
+        crate::common::repo_root()
+            .join("docs")
+            .join("check-and-fuzz.md"),
+    )
+    .unwrap();
+    let table = page
         .split("## `spade check`")
         .nth(1)
         .unwrap()
@@ -533,7 +539,7 @@ fn readme_check_codes() -> Vec<String> {
 }
 
 #[test]
-fn every_finding_code_in_the_readme_has_a_fixture_with_a_verdict() {
+fn every_documented_finding_code_has_a_fixture_with_a_verdict() {
     // Fixtures of the older tests above, each with the code it is rejected with.
     let older = [
         "load_failed",
@@ -556,7 +562,7 @@ fn every_finding_code_in_the_readme_has_a_fixture_with_a_verdict() {
         .copied()
         .chain(older)
         .collect();
-    let codes = readme_check_codes();
+    let codes = documented_check_codes();
     assert!(codes.len() >= 20, "{codes:?}");
     let missing: Vec<&String> = codes
         .iter()

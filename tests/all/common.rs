@@ -1,70 +1,13 @@
-//! Helpers shared by the test modules.
+//! Helpers shared by the test modules: the fixtures (shared with the sandbox's own tests), the
+//! `spade` binary, and tiny models.
 
-use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::OnceLock;
-use std::time::Duration;
 
-use spade_runtime::{Config, Limits, Runtime};
-use spade_trainer::load::LoadedModel;
+use spade_model::load::LoadedModel;
 
-/// The repository root.
-pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
-
-/// `tests/envs/<name>`.
-pub fn env_dir(name: &str) -> PathBuf {
-    repo_root().join("tests").join("envs").join(name)
-}
-
-/// The source of fixture `name`.
-pub fn env_source(name: &str) -> String {
-    std::fs::read_to_string(env_dir(name).join("env.py")).unwrap()
-}
-
-/// The fixture's action lines.
-pub fn env_actions(name: &str) -> Vec<String> {
-    std::fs::read_to_string(env_dir(name).join("actions.txt"))
-        .unwrap()
-        .lines()
-        .map(str::to_owned)
-        .collect()
-}
-
-/// Fixture names with the given prefix (or all good ones when `faults` is false).
-pub fn fixtures(faults: bool) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(repo_root().join("tests").join("envs"))
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .filter(|n| n.starts_with("fault_") == faults)
-        .collect();
-    names.sort();
-    names
-}
-
-/// Limits small enough that fault tests finish quickly.
-pub fn test_limits() -> Limits {
-    Limits {
-        fuel_per_call: 1_000_000_000,
-        load_fuel: 4_000_000_000,
-        memory_limit: 128 << 20,
-        call_deadline: Duration::from_secs(60),
-        output_limit: 64 << 10,
-        ..Limits::default()
-    }
-}
-
-/// One runtime per test process (building it maps the cached artifact).
-pub fn runtime() -> Runtime {
-    static RUNTIME: OnceLock<Runtime> = OnceLock::new();
-    RUNTIME
-        .get_or_init(|| Runtime::new(Config::default()).expect("runtime"))
-        .with_limits(test_limits())
-}
+#[path = "../support/fixtures.rs"]
+mod fixtures;
+pub use fixtures::*;
 
 /// Runs the `spade` binary with `args` from the repository root.
 pub fn spade(args: &[&str]) -> Output {
@@ -120,8 +63,8 @@ pub fn stderr(output: &Output) -> String {
 /// A tiny byte-level ChatML model with random weights (seeded), optionally with a longer context.
 pub fn tiny_chat_model(seed: u64, max_position_embeddings: Option<usize>) -> LoadedModel {
     use candle_core::Device;
-    use spade_trainer::chat::ChatTemplate;
-    use spade_trainer::model::{Config, Decoder};
+    use spade_model::chat::ChatTemplate;
+    use spade_model::model::{Decoder, ModelConfig};
     let mut tokens: Vec<String> = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
         .map(String::from)
         .to_vec();
@@ -131,7 +74,7 @@ pub fn tiny_chat_model(seed: u64, max_position_embeddings: Option<usize>) -> Loa
     bytes.sort();
     tokens.extend(bytes.iter().map(|c| c.to_string()));
     let tok = byte_level_tokenizer(&tokens, Vec::new());
-    let mut cfg = Config::tiny("llama");
+    let mut cfg = ModelConfig::tiny("llama");
     cfg.vocab_size = tokens.len();
     if let Some(n) = max_position_embeddings {
         cfg.max_position_embeddings = n;

@@ -1,13 +1,13 @@
-//! Credit assignment (the SPADE method's, ENV_CONTRACT.md section 3) from hand-computed
-//! examples: no model, no sandbox. Every expected number below is worked out in the comment
-//! beside it, from the rules, not read off the implementation.
-use spade_trainer::grpo::GrpoSample;
-use spade_trainer::schedule::{DecayKind, LrSchedule};
-use spade_trainer::selfplay::Role;
-use spade_trainer::selfplay::credit::{
+//! Credit assignment (the SPADE method's, docs/environment-contract.md section 3) from
+//! hand-computed examples: no model, no sandbox. Every expected number below is worked out in
+//! the comment beside it, from the rules, not read off the implementation.
+use spade_model::grpo::GrpoSample;
+use spade_model::schedule::{DecayKind, LrSchedule};
+use spade_selfplay::Role;
+use spade_selfplay::credit::{
     self, AgentBaseline, Baselines, CreditConfig, Design, Episode, Group, Trained,
 };
-use spade_trainer::selfplay::policy::Sampled;
+use spade_selfplay::policy::Sampled;
 
 fn close(a: f64, b: f64) -> bool {
     (a - b).abs() < 1e-9

@@ -1,7 +1,7 @@
 //! Determinism: the same environment, seed and actions give byte-identical output in separate
 //! processes, whatever sources of nondeterminism the environment reaches for.
 
-use spade_runtime::SandboxOptions;
+use spade_sandbox::SandboxOptions;
 
 use crate::common::{env_dir, env_source, runtime, spade};
 

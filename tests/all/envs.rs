@@ -4,7 +4,7 @@
 //! Regenerate with `SPADE_BLESS=1 cargo test --test all envs::`.
 
 use serde_json::Value;
-use spade_runtime::SandboxOptions;
+use spade_sandbox::SandboxOptions;
 
 use crate::common::{env_dir, env_source, fixtures, runtime, spade, stdout};
 

@@ -6,7 +6,7 @@
 use std::process::Command;
 
 use serde_json::Value;
-use spade_runtime::{PRELUDE_MODULES, SandboxOptions};
+use spade_sandbox::{PRELUDE_MODULES, SandboxOptions};
 
 use crate::common::{env_dir, fixtures, repo_root, runtime, spade, stderr, stdout};
 

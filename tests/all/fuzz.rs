@@ -2,7 +2,7 @@
 //! seed, and stays quiet on good environments.
 
 use serde_json::Value;
-use spade_runtime::fuzz::{FuzzOptions, fuzz};
+use spade_envtools::fuzz::{FuzzOptions, fuzz};
 
 use crate::common::{env_dir, env_source, runtime, spade, stdout};
 
@@ -73,7 +73,7 @@ async fn a_campaign_is_reproducible_from_its_seed() {
         serde_json::to_string(&a).unwrap(),
         serde_json::to_string(&b).unwrap()
     );
-    let trajectories = |r: &spade_runtime::fuzz::FuzzReport| -> Vec<String> {
+    let trajectories = |r: &spade_envtools::fuzz::FuzzReport| -> Vec<String> {
         r.findings.iter().map(|f| f.trajectory.clone()).collect()
     };
     assert_eq!(trajectories(&a), trajectories(&b));
@@ -125,7 +125,7 @@ async fn a_load_error_ends_the_campaign_with_one_finding() {
 /// The cargo-fuzz targets' bodies, with fixed inputs (the fuzzers themselves need nightly).
 #[test]
 fn fuzz_target_bodies_accept_fixed_inputs() {
-    use spade_runtime::fuzz::targets::{Harness, trajectory_parser};
+    use spade_envtools::fuzz::targets::{Harness, trajectory_parser};
     let harness = Harness::with_runtime(&runtime());
     for source in [
         &b""[..],
@@ -182,7 +182,7 @@ class TwoErrorsEnv:
 
 #[test]
 fn findings_whose_signatures_spell_alike_get_separate_files() {
-    use spade_runtime::trajectory::sha256_hex;
+    use spade_envtools::trajectory::sha256_hex;
     let dir = tempfile::tempdir().unwrap();
     let env = dir.path().join("env.py");
     std::fs::write(&env, TWO_ERRORS_ENV).unwrap();

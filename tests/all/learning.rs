@@ -4,12 +4,12 @@
 //! the update must move in the direction the method's rewards point.
 use std::path::{Path, PathBuf};
 
-use spade_trainer::chat::Message;
-use spade_trainer::grpo::{GrpoSample, UpdateStats};
-use spade_trainer::selfplay::memory::Seeds;
-use spade_trainer::selfplay::policy::Sampled;
-use spade_trainer::selfplay::prompts::{self, DesignSpec, VARIANTS};
-use spade_trainer::selfplay::{CandlePolicy, Corpus, Policy, Role, Run, TrainConfig};
+use spade_model::chat::Message;
+use spade_model::grpo::{GrpoSample, UpdateStats};
+use spade_selfplay::memory::Seeds;
+use spade_selfplay::policy::Sampled;
+use spade_selfplay::prompts::{self, DesignSpec, VARIANTS};
+use spade_selfplay::{CandlePolicy, Corpus, Policy, Role, Run, TrainConfig};
 
 use crate::common::runtime;
 
@@ -123,7 +123,7 @@ impl Policy for Chooser {
         n: usize,
         _max_new_tokens: usize,
         seed: u64,
-    ) -> spade_trainer::Result<Vec<Sampled>> {
+    ) -> spade_model::Result<Vec<Sampled>> {
         if let Some(choices) = self.choices(role).cloned() {
             let out = self.model.sample(role, messages, n, 1, seed)?;
             return Ok(out
@@ -142,15 +142,15 @@ impl Policy for Chooser {
         Ok((0..n).map(|_| untrained(text.clone())).collect())
     }
 
-    fn update(&mut self, batch: &[GrpoSample]) -> spade_trainer::Result<Option<UpdateStats>> {
+    fn update(&mut self, batch: &[GrpoSample]) -> spade_model::Result<Option<UpdateStats>> {
         self.model.update(batch)
     }
 
-    fn save(&self, dir: &Path) -> spade_trainer::Result<()> {
+    fn save(&self, dir: &Path) -> spade_model::Result<()> {
         self.model.save(dir)
     }
 
-    fn load(&mut self, dir: &Path) -> spade_trainer::Result<()> {
+    fn load(&mut self, dir: &Path) -> spade_model::Result<()> {
         self.model.load(dir)
     }
 }
@@ -167,12 +167,12 @@ fn choice_rate(model: &mut CandlePolicy, role: Role, messages: &[Message], k: us
 
 /// A tiny byte-level chat model with a 256-position context: prompts are cut to fit, which keeps
 /// each update to a few hundred tokens per sequence.
-fn small_model(seed: u64) -> spade_trainer::load::LoadedModel {
+fn small_model(seed: u64) -> spade_model::load::LoadedModel {
     crate::common::tiny_chat_model(seed, Some(256))
 }
 
 /// Prints each rollout's phase times (the test's cost, for whoever tunes it).
-fn print_times(metrics: &[spade_trainer::selfplay::Metrics]) {
+fn print_times(metrics: &[spade_selfplay::Metrics]) {
     for m in metrics {
         eprintln!("rollout {}: {:?}", m.rollout, m.time);
     }
@@ -268,7 +268,7 @@ async fn the_agent_learns_the_winning_action_of_a_one_step_env() {
     let source = secret_env("HiddenEnv", "7", "Guess the hidden number.");
     let system = prompts::agent_system(false);
     let mut sb = runtime()
-        .sandbox(&source, spade_runtime::SandboxOptions::seeded(5))
+        .sandbox(&source, spade_sandbox::SandboxOptions::seeded(5))
         .await
         .unwrap();
     let obs = sb.reset(Some(5)).await.unwrap().observation;

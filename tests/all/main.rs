@@ -1,5 +1,7 @@
-//! spade's integration tests: one binary, a module per area. Fixture environments live in
-//! `tests/envs/<name>/` (`env.py`, the actions to play, the expected outcome beside them).
+//! spade's integration tests: one binary, a module per area, driving the `spade` binary and the
+//! libraries behind it. Fixture environments live in `tests/envs/<name>/` (`env.py`, the
+//! actions to play, the expected outcome beside them). The sandbox's own tests (limits, escape
+//! corpus, faults, guest memory, yields) are in `crates/sandbox/tests/all`.
 
 mod check;
 mod cli;
@@ -7,23 +9,15 @@ mod common;
 mod credit;
 mod determinism;
 mod envs;
-mod escape;
-mod faults;
 mod fidelity;
 mod fuzz;
-mod guest_memory;
 mod learning;
-// Reads RSS from /proc.
-#[cfg(target_os = "linux")]
-mod limits;
 mod model;
 mod model_cli;
 mod real_model;
 mod replay;
 mod report;
-mod sandbox;
 mod selfplay;
 mod serve;
 mod snapshots;
 mod unicode;
-mod yields;

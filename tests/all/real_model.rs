@@ -1,10 +1,10 @@
 //! Tests on the real default model (SmolLM2-135M-Instruct). Ignored by default: run
-//! `spade model fetch`, then `cargo test -p spade-trainer --test all real_model -- --ignored`.
+//! `spade model fetch`, then `cargo test -p spade --test all real_model -- --ignored`.
 use candle_core::Device;
-use spade_trainer::chat::Message;
-use spade_trainer::fetch;
-use spade_trainer::load::{self, LoadedModel};
-use spade_trainer::sample::{FinishReason, Sampler, SamplingParams};
+use spade_model::chat::Message;
+use spade_model::fetch;
+use spade_model::load::{self, LoadedModel};
+use spade_model::sample::{FinishReason, Sampler, SamplingParams};
 
 fn default_model() -> LoadedModel {
     let path = fetch::default_model_path();
@@ -70,7 +70,7 @@ class Env:
     let chat = m.chat.render(&[Message::new("user", "hi")], true);
     let ids = m.tokenizer.encode(chat.as_str(), false).unwrap();
     assert_eq!(ids.get_ids()[0], 1, "<|im_start|> is one special token");
-    let spade_trainer::chat::ChatTemplate::ChatMl { default_system } = &m.chat;
+    let spade_model::chat::ChatTemplate::ChatMl { default_system } = &m.chat;
     assert_eq!(
         default_system.as_deref(),
         Some("You are a helpful AI assistant named SmolLM, trained by Hugging Face")
@@ -146,10 +146,10 @@ fn logits_agree_with_candle_quantized_llama_on_the_gguf() {
 #[test]
 #[ignore = "needs the default model: run `spade model fetch` first"]
 fn sampled_logprobs_match_the_training_path_and_a_lora_grpo_step_runs() {
-    use spade_trainer::grpo::{GrpoConfig, GrpoSample, GrpoTrainer};
-    use spade_trainer::logprob::{Pair, completion_logprobs};
-    use spade_trainer::model::{LoraConfig, lora};
-    use spade_trainer::optim::{AdamW, AdamWConfig};
+    use spade_model::grpo::{GrpoConfig, GrpoSample, GrpoTrainer};
+    use spade_model::logprob::{Pair, completion_logprobs};
+    use spade_model::model::{LoraConfig, lora};
+    use spade_model::optim::{AdamW, AdamWConfig};
     let mut m = default_model();
     let reference = m.model.clone();
     let adapters = lora::attach_new(&mut m.model, &LoraConfig::default(), 0).unwrap();
@@ -216,22 +216,22 @@ fn sampled_logprobs_match_the_training_path_and_a_lora_grpo_step_runs() {
 /// `spade train` is) so the play and update phases run even if nothing valid is designed.
 /// Prints the metrics line.
 #[test]
-#[ignore = "needs the default model and minutes: run `spade model fetch`, then `cargo test --release -p spade-trainer --test all real_model::one_default_rollout -- --ignored --nocapture`"]
+#[ignore = "needs the default model and minutes: run `spade model fetch`, then `cargo test --release -p spade --test all real_model::one_default_rollout -- --ignored --nocapture`"]
 fn one_default_rollout_finishes_in_under_15_minutes() {
-    use spade_trainer::selfplay::{CandlePolicy, Corpus, Run, TrainConfig, corpus};
+    use spade_selfplay::{CandlePolicy, Corpus, Run, TrainConfig, corpus};
     let cfg = TrainConfig::default();
     let mut policy = CandlePolicy::new(default_model(), &cfg).unwrap();
     let dir = std::env::temp_dir().join(format!("spade-real-rollout-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     // The pool `spade train` starts with: the bundled examples (not the held-out eval envs).
-    let seeds = spade_trainer::selfplay::examples::example_envs();
+    let seeds = spade_selfplay::starter_envs::starter_envs();
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let runtime = spade_runtime::Runtime::new(spade_runtime::Config::default()).unwrap();
+    let runtime = spade_sandbox::Runtime::new(spade_sandbox::Config::default()).unwrap();
     let corpus = Corpus::parse(corpus::DEFAULT_CORPUS, cfg.max_doc_words).unwrap();
     let start = std::time::Instant::now();
     let m = rt.block_on(async {
         let mut run = Run::create(&dir, cfg, corpus, runtime, &mut policy, seeds).unwrap();
-        run.on_progress(spade_trainer::selfplay::progress::Lines::new());
+        run.on_progress(spade_selfplay::progress::Lines::new());
         run.rollout().await.unwrap()
     });
     println!("{}", serde_json::to_string(&m).unwrap());

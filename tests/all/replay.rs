@@ -2,11 +2,11 @@
 //! and divergence are reported precisely.
 
 use serde_json::Value;
-use spade_runtime::SandboxOptions;
-use spade_runtime::trajectory::{
+use spade_envtools::trajectory::{
     RecordMeta, Recorder, ReplayOptions, Trajectory, TrajectoryError, Truncation, replay,
     sha256_hex,
 };
+use spade_sandbox::SandboxOptions;
 
 use crate::common::{env_actions, env_dir, env_source, fixtures, runtime, spade, stderr, stdout};
 
@@ -39,7 +39,7 @@ async fn record(name: &str, seed: u64) -> String {
     String::from_utf8(bytes).unwrap()
 }
 
-async fn replay_text(text: &str) -> spade_runtime::trajectory::ReplayReport {
+async fn replay_text(text: &str) -> spade_envtools::trajectory::ReplayReport {
     let trajectory = Trajectory::parse(text).unwrap();
     replay(&runtime(), &trajectory, &ReplayOptions::default())
         .await
@@ -460,7 +460,7 @@ fn a_killed_recording_replays_as_truncated() {
 }
 
 /// Records `source` with `limits`: reset, then `actions`, then the footer.
-async fn record_source(source: &str, limits: spade_runtime::Limits, actions: &[&str]) -> String {
+async fn record_source(source: &str, limits: spade_sandbox::Limits, actions: &[&str]) -> String {
     let runtime = runtime().with_limits(limits);
     let mut recorder = Recorder::start(
         &runtime,
@@ -491,7 +491,7 @@ fn join_text(lines: &[String]) -> String {
 
 #[tokio::test]
 async fn a_trajectory_asking_for_unbounded_limits_replays_under_the_local_ones() {
-    let local = spade_runtime::Limits {
+    let local = spade_sandbox::Limits {
         fuel_per_call: 100_000_000,
         ..crate::common::test_limits()
     };
@@ -528,7 +528,7 @@ async fn a_trajectory_asking_for_unbounded_limits_replays_under_the_local_ones()
     assert_eq!(serde_json::to_value(recorded).unwrap(), asked);
     assert_eq!(
         used,
-        spade_runtime::trajectory::RecordedLimits::from(&local)
+        spade_envtools::trajectory::RecordedLimits::from(&local)
     );
     assert_eq!(report.outcome.as_deref(), Some("error:out_of_fuel"));
 }
@@ -537,9 +537,9 @@ async fn a_trajectory_asking_for_unbounded_limits_replays_under_the_local_ones()
 fn replay_clamps_limits_above_the_local_defaults_unless_trusted() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("generous.jsonl");
-    let generous = spade_runtime::Limits {
+    let generous = spade_sandbox::Limits {
         fuel_per_call: 20_000_000_000,
-        ..spade_runtime::Limits::default()
+        ..spade_sandbox::Limits::default()
     };
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let text = runtime.block_on(record_source(
@@ -672,7 +672,7 @@ async fn divergence_after(
     lines: &[String],
     at: usize,
     edit: impl Fn(&str) -> String,
-) -> spade_runtime::trajectory::Divergence {
+) -> spade_envtools::trajectory::Divergence {
     let mut edited = lines.to_vec();
     edited[at] = edit(&edited[at]);
     assert_ne!(edited[at], lines[at], "the edit changed nothing");

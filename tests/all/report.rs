@@ -3,11 +3,11 @@
 //! (scripted) self-play run.
 use std::path::{Path, PathBuf};
 
-use spade_trainer::chat::Message;
-use spade_trainer::report::{ReportError, ReportOptions, write_report};
-use spade_trainer::selfplay::rollout::{EnvMetrics, Metrics};
-use spade_trainer::selfplay::state::{PoolEnv, RunState, save_checkpoint};
-use spade_trainer::selfplay::{Corpus, Role, Run, Scripted, TrainConfig};
+use spade_model::chat::Message;
+use spade_selfplay::report::{ReportError, ReportOptions, write_report};
+use spade_selfplay::rollout::{EnvMetrics, Metrics};
+use spade_selfplay::state::{PoolEnv, RunState, save_checkpoint};
+use spade_selfplay::{Corpus, Role, Run, Scripted, TrainConfig};
 
 use crate::common::{self, env_source, runtime, spade, stderr, stdout};
 
@@ -235,7 +235,7 @@ fn best_and_worst_tables_rank_by_regret_and_link_their_files() {
     let run = fake_run(tmp.path());
     let options = ReportOptions { out: None, top: 2 };
     let report = write_report(&run, &options).unwrap();
-    let ids = |v: &[spade_trainer::report::EnvSummary]| {
+    let ids = |v: &[spade_selfplay::report::EnvSummary]| {
         v.iter().map(|e| e.id.clone()).collect::<Vec<_>>()
     };
     assert_eq!(ids(&report.best), ["env00003", "env00001"]);
@@ -267,7 +267,7 @@ fn best_and_worst_tables_rank_by_regret_and_link_their_files() {
     }
     // The charts are inline, so index.html stands alone.
     assert_eq!(html.matches("<svg xmlns").count(), 4);
-    // env00000 is a seed env with no design record.
+    // env00000 is a starter env with no design record.
     assert!(!html.contains("designs/env00000.json"));
     // Every link resolves from the report directory.
     for target in hrefs(&html, &run.join("report")) {
@@ -494,7 +494,7 @@ fn an_unfinished_last_line_or_unreadable_checkpoint_is_a_warning() {
 // ---------------------------------------------------------------- a real run
 
 /// Designer: the arithmetic fixture; agent: right only when the observation carries the hint.
-fn script() -> spade_trainer::selfplay::policy::Script {
+fn script() -> spade_selfplay::policy::Script {
     let source = env_source("arithmetic_puzzle");
     Box::new(move |role: Role, msgs: &[Message]| match role {
         Role::Designer | Role::Repair => format!("Sure.\n```python\n{source}```\n"),

@@ -3,13 +3,13 @@
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use spade_runtime::{Limits, Runtime};
-use spade_trainer::chat::Message;
-use spade_trainer::load::LoadedModel;
-use spade_trainer::selfplay::config::DesignerReward;
-use spade_trainer::selfplay::memory::{EnvMemory, MemoryRecord};
-use spade_trainer::selfplay::policy::Script;
-use spade_trainer::selfplay::{
+use spade_model::chat::Message;
+use spade_model::load::LoadedModel;
+use spade_sandbox::{Limits, Runtime};
+use spade_selfplay::config::DesignerReward;
+use spade_selfplay::memory::{EnvMemory, MemoryRecord};
+use spade_selfplay::policy::Script;
+use spade_selfplay::{
     CandlePolicy, Corpus, Policy, Role, Run, Scripted, TrainConfig, extract, prompts, rewards,
 };
 
@@ -146,7 +146,7 @@ fn corpus_reads_text_or_orig_doc_truncates_and_samples_deterministically() {
     }
     let err = Corpus::parse("{\"title\": \"no text\"}", 10).unwrap_err();
     assert!(err.to_string().contains("`text` or `orig_doc`"), "{err}");
-    let bundled = Corpus::parse(spade_trainer::selfplay::corpus::DEFAULT_CORPUS, 6000).unwrap();
+    let bundled = Corpus::parse(spade_selfplay::corpus::DEFAULT_CORPUS, 6000).unwrap();
     assert!(bundled.docs().len() >= 8);
 }
 
@@ -333,11 +333,11 @@ async fn scripted_iteration_gives_hand_computed_regret_pool_memory_and_rewards()
     let traj = dir.join("trajectories/r00000/env00000-hint-00.jsonl");
     let text = std::fs::read_to_string(&traj).unwrap();
     assert!(text.contains("Multiply first, then add."));
-    let trajectory = spade_runtime::trajectory::Trajectory::parse(&text).unwrap();
-    let report = spade_runtime::trajectory::replay(
+    let trajectory = spade_envtools::trajectory::Trajectory::parse(&text).unwrap();
+    let report = spade_envtools::trajectory::replay(
         &runtime(),
         &trajectory,
-        &spade_runtime::trajectory::ReplayOptions::default(),
+        &spade_envtools::trajectory::ReplayOptions::default(),
     )
     .await
     .unwrap();
@@ -392,7 +392,7 @@ impl<P: Policy> Policy for Recording<P> {
         n: usize,
         max_new_tokens: usize,
         seed: u64,
-    ) -> spade_trainer::Result<Vec<spade_trainer::selfplay::policy::Sampled>> {
+    ) -> spade_model::Result<Vec<spade_selfplay::policy::Sampled>> {
         self.inner.sample(role, messages, n, max_new_tokens, seed)
     }
 
@@ -402,23 +402,23 @@ impl<P: Policy> Policy for Recording<P> {
         chats: &[&[Message]],
         max_new_tokens: usize,
         seeds: &[u64],
-    ) -> spade_trainer::Result<Vec<spade_trainer::selfplay::policy::Sampled>> {
+    ) -> spade_model::Result<Vec<spade_selfplay::policy::Sampled>> {
         self.batches.lock().unwrap().push((role, seeds.to_vec()));
         self.inner.sample_each(role, chats, max_new_tokens, seeds)
     }
 
     fn update(
         &mut self,
-        batch: &[spade_trainer::grpo::GrpoSample],
-    ) -> spade_trainer::Result<Option<spade_trainer::grpo::UpdateStats>> {
+        batch: &[spade_model::grpo::GrpoSample],
+    ) -> spade_model::Result<Option<spade_model::grpo::UpdateStats>> {
         self.inner.update(batch)
     }
 
-    fn save(&self, dir: &std::path::Path) -> spade_trainer::Result<()> {
+    fn save(&self, dir: &std::path::Path) -> spade_model::Result<()> {
         self.inner.save(dir)
     }
 
-    fn load(&mut self, dir: &std::path::Path) -> spade_trainer::Result<()> {
+    fn load(&mut self, dir: &std::path::Path) -> spade_model::Result<()> {
         self.inner.load(dir)
     }
 }
@@ -463,10 +463,10 @@ async fn rejected_designs_are_repaired_in_one_batch_and_hints_are_one_batch() {
     };
     // One repair batch of both designs, each with the seed it has when repaired alone
     // (rollout 0, prompt 0, completion g, attempt 1).
-    let repair = |g: u64| spade_trainer::selfplay::seeds::derive(seed, "repair", &[0, 0, g, 1]);
+    let repair = |g: u64| spade_selfplay::seeds::derive(seed, "repair", &[0, 0, g, 1]);
     assert_eq!(of(Role::Repair), vec![vec![repair(0), repair(1)]]);
     // Both new envs' hints in one batch, each seeded by its pool index.
-    let hint = |i: u64| spade_trainer::selfplay::seeds::derive(seed, "hint", &[0, i]);
+    let hint = |i: u64| spade_selfplay::seeds::derive(seed, "hint", &[0, i]);
     assert_eq!(of(Role::Hint), vec![vec![hint(0), hint(1)]]);
     assert!(run.state.pool.iter().all(|e| e.hint.is_some()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -563,7 +563,7 @@ fn tiny_cfg() -> TrainConfig {
     }
 }
 
-fn seed_envs() -> Vec<(String, String)> {
+fn starter_envs() -> Vec<(String, String)> {
     vec![("arithmetic_puzzle".into(), env_source("arithmetic_puzzle"))]
 }
 
@@ -572,8 +572,8 @@ async fn a_tiny_random_model_runs_a_full_rollout_with_an_update() {
     let dir = tmp("tiny");
     let cfg = tiny_cfg();
     let mut policy = CandlePolicy::new(tiny_loaded(1), &cfg).unwrap();
-    let mut run = Run::create(&dir, cfg, corpus(), runtime(), &mut policy, seed_envs()).unwrap();
-    let events = std::sync::Arc::new(spade_trainer::selfplay::progress::Recorded::default());
+    let mut run = Run::create(&dir, cfg, corpus(), runtime(), &mut policy, starter_envs()).unwrap();
+    let events = std::sync::Arc::new(spade_selfplay::progress::Recorded::default());
     run.on_progress(events.clone());
     let m = run.rollout().await.unwrap();
     // Progress: every phase starts and finishes in order; sampling phases count tokens.
@@ -612,7 +612,7 @@ async fn a_tiny_random_model_runs_a_full_rollout_with_an_update() {
         .map(|e| e.strip_prefix("advance ").unwrap().parse::<u64>().unwrap())
         .sum();
     assert!(design_tokens > 0 && design_tokens <= 48, "{design_tokens}");
-    // The random model writes no valid env: the metrics say so; the seed env is played.
+    // The random model writes no valid env: the metrics say so; the starter env is played.
     assert!(m.designed);
     assert_eq!(m.designs, 2);
     assert_eq!(m.valid, 0);
@@ -652,14 +652,14 @@ fn eval_dir() -> PathBuf {
 
 #[tokio::test]
 async fn every_held_out_env_passes_check() {
-    let envs = spade_trainer::selfplay::eval::load_envs(&eval_dir()).unwrap();
+    let envs = spade_selfplay::eval::load_envs(&eval_dir()).unwrap();
     assert_eq!(envs.len(), 4);
     let mut tool_use = 0;
     for e in &envs {
-        let report = spade_runtime::check::check(
+        let report = spade_envtools::check::check(
             &runtime(),
             &e.source,
-            &spade_runtime::check::CheckOptions::default(),
+            &spade_envtools::check::CheckOptions::default(),
         )
         .await;
         assert!(report.accepted, "{}: {:?}", e.name, report.codes());
@@ -670,7 +670,7 @@ async fn every_held_out_env_passes_check() {
 
 #[tokio::test]
 async fn eval_reports_win_rate_per_skill_with_multi_turn_history() {
-    let envs = spade_trainer::selfplay::eval::load_envs(&eval_dir()).unwrap();
+    let envs = spade_selfplay::eval::load_envs(&eval_dir()).unwrap();
     // Binary search on number_guess (reads the bounds from the last observation); a wrong
     // answer everywhere else.
     let mut policy = Scripted::new(
@@ -694,18 +694,10 @@ async fn eval_reports_win_rate_per_skill_with_multi_turn_history() {
         }),
         None,
     );
-    let (scores, per_skill) = spade_trainer::selfplay::eval::evaluate(
-        &runtime(),
-        &mut policy,
-        &envs,
-        2,
-        0,
-        8,
-        16,
-        |_| {},
-    )
-    .await
-    .unwrap();
+    let (scores, per_skill) =
+        spade_selfplay::eval::evaluate(&runtime(), &mut policy, &envs, 2, 0, 8, 16, |_| {})
+            .await
+            .unwrap();
     assert_eq!(scores.len(), 4);
     assert_eq!(per_skill.len(), 4);
     assert_eq!(per_skill["Strategic Planning"], 1.0);
@@ -713,24 +705,48 @@ async fn eval_reports_win_rate_per_skill_with_multi_turn_history() {
     assert_eq!(per_skill["Optimization"], 0.0);
 }
 
+/// Three starter environments are copies of fixtures (the binary embeds no test fixture):
+/// each copy must still be byte for byte its fixture, so a change to one is made to both.
+#[test]
+fn the_starter_envs_copied_from_fixtures_equal_their_fixtures() {
+    let starters = spade_selfplay::starter_envs::starter_envs();
+    let mut copies = 0;
+    for (name, source) in &starters {
+        let fixture = crate::common::env_dir(name).join("env.py");
+        if fixture.is_file() {
+            assert_eq!(
+                source,
+                &std::fs::read_to_string(&fixture).unwrap(),
+                "crates/selfplay/assets/starter_envs/{name}/env.py differs from {}",
+                fixture.display()
+            );
+            copies += 1;
+        }
+    }
+    assert_eq!(
+        copies, 3,
+        "arithmetic_puzzle, grid_walk and tool_inventory are copies"
+    );
+}
+
 #[tokio::test]
-async fn every_bundled_seed_env_passes_check_and_the_edge_envs_score_by_hand() {
-    for (name, source) in spade_trainer::selfplay::examples::example_envs() {
-        let report = spade_runtime::check::check(
+async fn every_bundled_starter_env_passes_check_and_the_edge_envs_score_by_hand() {
+    for (name, source) in spade_selfplay::starter_envs::starter_envs() {
+        let report = spade_envtools::check::check(
             &runtime(),
             &source,
-            &spade_runtime::check::CheckOptions::default(),
+            &spade_envtools::check::CheckOptions::default(),
         )
         .await;
         assert!(report.accepted, "{name}: {:?}", report.codes());
     }
     // Lenient parsing, by hand: the bigger of the two numbers in the observation wins, with or
     // without \boxed{}; the smaller loses.
-    let envs = spade_trainer::selfplay::examples::example_envs();
+    let envs = spade_selfplay::starter_envs::starter_envs();
     let bigger = &envs.iter().find(|(n, _)| n == "bigger_number").unwrap().1;
     for (reply, wins) in [("big", true), ("boxed", true), ("small", false)] {
         let mut sb = runtime()
-            .sandbox(bigger, spade_runtime::SandboxOptions::seeded(3))
+            .sandbox(bigger, spade_sandbox::SandboxOptions::seeded(3))
             .await
             .unwrap();
         let obs = sb.reset(Some(3)).await.unwrap().observation;
@@ -757,7 +773,7 @@ async fn every_bundled_seed_env_passes_check_and_the_edge_envs_score_by_hand() {
     let guess = &envs.iter().find(|(n, _)| n == "guess_three").unwrap().1;
     for seed in 0..6 {
         let mut sb = runtime()
-            .sandbox(guess, spade_runtime::SandboxOptions::seeded(seed))
+            .sandbox(guess, spade_sandbox::SandboxOptions::seeded(seed))
             .await
             .unwrap();
         sb.reset(Some(seed)).await.unwrap();

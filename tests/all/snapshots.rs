@@ -5,8 +5,8 @@
 
 use std::sync::OnceLock;
 
-use spade_runtime::trajectory::{RecordMeta, Recorder};
-use spade_runtime::{CallError, Config, Limits, Pool, Runtime, SandboxOptions};
+use spade_envtools::trajectory::{RecordMeta, Recorder};
+use spade_sandbox::{CallError, Config, Limits, Pool, Runtime, SandboxOptions};
 
 use crate::common::{env_actions, env_dir, env_source, fixtures, spade, test_limits};
 
@@ -97,7 +97,7 @@ async fn every_fixture_gives_the_same_trajectory_with_and_without_snapshots() {
 async fn every_escape_program_gives_the_same_trajectory_with_and_without_snapshots() {
     let (on, off) = (with_snapshots(), without_snapshots());
     let actions = ["\\boxed{1}".to_owned()];
-    for (name, path) in crate::escape::programs() {
+    for (name, path) in crate::common::escape_programs() {
         let source = std::fs::read_to_string(&path).unwrap();
         let expected = trajectory(&off, &source, 1, &actions).await;
         let got = trajectory(&on, &source, 1, &actions).await;

@@ -9,12 +9,13 @@
 //! class name or tool schemas one of loading.
 
 use serde_json::{Value, json};
-use spade_runtime::check::{CheckOptions, check};
-use spade_runtime::fuzz::{ActionGen, FuzzOptions, Style, fuzz, parse_tools};
-use spade_runtime::trajectory::{
+use spade_envtools::check::{CheckOptions, check};
+use spade_envtools::fuzz::{FuzzOptions, fuzz};
+use spade_envtools::trajectory::{
     RecordError, RecordMeta, Recorder, ReplayOptions, Trajectory, replay,
 };
-use spade_runtime::{CallError, ErrorKind, SandboxOptions};
+use spade_envtools::{ActionGen, Style, parse_tools};
+use spade_sandbox::{CallError, ErrorKind, SandboxOptions};
 
 use crate::common::{env_dir, env_source, runtime, spade, stderr, stdout};
 

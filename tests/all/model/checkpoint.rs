@@ -1,9 +1,9 @@
 //! Save → load round trips for full weights and LoRA adapters.
 use candle_core::{Device, Tensor};
-use spade_trainer::chat::{ChatTemplate, Message};
-use spade_trainer::checkpoint;
-use spade_trainer::load::LoadedModel;
-use spade_trainer::model::{Decoder, LoraConfig, init, lora};
+use spade_model::chat::{ChatTemplate, Message};
+use spade_model::checkpoint;
+use spade_model::load::LoadedModel;
+use spade_model::model::{Decoder, LoraConfig, init, lora};
 
 use super::common::{ids, tiny_llama_with_vocab, tiny_tokenizer};
 

@@ -2,14 +2,14 @@
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarMap;
 use rand::{Rng, SeedableRng, rngs::StdRng};
-use spade_trainer::model::{Config, Decoder};
+use spade_model::model::{Decoder, ModelConfig};
 
 /// The three families, as `model_type` strings.
 pub const FAMILIES: [&str; 3] = ["llama", "qwen2", "qwen3"];
 
 /// A tiny config of `family`; Qwen3 gets an explicit head dim different from hidden/heads.
-pub fn tiny(family: &str) -> Config {
-    let mut cfg = Config::tiny(family);
+pub fn tiny(family: &str) -> ModelConfig {
+    let mut cfg = ModelConfig::tiny(family);
     if family == "qwen3" {
         cfg.head_dim = Some(16);
     }
@@ -17,7 +17,7 @@ pub fn tiny(family: &str) -> Config {
 }
 
 /// A seeded random tiny model in f32.
-pub fn model(cfg: &Config, seed: u64) -> (Decoder, VarMap) {
+pub fn model(cfg: &ModelConfig, seed: u64) -> (Decoder, VarMap) {
     Decoder::random(cfg, seed, 0.2, &Device::Cpu).expect("random model")
 }
 
@@ -83,9 +83,9 @@ pub fn tiny_tokenizer() -> tokenizers::Tokenizer {
 }
 
 /// A tiny llama config whose vocabulary matches [`tiny_vocab`].
-pub fn tiny_llama_with_vocab() -> Config {
-    let mut cfg = Config::tiny("llama");
+pub fn tiny_llama_with_vocab() -> ModelConfig {
+    let mut cfg = ModelConfig::tiny("llama");
     cfg.vocab_size = tiny_vocab().0.len();
-    cfg.eos_token_id = Some(spade_trainer::model::config::TokenIds::One(2));
+    cfg.eos_token_id = Some(spade_model::model::config::TokenIds::One(2));
     cfg
 }

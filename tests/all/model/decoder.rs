@@ -1,7 +1,7 @@
 //! Gradient flow, finite differences, and training-path vs inference-path logits.
 use candle_core::{D, DType, Device, IndexOp, Tensor};
 use candle_nn::{VarBuilder, VarMap};
-use spade_trainer::model::{Decoder, KvCache, PREFILL_CHUNK, init, ops};
+use spade_model::model::{Decoder, KvCache, PREFILL_CHUNK, init, train_ops};
 
 use super::common::{FAMILIES, ids, max_diff, model, tiny};
 
@@ -13,7 +13,7 @@ fn nll(model: &Decoder, ids: &Tensor) -> Tensor {
         .unwrap()
         .narrow(1, 0, t - 1)
         .unwrap();
-    let lp = ops::log_softmax(&logits).unwrap();
+    let lp = train_ops::log_softmax(&logits).unwrap();
     let targets = ids
         .narrow(1, 1, t - 1)
         .unwrap()
@@ -193,7 +193,7 @@ fn right_padding_does_not_change_earlier_logits() {
 
 #[test]
 fn lora_gradients_skip_the_base_and_match_the_plain_matmul_path() {
-    use spade_trainer::model::{LoraConfig, lora};
+    use spade_model::model::{LoraConfig, lora};
     for family in FAMILIES {
         let cfg = tiny(family);
         let (mut m, base_vm) = model(&cfg, 7);

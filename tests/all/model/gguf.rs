@@ -5,12 +5,12 @@ use std::path::Path;
 use candle_core::quantized::gguf_file::{self, Value};
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
-use spade_trainer::TrainerError;
-use spade_trainer::load::{
+use spade_model::ModelError;
+use spade_model::load::{
     self,
     gguf::{gguf_name, permute},
 };
-use spade_trainer::model::{Config, Decoder};
+use spade_model::model::{Decoder, ModelConfig};
 
 use super::common::{ids, max_diff, tiny_llama_with_vocab, tiny_vocab};
 
@@ -43,7 +43,7 @@ pub(super) const OK: Spec = Spec {
 pub(super) fn write_gguf(
     path: &Path,
     model_vm: &candle_nn::VarMap,
-    cfg: &Config,
+    cfg: &ModelConfig,
     spec: Spec,
 ) -> Vec<(String, Tensor)> {
     let (tokens, merges, types) = tiny_vocab();
@@ -165,7 +165,7 @@ fn quantised_llama_gguf_loads_with_tokenizer() {
     assert_eq!(loaded.tokenizer.decode(enc.get_ids(), false).unwrap(), text);
     assert!(enc.get_tokens().contains(&"Ġthe".to_string()));
     assert_eq!(loaded.eos_ids, vec![2]);
-    let spade_trainer::chat::ChatTemplate::ChatMl { default_system } = &loaded.chat;
+    let spade_model::chat::ChatTemplate::ChatMl { default_system } = &loaded.chat;
     assert_eq!(default_system.as_deref(), Some("You are a tiny test model"));
 }
 
@@ -176,7 +176,7 @@ fn shape_mismatch_names_the_tensor() {
     let path = tmp("mismatch.gguf");
     write_gguf(&path, &vm, &cfg, Spec { ffn_len: 96, ..OK });
     let err = load::load(&path, &Device::Cpu).unwrap_err();
-    assert!(matches!(err, TrainerError::ShapeMismatch { .. }), "{err}");
+    assert!(matches!(err, ModelError::ShapeMismatch { .. }), "{err}");
     let msg = err.to_string();
     assert!(
         msg.contains("blk.0.ffn_down.weight (model.layers.0.mlp.down_proj.weight)"),

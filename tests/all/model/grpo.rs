@@ -1,12 +1,12 @@
 //! GRPO on a toy task, LoRA freezing, advantages, and the fused AdamW.
 use candle_core::{Device, Tensor};
 use candle_nn::VarMap;
-use spade_trainer::grpo::{GrpoConfig, GrpoSample, GrpoTrainer, micro_batches};
-use spade_trainer::logprob::{Pair, Spans, completion_logprobs, span_logprobs};
-use spade_trainer::model::{Decoder, LoraConfig, lora};
-use spade_trainer::optim::{AdamW, AdamWConfig};
-use spade_trainer::sample::{Sampler, SamplingParams};
-use spade_trainer::selfplay::credit::zscore;
+use spade_model::grpo::{GrpoConfig, GrpoSample, GrpoTrainer, micro_batches};
+use spade_model::logprob::{Pair, Spans, completion_logprobs, span_logprobs};
+use spade_model::model::{Decoder, LoraConfig, lora};
+use spade_model::optim::{AdamW, AdamWConfig};
+use spade_model::sample::{Sampler, SamplingParams};
+use spade_selfplay::credit::zscore;
 
 use super::common::{tiny_llama_with_vocab, tiny_tokenizer};
 
@@ -460,9 +460,9 @@ fn later_epochs_move_the_ratio_the_clip_acts_and_the_schedule_sets_each_rate() {
         epochs: 4,
         clip_eps: 0.05,
         max_grad_norm: 0.0,
-        schedule: Some(spade_trainer::schedule::LrSchedule {
+        schedule: Some(spade_model::schedule::LrSchedule {
             warmup_steps: 2,
-            ..spade_trainer::schedule::LrSchedule::constant(4e-2)
+            ..spade_model::schedule::LrSchedule::constant(4e-2)
         }),
         ..GrpoConfig::default()
     };

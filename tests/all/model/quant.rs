@@ -4,10 +4,10 @@
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
 use rand::{Rng, SeedableRng, rngs::StdRng};
-use spade_trainer::load;
-use spade_trainer::model::quant::{BlockFormat, QuantWeight};
-use spade_trainer::model::{DecodeWeights, Decoder, KvCache, LoraConfig, lora};
-use spade_trainer::sample::{Sampler, SamplingParams};
+use spade_model::load;
+use spade_model::model::quant::{BlockFormat, QuantWeight};
+use spade_model::model::{DecodeWeights, Decoder, KvCache, LoraConfig, lora};
+use spade_model::sample::{Sampler, SamplingParams};
 
 use super::common::{ids, max_diff, tiny_llama_with_vocab, tiny_tokenizer};
 use super::gguf::{OK, tmp, write_gguf};
@@ -266,21 +266,21 @@ fn decode_weights_errors_name_the_problem() {
             .starts_with("cannot quantise a weight of 33 columns into blocks of 32"),
         "{err}"
     );
-    let err = spade_trainer::selfplay::config::TrainConfig::parse("decode_weights = \"q4\"", true)
+    let err = spade_selfplay::config::TrainConfig::parse("decode_weights = \"q4\"", true)
         .unwrap_err()
         .to_string();
     assert!(
         err.contains("unknown variant `q4`, expected one of `f32`, `q8_0`, `gguf`"),
         "{err}"
     );
-    let cfg = spade_trainer::selfplay::config::TrainConfig::parse(
+    let cfg = spade_selfplay::config::TrainConfig::parse(
         "decode_weights = \"q8_0\"\nrecompute_old_logprobs = false",
         true,
     )
     .unwrap();
     assert_eq!(cfg.decode_weights, DecodeWeights::Q8_0);
     assert!(!cfg.recompute_old_logprobs);
-    let default = spade_trainer::selfplay::config::TrainConfig::default();
+    let default = spade_selfplay::config::TrainConfig::default();
     assert_eq!(default.decode_weights, DecodeWeights::Gguf);
     assert!(
         default.recompute_old_logprobs,
@@ -290,7 +290,7 @@ fn decode_weights_errors_name_the_problem() {
 
 #[test]
 fn inference_policies_sample_from_the_chosen_decode_weights() {
-    use spade_trainer::selfplay::{CandlePolicy, Policy, TrainConfig};
+    use spade_selfplay::{CandlePolicy, Policy, TrainConfig};
     let cfg = TrainConfig::default();
     // `spade eval`'s policy: the GGUF's own blocks by default, f32 when asked.
     let gguf =

@@ -2,18 +2,18 @@
 use candle_core::{DType, Device, IndexOp, Tensor};
 use candle_nn::VarBuilder;
 use candle_transformers::models::{llama, qwen2, qwen3};
-use spade_trainer::model::Config;
+use spade_model::model::ModelConfig;
 
 use super::common::{ids, max_diff, model, tiny};
 
 /// Our logits for the prompt's last position, then for one decode step.
 fn ours(
-    cfg: &Config,
+    cfg: &ModelConfig,
     seed: u64,
     prompt: &Tensor,
     next: &Tensor,
 ) -> (
-    spade_trainer::model::Decoder,
+    spade_model::model::Decoder,
     candle_nn::VarMap,
     Tensor,
     Tensor,
@@ -25,7 +25,7 @@ fn ours(
     (m, vm, a, b)
 }
 
-fn extra(cfg: &Config) -> serde_json::Value {
+fn extra(cfg: &ModelConfig) -> serde_json::Value {
     let mut v = serde_json::to_value(cfg).unwrap();
     let o = v.as_object_mut().unwrap();
     o.insert("num_key_value_heads".into(), cfg.kv_heads().into());

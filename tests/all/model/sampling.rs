@@ -1,8 +1,8 @@
 //! Seeded sampling, groups sharing a prefilled cache, stop conditions and log-probs.
 use candle_core::Device;
-use spade_trainer::logprob::{Pair, completion_logprobs};
-use spade_trainer::model::Decoder;
-use spade_trainer::sample::{FinishReason, Sampler, SamplingParams};
+use spade_model::logprob::{Pair, completion_logprobs};
+use spade_model::model::Decoder;
+use spade_model::sample::{FinishReason, Sampler, SamplingParams};
 
 use super::common::{tiny_llama_with_vocab, tiny_tokenizer};
 
@@ -311,7 +311,7 @@ fn stop_strings_are_found_across_token_boundaries() {
 
 #[test]
 fn find_stop_searches_only_where_a_new_match_can_start() {
-    use spade_trainer::sample::find_stop;
+    use spade_model::sample::find_stop;
     let stop = vec!["</a>".to_string(), "xyz".to_string()];
     // "</" was already searched; "a>" completes the string across the boundary.
     assert_eq!(find_stop("hello </a>", 7, &stop), Some(6));
@@ -327,7 +327,7 @@ fn find_stop_searches_only_where_a_new_match_can_start() {
 #[test]
 fn nucleus_sampling_draws_only_from_the_smallest_set_reaching_top_p() {
     use rand::{Rng, SeedableRng, rngs::StdRng};
-    use spade_trainer::sample::pick;
+    use spade_model::sample::pick;
     let mut rng = StdRng::seed_from_u64(5);
     for case in 0..20 {
         let vocab = [3usize, 70, 500, 5000][case % 4];
@@ -369,7 +369,7 @@ fn nucleus_sampling_draws_only_from_the_smallest_set_reaching_top_p() {
 #[test]
 fn untruncated_sampling_is_the_inverse_cdf_in_vocabulary_order() {
     use rand::{Rng, SeedableRng, rngs::StdRng};
-    use spade_trainer::sample::pick;
+    use spade_model::sample::pick;
     let mut rng = StdRng::seed_from_u64(11);
     for case in 0..12 {
         let vocab = [2usize, 9, 300, 49_152][case % 4];

@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
-use spade_runtime::trajectory::{RecordMeta, Recorder};
-use spade_runtime::{Limits, SandboxOptions};
+use spade_envtools::trajectory::{RecordMeta, Recorder};
+use spade_sandbox::{Limits, SandboxOptions};
 
 use super::env_path;
 use super::harness::{ServeProcess, run_python};

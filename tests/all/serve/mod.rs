@@ -18,8 +18,8 @@ pub const PLAYABLE: &[&str] = &[
     "tool_inventory",
 ];
 
-/// Fixtures with actions that `spade check` rejects, with the error code (from the README's
-/// probe table: `never_ends` never ends, `brace_crash` raises on a brace, `nondeterminism`
+/// Fixtures with actions that `spade check` rejects, with the error code (from the probe table
+/// in docs/check-and-fuzz.md: `never_ends` never ends, `brace_crash` raises on a brace, `nondeterminism`
 /// keeps state across resets).
 pub const REJECTED: &[(&str, &str)] = &[
     ("brace_crash", "step_failed"),

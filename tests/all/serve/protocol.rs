@@ -87,7 +87,7 @@ fn the_stock_openenv_client_plays_every_fixture_as_spade_run_does() {
     assert!(stderr.contains("registered never_ends"), "{stderr}");
 }
 
-/// Faulty fixtures and their rejecting finding, as in the README's probe table.
+/// Faulty fixtures and their rejecting finding, as in the probe table of docs/check-and-fuzz.md.
 const FAULTY: &[(&str, &str, Option<&str>)] = &[
     ("fault_syntax_error", "load_failed", Some("load")),
     ("fault_no_env_class", "load_failed", Some("load")),

@@ -1,0 +1,320 @@
+//! Re-executing a recorded episode and comparing every line byte for byte.
+//!
+//! A trajectory may come from anyone, so the limits it asks for are not taken on trust: each
+//! is clamped to the local runtime's (unless the caller trusts the file).
+
+use spade_sandbox::GUEST_SHA256;
+use spade_sandbox::Runtime;
+
+use super::format::{CallKind, Line, RecordedLimits, canonical, sha256_hex};
+use super::raw;
+use super::read::{Trajectory, TrajectoryError, Truncation};
+use super::recorder::{RecordMeta, Recorder};
+
+/// How to replay.
+#[derive(Debug, Clone, Default)]
+pub struct ReplayOptions {
+    /// Use this source instead of the one embedded in the trajectory; it must hash to the
+    /// recorded `env_sha256`.
+    pub env_source: Option<String>,
+    /// Replay even though the trajectory was recorded with a different guest build.
+    pub allow_guest_mismatch: bool,
+    /// Run under the limits the file records even where they exceed the runtime's own. By
+    /// default each recorded limit (fuel, load fuel, memory, deadline, output) is clamped to
+    /// the runtime's: a hostile file could otherwise ask for unbounded fuel and time.
+    pub trust_limits: bool,
+}
+
+/// The first place where the replay differs from the recording.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Divergence {
+    /// 1-based line number in the trajectory file.
+    pub line: usize,
+    /// What the line records (`step 3`, `reset`, `footer`, ...).
+    pub what: String,
+    /// Dotted path of the first differing field (`ok.reward`, `fuel`, ...).
+    pub field: String,
+    pub recorded: String,
+    pub replayed: String,
+}
+
+impl std::fmt::Display for Divergence {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "line {} ({}), field {}:\n  recorded: {}\n  replayed: {}",
+            self.line, self.what, self.field, self.recorded, self.replayed
+        )
+    }
+}
+
+/// The result of a replay.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReplayReport {
+    /// Calls re-executed (load included).
+    pub calls: usize,
+    /// Steps among them.
+    pub steps: usize,
+    /// The first difference, if any.
+    pub divergence: Option<Divergence>,
+    /// Set when the file was cut short; the complete lines were still replayed.
+    pub truncated: Option<Truncation>,
+    /// `(recorded, this build)` guest hashes when they differ and the replay went ahead.
+    pub guest_mismatch: Option<(String, String)>,
+    /// `(recorded, used)` limits when the replay ran under lower limits than the file asks for
+    /// (clamped to the runtime's). The header's `limits` and the hashes that cover it are then
+    /// not compared; every call still is.
+    pub clamped_limits: Option<(RecordedLimits, RecordedLimits)>,
+    /// The recorded outcome (`terminated`, `truncated`, `error:<kind>`, `open`), if the file has a footer.
+    pub outcome: Option<String>,
+    /// The trace hash of the recorded lines.
+    pub trace_sha256: String,
+}
+
+/// Re-executes `trajectory` in a fresh sandbox of `runtime` and compares every line byte for
+/// byte. The sandbox runs under the recorded limits, each clamped to `runtime`'s own unless
+/// `options.trust_limits`.
+pub async fn replay(
+    runtime: &Runtime,
+    trajectory: &Trajectory,
+    options: &ReplayOptions,
+) -> Result<ReplayReport, TrajectoryError> {
+    let header = &trajectory.header;
+    let guest_mismatch = (header.guest_sha256 != GUEST_SHA256)
+        .then(|| (header.guest_sha256.clone(), GUEST_SHA256.to_owned()));
+    if let Some((recorded, this)) = &guest_mismatch
+        && !options.allow_guest_mismatch
+    {
+        return Err(TrajectoryError::GuestMismatch {
+            recorded: recorded.clone(),
+            this: this.clone(),
+        });
+    }
+    let source = match &options.env_source {
+        Some(source) => {
+            let given = sha256_hex(source.as_bytes());
+            if given != header.env_sha256 {
+                return Err(TrajectoryError::EnvMismatch {
+                    recorded: header.env_sha256.clone(),
+                    given,
+                });
+            }
+            source.clone()
+        }
+        None => {
+            let embedded = sha256_hex(header.env_source.as_bytes());
+            if embedded != header.env_sha256 {
+                return Err(TrajectoryError::Tampered(format!(
+                    "the embedded environment source was altered: the header records sha256 {}, the source hashes to {embedded}",
+                    header.env_sha256
+                )));
+            }
+            header.env_source.clone()
+        }
+    };
+    let local = runtime.limits();
+    let mut limits = header.limits.to_limits(local);
+    if !options.trust_limits {
+        limits = limits.clamp_to(local);
+    }
+    let used = RecordedLimits::from(&limits);
+    let clamped_limits = (used != header.limits).then_some((header.limits, used));
+    let runtime = runtime.with_limits(limits);
+    let meta = RecordMeta {
+        hint: header.hint.clone(),
+        metadata: header.metadata.clone(),
+    };
+    let io = |e: std::io::Error| TrajectoryError::Corrupt {
+        line: 0,
+        message: format!("writing the replayed lines failed: {e}"),
+    };
+    // The replayed lines are compared as they are written and then dropped: only the last one
+    // is kept, never a second copy of the file.
+    let mut recorder = Recorder::start(
+        &runtime,
+        &source,
+        header.options.into(),
+        meta,
+        std::io::sink(),
+    )
+    .await
+    .map_err(io)?;
+    let mut report = ReplayReport {
+        calls: 0,
+        steps: 0,
+        divergence: None,
+        truncated: trajectory.truncated.clone(),
+        guest_mismatch: guest_mismatch.clone(),
+        clamped_limits,
+        outcome: trajectory.footer.as_ref().map(|(_, f)| f.outcome.clone()),
+        trace_sha256: String::new(),
+    };
+    // A header that differs on purpose (another guest, clamped limits) changes the hash chain
+    // and the trace hash; those are then left out, and every other byte is still compared.
+    let mut ignore: Vec<&str> = Vec::new();
+    if guest_mismatch.is_some() {
+        ignore.push("guest_sha256");
+    }
+    if report.clamped_limits.is_some() {
+        ignore.push("limits");
+    }
+    if !ignore.is_empty() {
+        ignore.push("prev_sha256");
+    }
+    let ignore = ignore.as_slice();
+    report.divergence = compare(
+        1,
+        "header",
+        &trajectory.header_text,
+        recorder.header_text(),
+        ignore,
+    );
+    let mut step = 0;
+    for (i, (text, call)) in trajectory.calls.iter().enumerate() {
+        if report.divergence.is_some() {
+            break;
+        }
+        let what = match call.call {
+            CallKind::Load => "load".to_owned(),
+            CallKind::Reset => "reset".to_owned(),
+            CallKind::Step => {
+                step += 1;
+                format!("step {step}")
+            }
+            CallKind::Solution => "solution".to_owned(),
+            CallKind::Close => "close".to_owned(),
+        };
+        let _ = match call.call {
+            CallKind::Load => Ok(()),
+            CallKind::Reset => recorder.reset(call.seed).await.map(drop),
+            CallKind::Step => recorder
+                .step(call.action.as_deref().unwrap_or_default())
+                .await
+                .map(drop),
+            CallKind::Solution => recorder.solution().await.map(drop),
+            CallKind::Close => recorder.close().await.map(drop),
+        };
+        report.calls += 1;
+        report.steps = step;
+        report.divergence = compare(i + 2, &what, text, recorder.last_line(), ignore);
+    }
+    let (footer, _) = recorder.finish().map_err(io)?;
+    report.trace_sha256 = footer.trace_sha256.clone();
+    if report.divergence.is_none()
+        && let Some((text, _)) = &trajectory.footer
+    {
+        let replayed = canonical(&Line::Footer(footer));
+        let mut ignore_footer = ignore.to_vec();
+        if !ignore.is_empty() {
+            ignore_footer.push("trace_sha256");
+        }
+        report.divergence = compare(
+            trajectory.calls.len() + 2,
+            "footer",
+            text,
+            &replayed,
+            &ignore_footer,
+        );
+    }
+    Ok(report)
+}
+
+/// Compares two lines byte for byte, except for the values of the named top-level fields.
+fn compare(
+    line: usize,
+    what: &str,
+    recorded: &str,
+    replayed: &str,
+    ignore: &[&str],
+) -> Option<Divergence> {
+    if recorded == replayed {
+        return None;
+    }
+    // The recorded values of ignored fields in place of the replayed ones.
+    let spliced = if ignore.is_empty() {
+        None
+    } else {
+        raw::replace_members(replayed, ignore, |field| {
+            raw::member(recorded, field).map(str::to_owned)
+        })
+    };
+    let replayed = spliced.as_deref().unwrap_or(replayed);
+    if recorded == replayed {
+        return None;
+    }
+    let (field, recorded, replayed) = first_difference("", recorded, replayed);
+    Some(Divergence {
+        line,
+        what: what.to_owned(),
+        field: if field.is_empty() {
+            "(whole line)".to_owned()
+        } else {
+            field
+        },
+        recorded: clip(&recorded),
+        replayed: clip(&replayed),
+    })
+}
+
+/// At most 300 characters of `text`.
+fn clip(text: &str) -> String {
+    match text.char_indices().nth(300) {
+        Some((at, _)) => format!("{}...", &text[..at]),
+        None => text.to_owned(),
+    }
+}
+
+fn join(path: &str, key: &str) -> String {
+    if path.is_empty() {
+        key.to_owned()
+    } else {
+        format!("{path}.{key}")
+    }
+}
+
+/// The dotted path of the first difference between two different JSON texts `a` and `b`, and
+/// the raw text of each side there. Members are compared in written order (a member in another
+/// place is a difference), values by their exact text (`1.0` and `1` differ). Where the
+/// difference is outside any member (spacing, a key's escapes), the path of the enclosing value.
+fn first_difference(path: &str, a: &str, b: &str) -> (String, String, String) {
+    let whole = || (path.to_owned(), a.to_owned(), b.to_owned());
+    if let (Some(x), Some(y)) = (raw::members(a), raw::members(b)) {
+        for i in 0..x.len().max(y.len()) {
+            match (x.get(i), y.get(i)) {
+                (Some((ka, va)), Some((kb, vb))) if ka == kb => {
+                    if va.get() != vb.get() {
+                        return first_difference(&join(path, ka), va.get(), vb.get());
+                    }
+                }
+                (Some((ka, va)), Some((kb, vb))) => {
+                    let entry = |k: &str, v: &str| format!("{}:{v}", serde_json::Value::from(k));
+                    return (join(path, ka), entry(ka, va.get()), entry(kb, vb.get()));
+                }
+                (Some((ka, va)), None) => {
+                    return (join(path, ka), va.get().to_owned(), "(absent)".to_owned());
+                }
+                (None, Some((kb, vb))) => {
+                    return (join(path, kb), "(absent)".to_owned(), vb.get().to_owned());
+                }
+                (None, None) => break,
+            }
+        }
+        return whole();
+    }
+    if let (Some(x), Some(y)) = (raw::elements(a), raw::elements(b)) {
+        for i in 0..x.len().max(y.len()) {
+            let at = join(path, &i.to_string());
+            match (x.get(i), y.get(i)) {
+                (Some(va), Some(vb)) if va.get() != vb.get() => {
+                    return first_difference(&at, va.get(), vb.get());
+                }
+                (Some(_), Some(_)) => {}
+                (Some(va), None) => return (at, va.get().to_owned(), "(absent)".to_owned()),
+                (None, Some(vb)) => return (at, "(absent)".to_owned(), vb.get().to_owned()),
+                (None, None) => break,
+            }
+        }
+        return whole();
+    }
+    whole()
+}

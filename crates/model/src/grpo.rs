@@ -1,0 +1,516 @@
+//! GRPO: a clipped policy-gradient update on samples whose advantages were assigned by the
+//! caller (see `selfplay::credit`), with optional KL to a frozen reference, gradient clipping,
+//! accumulation over micro-batches, several optimiser steps per batch and a learning-rate
+//! schedule.
+use std::ops::Range;
+
+use candle_core::Tensor;
+
+use crate::error::{ModelError, Result};
+use crate::logprob::{Spans, span_logprobs};
+use crate::model::Decoder;
+use crate::optim::AdamW;
+use crate::schedule::LrSchedule;
+
+/// One trained sequence with its advantage.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GrpoSample {
+    /// Prompt ids.
+    pub prompt: Vec<u32>,
+    /// Everything after the prompt: one completion, or a multi-turn episode's completions with
+    /// the observations between them.
+    pub completion: Vec<u32>,
+    /// The ranges of `completion` that the policy sampled and that are trained; the rest is
+    /// context only.
+    pub spans: Vec<Range<usize>>,
+    /// Log-probabilities recorded when sampling, one per trained token, in order.
+    pub old_logprobs: Vec<f32>,
+    /// The advantage every trained token of this sequence gets.
+    pub advantage: f64,
+}
+
+impl GrpoSample {
+    /// A sample whose whole completion is trained.
+    pub fn new(
+        prompt: Vec<u32>,
+        completion: Vec<u32>,
+        old_logprobs: Vec<f32>,
+        advantage: f64,
+    ) -> Self {
+        let spans = if completion.is_empty() {
+            Vec::new()
+        } else {
+            std::iter::once(0..completion.len()).collect()
+        };
+        Self {
+            prompt,
+            completion,
+            spans,
+            old_logprobs,
+            advantage,
+        }
+    }
+
+    /// Tokens trained (the spans' total length).
+    pub fn trained_tokens(&self) -> usize {
+        self.spans.iter().map(|r| r.len()).sum()
+    }
+}
+
+/// GRPO hyper-parameters.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GrpoConfig {
+    /// Ratio clip range: the ratio is clipped to `[1 - clip_eps, 1 + clip_eps]`.
+    pub clip_eps: f64,
+    /// Weight of the KL penalty to the reference model (0 disables it).
+    pub kl_coef: f64,
+    /// Global gradient-norm clip (0 disables it).
+    pub max_grad_norm: f64,
+    /// Samples per forward/backward pass; gradients are accumulated across micro-batches.
+    pub micro_batch: usize,
+    /// Most padded tokens (samples x longest sequence) per micro-batch, 0 for no limit: a
+    /// micro-batch closes early when the next sample would pass it, so long sequences train
+    /// in smaller groups (a sample longer than the limit trains alone).
+    pub micro_batch_tokens: usize,
+    /// Optimiser steps per batch ([`GrpoTrainer::update`]): from the second on, the policy
+    /// differs from the one that sampled, so the importance ratio moves and clipping acts.
+    pub epochs: usize,
+    /// The learning rate per optimiser step (`None` leaves the optimiser's rate alone).
+    pub schedule: Option<LrSchedule>,
+    /// Replace the samples' old log-probabilities by the training path's at the start of
+    /// [`GrpoTrainer::update`] (the first step's forward pass, before any optimiser step,
+    /// is the sampling policy on the training path, so this costs no extra pass). Needed when
+    /// sampling read other weights or kernels than training (quantised decoding): the
+    /// importance ratio then compares the training path with itself and starts at exactly 1.
+    pub recompute_old_logprobs: bool,
+}
+
+impl Default for GrpoConfig {
+    fn default() -> Self {
+        Self {
+            clip_eps: 0.2,
+            kl_coef: 0.0,
+            max_grad_norm: 1.0,
+            micro_batch: 4,
+            micro_batch_tokens: 0,
+            epochs: 1,
+            schedule: None,
+            recompute_old_logprobs: false,
+        }
+    }
+}
+
+/// What one optimiser step did.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StepStats {
+    /// Loss (token mean).
+    pub loss: f64,
+    /// Mean advantage per trained token.
+    pub mean_advantage: f64,
+    /// Mean importance ratio over the scored tokens (1 when none was scored).
+    pub mean_ratio: f64,
+    /// Fraction of the scored tokens whose ratio was outside the clip range.
+    pub clip_fraction: f64,
+    /// Mean KL estimate to the reference (0 without one).
+    pub kl: f64,
+    /// Gradient norm before clipping.
+    pub grad_norm: f64,
+    /// The learning rate of the step.
+    pub lr: f64,
+    /// Completion tokens trained on: the loss is their mean.
+    pub tokens: usize,
+    /// Trained tokens that went through the model. Without a KL term, a sample whose
+    /// advantage is 0 has a surrogate of exactly 0 and no gradient, so it is left out of the
+    /// forward and backward passes (it still counts in the loss's token mean); the ratio,
+    /// clip and gap figures are over these tokens.
+    pub scored_tokens: usize,
+    /// Mean |training-path log-prob - the sample's old log-prob| per scored token (0 when
+    /// none was scored). In the first step of an update, before any optimiser step, this is
+    /// the gap between the sampling path (quantised weights, fused kernels) and the training
+    /// path.
+    pub logprob_gap: f64,
+}
+
+/// What [`GrpoTrainer::update`] did: one [`StepStats`] per optimiser step.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UpdateStats {
+    /// Each step, in order.
+    pub steps: Vec<StepStats>,
+}
+
+impl UpdateStats {
+    fn mean(&self, f: impl Fn(&StepStats) -> f64) -> f64 {
+        self.steps.iter().map(f).sum::<f64>() / self.steps.len().max(1) as f64
+    }
+
+    /// The first step's loss (the surrogate at the sampling policy).
+    pub fn loss(&self) -> f64 {
+        self.steps.first().map_or(0.0, |s| s.loss)
+    }
+
+    /// Mean gradient norm over the steps.
+    pub fn grad_norm(&self) -> f64 {
+        self.mean(|s| s.grad_norm)
+    }
+
+    /// Mean KL to the reference over the steps.
+    pub fn kl(&self) -> f64 {
+        self.mean(|s| s.kl)
+    }
+
+    /// Mean of `f` over the steps that scored tokens; `None` if none did.
+    fn scored_mean(&self, f: impl Fn(&StepStats) -> f64) -> Option<f64> {
+        let scored: Vec<f64> = self
+            .steps
+            .iter()
+            .filter(|s| s.scored_tokens > 0)
+            .map(f)
+            .collect();
+        (!scored.is_empty()).then(|| scored.iter().sum::<f64>() / scored.len() as f64)
+    }
+
+    /// Mean clipped fraction over the steps that scored tokens.
+    pub fn clip_fraction(&self) -> Option<f64> {
+        self.scored_mean(|s| s.clip_fraction)
+    }
+
+    /// Mean importance ratio over the steps that scored tokens.
+    pub fn ratio_mean(&self) -> Option<f64> {
+        self.scored_mean(|s| s.mean_ratio)
+    }
+
+    /// The last step's learning rate.
+    pub fn lr(&self) -> f64 {
+        self.steps.last().map_or(0.0, |s| s.lr)
+    }
+
+    /// The first step's mean |Δ log-prob| per token between the log-probs recorded when
+    /// sampling and the training path's (see [`StepStats::logprob_gap`]); `None` if it scored
+    /// no token.
+    pub fn logprob_gap(&self) -> Option<f64> {
+        self.steps
+            .first()
+            .filter(|s| s.scored_tokens > 0)
+            .map(|s| s.logprob_gap)
+    }
+
+    /// Tokens trained per step.
+    pub fn tokens(&self) -> usize {
+        self.steps.first().map_or(0, |s| s.tokens)
+    }
+
+    /// Tokens per step that went through the model (see [`StepStats::scored_tokens`]).
+    pub fn scored_tokens(&self) -> usize {
+        self.steps.first().map_or(0, |s| s.scored_tokens)
+    }
+}
+
+/// Runs GRPO updates on a policy, with an optional frozen reference for the KL penalty.
+///
+/// With LoRA, a clone of the decoder taken before [`Decoder::attach_lora`] is a free reference:
+/// it shares the frozen base weights' storage and has no adapters.
+#[derive(Debug)]
+pub struct GrpoTrainer<'a> {
+    policy: &'a Decoder,
+    reference: Option<&'a Decoder>,
+    optimizer: AdamW,
+    cfg: GrpoConfig,
+}
+
+impl<'a> GrpoTrainer<'a> {
+    /// A trainer updating `optimizer`'s variables (LoRA adapters or all weights) of `policy`.
+    pub fn new(
+        policy: &'a Decoder,
+        reference: Option<&'a Decoder>,
+        optimizer: AdamW,
+        cfg: GrpoConfig,
+    ) -> Result<Self> {
+        if cfg.micro_batch == 0 {
+            return Err(ModelError::InvalidParameter(
+                "micro_batch must be at least 1".into(),
+            ));
+        }
+        if cfg.kl_coef > 0.0 && reference.is_none() {
+            return Err(ModelError::InvalidParameter(
+                "kl_coef > 0 needs a reference model".into(),
+            ));
+        }
+        Ok(Self {
+            policy,
+            reference,
+            optimizer,
+            cfg,
+        })
+    }
+
+    /// Gives the optimizer back (its state carries over to the next trainer).
+    pub fn into_optimizer(self) -> AdamW {
+        self.optimizer
+    }
+
+    /// The optimizer.
+    pub fn optimizer_mut(&mut self) -> &mut AdamW {
+        &mut self.optimizer
+    }
+
+    /// [`GrpoConfig::epochs`] optimiser steps on `samples`, each at the schedule's rate.
+    /// With [`GrpoConfig::recompute_old_logprobs`], the first step's training-path
+    /// log-probabilities become every step's old log-probabilities.
+    pub fn update(&mut self, samples: &[GrpoSample]) -> Result<UpdateStats> {
+        let mut steps = Vec::with_capacity(self.cfg.epochs.max(1));
+        let mut recomputed: Option<Vec<GrpoSample>> = None;
+        for epoch in 0..self.cfg.epochs.max(1) {
+            if let Some(schedule) = self.cfg.schedule {
+                let lr = schedule.at(self.optimizer.steps());
+                self.optimizer.set_lr(lr);
+            }
+            let batch = recomputed.as_deref().unwrap_or(samples);
+            let recompute = self.cfg.recompute_old_logprobs && epoch == 0;
+            let (stats, fresh) = self.step_inner(batch, recompute)?;
+            if let Some(fresh) = fresh {
+                recomputed = Some(with_old_logprobs(samples, fresh));
+            }
+            steps.push(stats);
+        }
+        Ok(UpdateStats { steps })
+    }
+
+    /// One optimiser step on `samples`; the loss is the token mean over the whole batch.
+    /// The samples' old log-probabilities are used as given.
+    pub fn step(&mut self, samples: &[GrpoSample]) -> Result<StepStats> {
+        Ok(self.step_inner(samples, false)?.0)
+    }
+
+    /// Whether `s` goes through the model: it has trained tokens and, unless a KL term is on,
+    /// a nonzero advantage (with advantage 0 the clipped surrogate is exactly 0 whatever the
+    /// ratio, so its gradient is 0 too).
+    fn scores(&self, s: &GrpoSample) -> bool {
+        let kl = self.reference.is_some() && self.cfg.kl_coef > 0.0;
+        s.trained_tokens() > 0 && (kl || s.advantage != 0.0)
+    }
+
+    /// [`GrpoTrainer::step`]; with `recompute`, the old log-probabilities of every scored
+    /// sample are this pass's own (detached), returned by sample index.
+    fn step_inner(
+        &mut self,
+        samples: &[GrpoSample],
+        recompute: bool,
+    ) -> Result<(StepStats, Option<Fresh>)> {
+        let total: usize = samples.iter().map(GrpoSample::trained_tokens).sum();
+        if total == 0 {
+            return Err(ModelError::InvalidParameter(
+                "no completion tokens to train on".into(),
+            ));
+        }
+        for s in samples {
+            if s.old_logprobs.len() != s.trained_tokens() {
+                return Err(ModelError::InvalidParameter(format!(
+                    "{} old log-probs for {} trained tokens",
+                    s.old_logprobs.len(),
+                    s.trained_tokens()
+                )));
+            }
+            if !s.advantage.is_finite() {
+                return Err(ModelError::InvalidParameter(format!(
+                    "an advantage is not finite: {}",
+                    s.advantage
+                )));
+            }
+        }
+        let scored: Vec<usize> = (0..samples.len())
+            .filter(|&i| self.scores(&samples[i]))
+            .collect();
+        let lens: Vec<usize> = scored
+            .iter()
+            .map(|&i| samples[i].prompt.len() + samples[i].completion.len())
+            .collect();
+        let mut pass = StepSums::default();
+        let mut fresh = Vec::new();
+        for range in batch_bounds(&lens, self.cfg.micro_batch, self.cfg.micro_batch_tokens) {
+            let chunk: Vec<(usize, &GrpoSample)> =
+                scored[range].iter().map(|&i| (i, &samples[i])).collect();
+            let lp = self.chunk(&chunk, total, recompute, &mut pass)?;
+            if recompute {
+                let mut rest = lp.as_slice();
+                for (i, s) in chunk {
+                    let (mine, tail) = rest.split_at(s.trained_tokens());
+                    fresh.push((i, mine.to_vec()));
+                    rest = tail;
+                }
+            }
+        }
+        let grads = match pass.grads.take() {
+            Some(grads) => grads,
+            // Nothing scored: every gradient is 0, and the optimiser still takes its step
+            // (its moments and weight decay move the weights as they would have).
+            None => self
+                .optimizer
+                .vars()
+                .map(|v| Ok(Some(v.as_tensor().zeros_like()?)))
+                .collect::<Result<Vec<_>>>()?,
+        };
+        let grad_norm = AdamW::norm(&grads)?;
+        let scale = if self.cfg.max_grad_norm > 0.0 && grad_norm > self.cfg.max_grad_norm {
+            self.cfg.max_grad_norm / grad_norm
+        } else {
+            1.0
+        };
+        let lr = self.optimizer.lr();
+        self.optimizer.step_collected(&grads, scale)?;
+        let t = total as f64;
+        let adv_tokens: f64 = samples
+            .iter()
+            .map(|s| s.advantage * s.trained_tokens() as f64)
+            .sum();
+        let n = pass.scored_tokens;
+        let per_scored = |x: f64, none: f64| if n == 0 { none } else { x / n as f64 };
+        let stats = StepStats {
+            loss: pass.loss,
+            mean_advantage: adv_tokens / t,
+            mean_ratio: per_scored(pass.ratio, 1.0),
+            clip_fraction: per_scored(pass.clipped, 0.0),
+            kl: pass.kl / t,
+            grad_norm,
+            lr,
+            tokens: total,
+            scored_tokens: n,
+            logprob_gap: per_scored(pass.gap, 0.0),
+        };
+        Ok((stats, recompute.then_some(fresh)))
+    }
+
+    /// Forward and backward through one micro-batch of scored samples; adds its gradients
+    /// and sums to `pass` and returns its training-path log-probabilities (detached), in
+    /// order. The loss is divided by `total`, the step's trained tokens. With `recompute`,
+    /// those log-probabilities are the old ones too (the ratio is 1).
+    fn chunk(
+        &self,
+        chunk: &[(usize, &GrpoSample)],
+        total: usize,
+        recompute: bool,
+        pass: &mut StepSums,
+    ) -> Result<Vec<f32>> {
+        let device = self.policy.device().clone();
+        let (lo, hi) = (1.0 - self.cfg.clip_eps, 1.0 + self.cfg.clip_eps);
+        let rows: Vec<Spans> = chunk
+            .iter()
+            .map(|(_, s)| Spans {
+                prompt: &s.prompt,
+                completion: &s.completion,
+                spans: &s.spans,
+            })
+            .collect();
+        let n: usize = chunk.iter().map(|(_, s)| s.trained_tokens()).sum();
+        let old: Vec<f32> = chunk
+            .iter()
+            .flat_map(|(_, s)| s.old_logprobs.iter().copied())
+            .collect();
+        let a: Vec<f32> = chunk
+            .iter()
+            .flat_map(|(_, s)| std::iter::repeat_n(s.advantage as f32, s.trained_tokens()))
+            .collect();
+        let old = Tensor::from_vec(old, n, &device)?;
+        let a = Tensor::from_vec(a, n, &device)?;
+        let lp = span_logprobs(self.policy, &rows)?;
+        let now = lp.detach();
+        pass.gap += f64::from((&now - &old)?.abs()?.sum_all()?.to_scalar::<f32>()?);
+        let old = if recompute { now.clone() } else { old };
+        let ratio = (&lp - &old)?.exp()?;
+        let surr1 = ratio.mul(&a)?;
+        let surr2 = ratio.clamp(lo, hi)?.mul(&a)?;
+        let mut per_tok = surr1.minimum(&surr2)?.neg()?;
+        if let (Some(reference), true) = (self.reference, self.cfg.kl_coef > 0.0) {
+            let ref_lp = span_logprobs(&reference.without_grad(), &rows)?;
+            // k3 estimator: exp(ref - lp) - (ref - lp) - 1 >= 0.
+            let d = (ref_lp - &lp)?;
+            let kl = ((d.exp()? - &d)? - 1.0)?;
+            pass.kl += f64::from(kl.sum_all()?.to_scalar::<f32>()?);
+            per_tok = (per_tok + (kl * self.cfg.kl_coef)?)?;
+        }
+        let loss = (per_tok.sum_all()? / total as f64)?;
+        pass.loss += f64::from(loss.to_scalar::<f32>()?);
+        let r: Vec<f32> = ratio.to_vec1()?;
+        pass.ratio += r.iter().map(|&x| f64::from(x)).sum::<f64>();
+        pass.clipped += r
+            .iter()
+            .filter(|&&x| f64::from(x) < lo || f64::from(x) > hi)
+            .count() as f64;
+        pass.scored_tokens += n;
+        let grads = self.optimizer.collect(&loss.backward()?);
+        pass.grads = Some(match pass.grads.take() {
+            None => grads,
+            Some(acc) => acc
+                .into_iter()
+                .zip(grads)
+                .map(|(a, g)| match (a, g) {
+                    (Some(a), Some(g)) => Ok(Some((a + g)?)),
+                    (a, g) => Ok(a.or(g)),
+                })
+                .collect::<Result<Vec<_>>>()?,
+        });
+        Ok(now.to_vec1::<f32>()?)
+    }
+}
+
+/// Recomputed old log-probabilities, by sample index.
+type Fresh = Vec<(usize, Vec<f32>)>;
+
+/// What the micro-batches of one step add up: accumulated gradients and the statistics' sums.
+#[derive(Default)]
+struct StepSums {
+    grads: Option<Vec<Option<Tensor>>>,
+    loss: f64,
+    ratio: f64,
+    clipped: f64,
+    kl: f64,
+    gap: f64,
+    scored_tokens: usize,
+}
+
+/// `samples` with the old log-probabilities of the samples in `fresh` (by index) replaced.
+fn with_old_logprobs(samples: &[GrpoSample], fresh: Fresh) -> Vec<GrpoSample> {
+    let mut out = samples.to_vec();
+    for (i, lp) in fresh {
+        out[i].old_logprobs = lp;
+    }
+    out
+}
+
+/// Splits `samples` in order into micro-batches of at most `count` samples and, when
+/// `tokens > 0`, at most `tokens` padded tokens; returns each with its first index.
+pub fn micro_batches(
+    samples: &[GrpoSample],
+    count: usize,
+    tokens: usize,
+) -> Vec<(usize, &[GrpoSample])> {
+    let lens: Vec<usize> = samples
+        .iter()
+        .map(|s| s.prompt.len() + s.completion.len())
+        .collect();
+    batch_bounds(&lens, count, tokens)
+        .into_iter()
+        .map(|r| (r.start, &samples[r]))
+        .collect()
+}
+
+/// [`micro_batches`] over sequence lengths: the index range of each micro-batch.
+fn batch_bounds(lens: &[usize], count: usize, tokens: usize) -> Vec<Range<usize>> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    let mut longest = 0;
+    for (i, &len) in lens.iter().enumerate() {
+        let n = i - start;
+        let full =
+            n == count.max(1) || (tokens > 0 && n > 0 && longest.max(len) * (n + 1) > tokens);
+        if full {
+            out.push(start..i);
+            start = i;
+            longest = 0;
+        }
+        longest = longest.max(len);
+    }
+    if start < lens.len() {
+        out.push(start..lens.len());
+    }
+    out
+}

@@ -1,0 +1,20 @@
+//! spade-model: the language-model layer. A trainable decoder in candle with a separate
+//! inference path and its CPU kernels ([`model`]), model loading ([`load`]), chat templates,
+//! seeded sampling ([`sample`]), log-probs ([`logprob`]), LoRA and the GRPO update ([`grpo`],
+//! [`optim`], [`schedule`]), checkpoints and the default model's download ([`fetch`]). It
+//! knows nothing of the sandbox or of self-play.
+#![warn(missing_docs)]
+pub mod chat;
+pub mod checkpoint;
+pub mod error;
+pub mod fetch;
+pub mod grpo;
+pub mod load;
+pub mod logprob;
+pub mod model;
+pub mod optim;
+pub mod prefix_cache;
+pub mod sample;
+pub mod schedule;
+
+pub use error::{ModelError, Result};

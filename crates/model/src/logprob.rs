@@ -1,0 +1,100 @@
+//! Log-probabilities of completions given prompts, on the training path.
+use std::ops::Range;
+
+use candle_core::{D, Tensor};
+
+use crate::error::{ModelError, Result};
+use crate::model::{Decoder, train_ops};
+
+/// One (prompt, completion) pair of token ids.
+#[derive(Debug, Clone, Copy)]
+pub struct Pair<'a> {
+    /// Prompt ids (at least one).
+    pub prompt: &'a [u32],
+    /// Completion ids whose log-probabilities are wanted.
+    pub completion: &'a [u32],
+}
+
+/// Per-token log-probabilities of the completion tokens only, concatenated in batch order:
+/// a tensor `(sum of completion lengths,)` that stays on the autograd graph.
+///
+/// Rows are right-padded to a common length and run as one batch; only the hidden states that
+/// predict completion tokens go through the LM head, so prompt tokens cost no vocabulary-sized
+/// work.
+pub fn completion_logprobs(model: &Decoder, batch: &[Pair]) -> Result<Tensor> {
+    let whole: Vec<Range<usize>> = batch.iter().map(|p| 0..p.completion.len()).collect();
+    let rows: Vec<Spans> = batch
+        .iter()
+        .zip(&whole)
+        .map(|(p, w)| Spans {
+            prompt: p.prompt,
+            completion: p.completion,
+            spans: std::slice::from_ref(w),
+        })
+        .collect();
+    span_logprobs(model, &rows)
+}
+
+/// A (prompt, completion) pair of which only some ranges of the completion are scored: a
+/// multi-turn episode as one sequence, where observation tokens are context only.
+#[derive(Debug, Clone, Copy)]
+pub struct Spans<'a> {
+    /// Prompt ids (at least one).
+    pub prompt: &'a [u32],
+    /// Everything after the prompt.
+    pub completion: &'a [u32],
+    /// Ranges of `completion` to score, in order and not overlapping.
+    pub spans: &'a [Range<usize>],
+}
+
+/// Log-probabilities of the tokens in each row's spans, concatenated in batch and span order:
+/// a tensor `(sum of span lengths,)` on the autograd graph. Only the hidden states that predict
+/// a scored token go through the LM head.
+pub fn span_logprobs(model: &Decoder, batch: &[Spans]) -> Result<Tensor> {
+    let device = model.device();
+    let width = batch
+        .iter()
+        .map(|p| p.prompt.len() + p.completion.len())
+        .max()
+        .unwrap_or(0);
+    let mut ids = Vec::with_capacity(batch.len() * width);
+    let mut targets = Vec::new();
+    for p in batch {
+        if p.prompt.is_empty() {
+            return Err(ModelError::InvalidParameter("a prompt is empty".into()));
+        }
+        let mut end = 0;
+        for r in p.spans {
+            if r.start < end || r.end > p.completion.len() || r.start > r.end {
+                return Err(ModelError::InvalidParameter(format!(
+                    "span {r:?} is out of order or outside a completion of {} tokens",
+                    p.completion.len()
+                )));
+            }
+            end = r.end;
+            targets.extend_from_slice(&p.completion[r.clone()]);
+        }
+        ids.extend_from_slice(p.prompt);
+        ids.extend_from_slice(p.completion);
+        ids.resize(ids.len() + width - p.prompt.len() - p.completion.len(), 0);
+    }
+    if targets.is_empty() {
+        return Err(ModelError::InvalidParameter(
+            "every completion is empty".into(),
+        ));
+    }
+    let ids = Tensor::from_vec(ids, (batch.len(), width), device)?;
+    let hidden = model.hidden_train(&ids)?;
+    let mut rows = Vec::new();
+    for (r, p) in batch.iter().enumerate() {
+        let row = hidden.get(r)?;
+        for span in p.spans.iter().filter(|s| !s.is_empty()) {
+            rows.push(row.narrow(0, p.prompt.len() - 1 + span.start, span.len())?);
+        }
+    }
+    let picked = Tensor::cat(&rows, 0)?;
+    let logp = train_ops::log_softmax(&model.lm_head_train(&picked)?)?;
+    let n = targets.len();
+    let targets = Tensor::from_vec(targets, (n, 1), device)?;
+    Ok(logp.gather(&targets, D::Minus1)?.squeeze(1)?)
+}

@@ -1,0 +1,228 @@
+//! A linear projection with an optional bias and an optional LoRA adapter.
+use std::sync::Arc;
+
+use candle_core::{Result, Tensor};
+use candle_nn::VarBuilder;
+
+use super::kernels::decode_quant_matmul::{LoraFactors, Product};
+use super::quant::QuantWeight;
+
+/// Which weights a forward pass differentiates through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Pass {
+    /// Training path (differentiable ops) rather than the fused inference path.
+    pub train: bool,
+    /// Base weights are tracked (full fine-tuning).
+    pub grad_base: bool,
+    /// LoRA adapters are tracked.
+    pub grad_lora: bool,
+}
+
+impl Pass {
+    /// Inference: nothing is tracked, so no autograd graph builds up across decode steps.
+    pub const INFER: Self = Self {
+        train: false,
+        grad_base: false,
+        grad_lora: false,
+    };
+}
+
+/// Returns `t` as is when tracked, else a detached view sharing its storage.
+pub(crate) fn param(t: &Tensor, tracked: bool) -> Tensor {
+    if tracked { t.clone() } else { t.detach() }
+}
+
+/// A low-rank update `scale * B A` added to a frozen weight.
+#[derive(Debug, Clone)]
+pub struct LoraAdapter {
+    /// `(rank, in_features)`.
+    pub a: Tensor,
+    /// `(out_features, rank)`, zero-initialised.
+    pub b: Tensor,
+    /// `alpha / rank`.
+    pub scale: f64,
+}
+
+/// `y = x W^T + b (+ scale * x A^T B^T)`.
+///
+/// The inference path may read `W` from quantised blocks instead ([`Linear::set_quant`]); the
+/// training path always reads the f32 weight, so gradients stay exact. LoRA and the bias are
+/// applied in f32 on both paths.
+#[derive(Debug, Clone)]
+pub struct Linear {
+    name: String,
+    weight: Tensor,
+    bias: Option<Tensor>,
+    lora: Option<LoraAdapter>,
+    /// The blocks a GGUF file stored for this weight, if it has a kernel here.
+    native: Option<Arc<QuantWeight>>,
+    /// The blocks the inference path reads instead of `weight`, if any.
+    quant: Option<Arc<QuantWeight>>,
+}
+
+impl Linear {
+    /// Loads `weight` `(out, in)` and, if `bias`, `bias` `(out)` under `vb`.
+    pub fn new(in_dim: usize, out_dim: usize, bias: bool, vb: VarBuilder) -> Result<Self> {
+        let weight = vb.get((out_dim, in_dim), "weight")?;
+        let bias = if bias {
+            Some(vb.get(out_dim, "bias")?)
+        } else {
+            None
+        };
+        Ok(Self {
+            name: vb.prefix(),
+            weight,
+            bias,
+            lora: None,
+            native: None,
+            quant: None,
+        })
+    }
+
+    /// Wraps an existing weight (used for a tied LM head).
+    pub fn from_weight(name: String, weight: Tensor) -> Self {
+        Self {
+            name,
+            weight,
+            bias: None,
+            lora: None,
+            native: None,
+            quant: None,
+        }
+    }
+
+    /// The checkpoint path of this projection, e.g. `model.layers.0.self_attn.q_proj`.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// `(out_features, in_features)`.
+    pub fn dims(&self) -> Result<(usize, usize)> {
+        self.weight.dims2()
+    }
+
+    /// The base weight.
+    pub fn weight(&self) -> &Tensor {
+        &self.weight
+    }
+
+    /// Records the blocks a GGUF file stored for this weight (they must encode it).
+    pub fn set_native(&mut self, blocks: Option<Arc<QuantWeight>>) {
+        self.native = blocks;
+    }
+
+    /// The blocks a GGUF file stored for this weight.
+    pub fn native(&self) -> Option<&Arc<QuantWeight>> {
+        self.native.as_ref()
+    }
+
+    /// Makes the inference path read `blocks` (`None`: the f32 weight). The blocks must
+    /// encode a frozen weight: an optimiser step on the base weight does not reach them.
+    pub fn set_quant(&mut self, blocks: Option<Arc<QuantWeight>>) {
+        self.quant = blocks;
+    }
+
+    /// The blocks the inference path reads, if any.
+    pub fn quant(&self) -> Option<&Arc<QuantWeight>> {
+        self.quant.as_ref()
+    }
+
+    /// Installs a LoRA adapter.
+    pub fn set_lora(&mut self, lora: LoraAdapter) {
+        self.lora = Some(lora);
+    }
+
+    /// The quantised product of the inference path for `rows` input rows, with the adapter
+    /// when it is frozen; `None` when the inference path does not read blocks here.
+    fn product(&self, pass: Pass, rows: usize) -> Option<Product<'_>> {
+        let q = self.quant.as_deref()?;
+        if pass.train || rows > super::kernels::decode_quant_matmul::MAX_ROWS {
+            return None;
+        }
+        let lora = match &self.lora {
+            Some(l) if !pass.grad_lora => Some(LoraFactors {
+                a: &l.a,
+                b: &l.b,
+                scale: l.scale as f32,
+            }),
+            _ => None,
+        };
+        Some(Product { weight: q, lora })
+    }
+
+    /// [`Linear::forward`] of several projections of one input (a layer's q/k/v or
+    /// gate/up): when every one reads quantised blocks and has no adapter left to add by
+    /// candle ops, the input is quantised once and all products run as one parallel job,
+    /// with the same results as one call each.
+    pub(crate) fn forward_many<const N: usize>(
+        linears: [&Linear; N],
+        xs: &Tensor,
+        pass: Pass,
+    ) -> Result<[Tensor; N]> {
+        let dims = xs.dims().to_vec();
+        let in_dim = *dims.last().expect("linear input has a last dimension");
+        let rows = xs.elem_count() / in_dim;
+        let products: Vec<Product<'_>> = linears
+            .iter()
+            .filter_map(|l| l.product(pass, rows))
+            .collect();
+        let fused = products.len() == N
+            && linears
+                .iter()
+                .zip(&products)
+                .all(|(l, p)| l.lora.is_some() == p.lora.is_some());
+        if !fused {
+            return linears
+                .iter()
+                .map(|l| l.forward(xs, pass))
+                .collect::<Result<Vec<_>>>()
+                .map(|v| v.try_into().expect("one output per projection"));
+        }
+        let x2 = xs.reshape((rows, in_dim))?;
+        let kernel = super::kernels::decode_quant_matmul::kernel();
+        let outs = super::kernels::decode_quant_matmul::matmul_t_fused(&x2, &products, kernel)?;
+        let mut done = Vec::with_capacity(N);
+        for (l, mut y) in linears.iter().zip(outs) {
+            if let Some(b) = &l.bias {
+                y = y.broadcast_add(&param(b, pass.grad_base))?;
+            }
+            let mut out_dims = dims.clone();
+            *out_dims.last_mut().expect("nonempty") = y.dim(1)?;
+            done.push(y.reshape(out_dims)?);
+        }
+        Ok(done.try_into().expect("one output per projection"))
+    }
+
+    pub(crate) fn forward(&self, xs: &Tensor, pass: Pass) -> Result<Tensor> {
+        let dims = xs.dims().to_vec();
+        let in_dim = *dims.last().expect("linear input has a last dimension");
+        let rows = xs.elem_count() / in_dim;
+        let x2 = xs.reshape((rows, in_dim))?;
+        // The quantised decode product adds the adapter itself (no candle ops per step).
+        let mut lora_added = false;
+        let mut y = if pass.train && !pass.grad_base {
+            super::kernels::train_matmul::frozen_matmul(&x2, &self.weight)?
+        } else if let Some(p) = self.product(pass, rows) {
+            lora_added = p.lora.is_some();
+            let kernel = super::kernels::decode_quant_matmul::kernel();
+            let mut out = super::kernels::decode_quant_matmul::matmul_t_fused(&x2, &[p], kernel)?;
+            out.pop().expect("one product gives one output")
+        } else if !pass.train && super::kernels::decode_matmul::applies(&x2, &self.weight, rows) {
+            super::kernels::decode_matmul::matmul_t(&x2, &self.weight.detach())?
+        } else {
+            x2.matmul(&param(&self.weight, pass.grad_base).t()?)?
+        };
+        if let Some(b) = &self.bias {
+            y = y.broadcast_add(&param(b, pass.grad_base))?;
+        }
+        if let (Some(l), false) = (&self.lora, lora_added) {
+            let a = param(&l.a, pass.grad_lora);
+            let b = param(&l.b, pass.grad_lora);
+            let delta = x2.matmul(&a.t()?)?.matmul(&b.t()?)?;
+            y = (y + (delta * l.scale)?)?;
+        }
+        let mut out_dims = dims;
+        *out_dims.last_mut().expect("nonempty") = y.dim(1)?;
+        y.reshape(out_dims)
+    }
+}

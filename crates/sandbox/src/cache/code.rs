@@ -1,0 +1,97 @@
+//! Compiled bytecode of environment sources, cached on disk beside the snapshots, so that a
+//! new process does not compile again a source an earlier one compiled (a throwaway sandbox
+//! and RustPython's compiler: most of what a process start costs after the runtime is up).
+//!
+//! One file per guest artifact, source and set of limits (the compile runs under the load
+//! limits, so a compile that succeeded under larger ones says nothing about smaller ones).
+//! Only successful compiles are kept. Files are private and checked like every cached
+//! artifact; a damaged file (wrong length or sha256) is ignored and written again.
+
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+use crate::cache::artifact::private;
+use crate::config::Limits;
+
+/// The first line of every code file; the bytecode follows it.
+const FORMAT: &str = "spade-code-1";
+
+/// Where the bytecode of `source_sha256` compiled under `limits` by the guest `artifact_key`
+/// is cached.
+pub(crate) fn path(
+    dir: &Path,
+    artifact_key: &str,
+    source_sha256: &str,
+    limits: &Limits,
+) -> PathBuf {
+    let mut hash = Sha256::new();
+    for part in [FORMAT, artifact_key, source_sha256, &format!("{limits:?}")] {
+        hash.update(part.as_bytes());
+        hash.update([0]);
+    }
+    let name = hex::encode(hash.finalize());
+    dir.join("code").join(format!("{}.code", &name[..32]))
+}
+
+/// The cached bytecode at `path`, if it is there, private and intact.
+pub(crate) fn read(path: &Path) -> Option<Vec<u8>> {
+    private::check(path).ok()?;
+    let bytes = std::fs::read(path).ok()?;
+    let newline = bytes.iter().position(|&b| b == b'\n')?;
+    let header = std::str::from_utf8(&bytes[..newline]).ok()?;
+    let mut fields = header.split(' ');
+    let (format, len, sha256) = (fields.next()?, fields.next()?, fields.next()?);
+    let code = &bytes[newline + 1..];
+    let intact = format == FORMAT
+        && fields.next().is_none()
+        && len.parse::<usize>().ok()? == code.len()
+        && hex::encode(Sha256::digest(code)) == sha256;
+    intact.then(|| code.to_vec())
+}
+
+/// Caches `code` at `path` (atomically, private).
+pub(crate) fn write(path: &Path, code: &[u8]) -> std::io::Result<()> {
+    let header = format!(
+        "{FORMAT} {} {}\n",
+        code.len(),
+        hex::encode(Sha256::digest(code))
+    );
+    private::write_atomic(path, &[header.as_bytes(), code])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bytecode_round_trips_and_damage_is_ignored() {
+        let dir = std::env::temp_dir().join(format!("spade-code-cache-{}", std::process::id()));
+        let file = path(&dir, "artifact", "source", &Limits::default());
+        assert!(read(&file).is_none(), "nothing is cached yet");
+        write(&file, b"\x00bytecode\nwith a newline").unwrap();
+        assert_eq!(read(&file).unwrap(), b"\x00bytecode\nwith a newline");
+        let mut bytes = std::fs::read(&file).unwrap();
+        *bytes.last_mut().unwrap() ^= 1;
+        std::fs::write(&file, &bytes).unwrap();
+        assert!(read(&file).is_none(), "a damaged file must not be used");
+        bytes.pop();
+        std::fs::write(&file, &bytes).unwrap();
+        assert!(read(&file).is_none(), "a truncated file must not be used");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn the_key_covers_guest_source_and_limits() {
+        let dir = Path::new("/cache");
+        let base = path(dir, "a", "s", &Limits::default());
+        assert_ne!(base, path(dir, "b", "s", &Limits::default()));
+        assert_ne!(base, path(dir, "a", "t", &Limits::default()));
+        let smaller = Limits {
+            load_fuel: 1,
+            ..Limits::default()
+        };
+        assert_ne!(base, path(dir, "a", "s", &smaller));
+        assert_eq!(base, path(dir, "a", "s", &Limits::default()));
+    }
+}

@@ -1,0 +1,470 @@
+//! The per-process runtime: engine, linker, pre-instantiated guest, epoch ticker (with
+//! [`Yields::Epochs`]).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tokio::sync::OnceCell;
+use wasmtime::Engine;
+use wasmtime::component::Linker;
+
+use crate::bindings::SandboxPre;
+use crate::cache::snapshot::{self, LoadPlan, Snapshot};
+use crate::cache::{artifact, code as code_cache, snapshot_file as snapshot_cache};
+use crate::config::{Config, Limits, Pool, Yields};
+use crate::error::{CallError, RuntimeError};
+use crate::sandbox::{EnvInfo, GuestPre, Sandbox, SandboxOptions, SandboxState};
+use crate::source::{EnvSource, PlanKey, SourceCache};
+use crate::wasi;
+
+/// How often the engine's epoch advances: a long-running call yields to the async executor (and
+/// its deadline is checked) at this granularity.
+const EPOCH_TICK: Duration = Duration::from_millis(10);
+
+/// Everything that is built once per process. Cheap to clone; share it between tasks.
+#[derive(Clone)]
+pub struct Runtime {
+    inner: Arc<Inner>,
+    limits: Arc<Limits>,
+}
+
+struct Inner {
+    engine: Engine,
+    guest: GuestPre,
+    config: Config,
+    sources: SourceCache,
+    stop_ticker: Arc<AtomicBool>,
+    linked: Vec<String>,
+    trapped: Vec<String>,
+    /// A fresh interpreter's memory, the base snapshots are taken against (captured when the
+    /// first snapshot is taken).
+    base_memory: OnceCell<Arc<Vec<u8>>>,
+}
+
+/// Compiled sources kept per runtime.
+const SOURCE_CACHE_ENTRIES: usize = 1024;
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.stop_ticker.store(true, Ordering::Relaxed);
+    }
+}
+
+/// The wasmtime settings spade relies on.
+pub(crate) fn engine_config(config: &Config) -> wasmtime::Config {
+    let mut wasm = wasmtime::Config::new();
+    wasm.wasm_component_model(true)
+        // Fuel makes limits deterministic; yields (by fuel or epoch) let the deadline, the
+        // wall-clock safety net, be checked during a long call.
+        .consume_fuel(true)
+        .epoch_interruption(config.yields == Yields::Epochs)
+        // Same float bits on every CPU.
+        .cranelift_nan_canonicalization(true)
+        .relaxed_simd_deterministic(true)
+        .max_wasm_stack(config.max_wasm_stack)
+        .async_stack_size(config.max_wasm_stack + (1 << 20))
+        // Copy-on-write mapping of the snapshot's memory: the heart of fast instantiation.
+        .memory_init_cow(true);
+    if let Some(pool) = &config.pool {
+        wasm.allocation_strategy(wasmtime::InstanceAllocationStrategy::Pooling(
+            pooling_config(pool),
+        ));
+    }
+    wasm
+}
+
+/// The pooling allocator for `pool`: one slot per sandbox. A sandbox is one component
+/// instance with a handful of core instances (the interpreter, wit-component's shims), one
+/// linear memory, a few tables and one fiber stack.
+fn pooling_config(pool: &Pool) -> wasmtime::PoolingAllocationConfig {
+    let n = pool.sandboxes;
+    let mut p = wasmtime::PoolingAllocationConfig::new();
+    p.total_component_instances(n)
+        .total_core_instances(n.saturating_mul(CORE_INSTANCES_PER_SANDBOX))
+        .max_core_instances_per_component(CORE_INSTANCES_PER_SANDBOX)
+        .total_memories(n)
+        .max_memories_per_component(1)
+        .max_memories_per_module(1)
+        .total_tables(n.saturating_mul(TABLES_PER_SANDBOX))
+        .max_tables_per_component(TABLES_PER_SANDBOX)
+        .max_tables_per_module(TABLES_PER_SANDBOX)
+        .table_elements(TABLE_ELEMENTS)
+        .total_stacks(n)
+        // A slot can hold any 32-bit memory: the memory limit is the limiter's to enforce
+        // (so `with_limits` can raise it), and the reservation is address space only.
+        .max_memory_size(MAX_MEMORY_BYTES)
+        .max_core_instance_size(CORE_INSTANCE_BYTES)
+        .max_component_instance_size(CORE_INSTANCE_BYTES)
+        .linear_memory_keep_resident(pool.keep_resident)
+        .table_keep_resident(pool.keep_resident)
+        .pagemap_scan(if pool.scan_dirty_pages {
+            wasmtime::Enabled::Auto
+        } else {
+            wasmtime::Enabled::No
+        });
+    p
+}
+
+/// The largest 32-bit linear memory.
+const MAX_MEMORY_BYTES: usize = 1 << 32;
+/// Core instances in one instance of the guest component (the interpreter, wit-component's
+/// indirect-call shim and its fixup module, with room to spare).
+const CORE_INSTANCES_PER_SANDBOX: u32 = 8;
+/// Tables per sandbox: the interpreter's function table and the shim's.
+const TABLES_PER_SANDBOX: u32 = 4;
+/// Elements of the largest table (RustPython's function table has tens of thousands).
+const TABLE_ELEMENTS: usize = 1 << 17;
+/// Bytes of one instance's host-side state (its vmctx: imports, globals, table and memory
+/// pointers).
+const CORE_INSTANCE_BYTES: usize = 1 << 20;
+
+impl Runtime {
+    /// Whether the compiled guest for `config` is already in its cache, so that
+    /// [`Runtime::new`] maps it in milliseconds instead of pre-initialising and compiling it
+    /// (about a minute). `false` without a cache directory.
+    pub fn is_prepared(config: &Config) -> bool {
+        let Some(dir) = config.cache_dir.as_deref() else {
+            return false;
+        };
+        Engine::new(&engine_config(config))
+            .is_ok_and(|engine| artifact::artifact_path(&engine, dir).exists())
+    }
+
+    /// Builds the engine and prepares the guest (from the artifact cache when possible).
+    pub fn new(config: Config) -> Result<Runtime, RuntimeError> {
+        Runtime::new_announcing(config, || {})
+    }
+
+    /// [`Runtime::new`], calling `before_build` once the artifact cache has missed, just before
+    /// the guest is pre-initialised and compiled (or another process building it is waited
+    /// for): a command can tell its user why this start takes a minute. With a warm cache it
+    /// is never called, and no engine is built twice to find out (as [`Runtime::is_prepared`]
+    /// would).
+    pub fn new_announcing(
+        config: Config,
+        before_build: impl FnOnce(),
+    ) -> Result<Runtime, RuntimeError> {
+        if config.yields == Yields::Fuel(0) {
+            return Err(RuntimeError::Engine(
+                "Yields::Fuel needs a positive fuel interval".to_owned(),
+            ));
+        }
+        let engine = Engine::new(&engine_config(&config))
+            .map_err(|e| RuntimeError::Engine(e.to_string()))?;
+        let component =
+            artifact::load_component(&engine, config.cache_dir.as_deref(), before_build)?;
+        let mut linker: Linker<SandboxState> = Linker::new(&engine);
+        let trapped = wasi::add_to_linker(&mut linker, &component)
+            .map_err(|e| RuntimeError::Engine(e.to_string()))?;
+        let linked = wasi::imported_interfaces(&component)
+            .into_iter()
+            .filter(|name| !trapped.contains(name))
+            .collect();
+        let instance_pre = linker
+            .instantiate_pre(&component)
+            .map_err(|e| RuntimeError::Guest(e.to_string()))?;
+        let pre = SandboxPre::new(instance_pre).map_err(|e| RuntimeError::Guest(e.to_string()))?;
+        let stop_ticker = Arc::new(AtomicBool::new(false));
+        if config.yields == Yields::Epochs {
+            spawn_ticker(engine.clone(), stop_ticker.clone());
+        }
+        let limits = Arc::new(config.limits.clone());
+        Ok(Runtime {
+            inner: Arc::new(Inner {
+                engine,
+                guest: GuestPre {
+                    pre,
+                    yields: config.yields,
+                },
+                config,
+                sources: SourceCache::new(SOURCE_CACHE_ENTRIES),
+                stop_ticker,
+                linked,
+                trapped,
+                base_memory: OnceCell::new(),
+            }),
+            limits,
+        })
+    }
+
+    /// Creates a sandbox and loads the environment `source` into it (compiling the source
+    /// first unless this runtime has compiled it before).
+    pub async fn sandbox(
+        &self,
+        source: &str,
+        options: SandboxOptions,
+    ) -> Result<Sandbox, CallError> {
+        let prepared = self.prepare(source).await?;
+        self.sandbox_from(&prepared, options).await
+    }
+
+    /// Creates a sandbox from an already compiled source.
+    ///
+    /// The first sandbox of a source (for each `max_turns` and set of limits) decides how
+    /// all of them are loaded, and with [`Config::snapshots`] takes the snapshot they start
+    /// from: see [`crate::cache::snapshot`] for what runs when. Every way gives the same state, fuel
+    /// and output as running the source in the sandbox.
+    pub async fn sandbox_from(
+        &self,
+        source: &EnvSource,
+        options: SandboxOptions,
+    ) -> Result<Sandbox, CallError> {
+        let key = PlanKey {
+            max_turns: options.max_turns,
+            limits: (*self.limits).clone(),
+            snapshots: self.inner.config.snapshots,
+        };
+        let cell = source.plan_cell(key.clone());
+        let plan = cell
+            .get_or_try_init(|| self.cached_plan(source, &key))
+            .await?;
+        Sandbox::load(
+            &self.inner.guest,
+            self.limits.clone(),
+            source,
+            options,
+            plan,
+        )
+        .await
+    }
+
+    /// The file that caches the bytecode of `source` compiled under this runtime's limits
+    /// (`None` without a cache directory). [`Runtime::prepare`] writes it; a later process
+    /// reads it instead of compiling the source again.
+    pub fn code_file(&self, source: &EnvSource) -> Option<PathBuf> {
+        self.code_path(source.sha256())
+    }
+
+    fn code_path(&self, source_sha256: &str) -> Option<PathBuf> {
+        self.inner
+            .config
+            .cache_dir
+            .as_deref()
+            .map(|dir| code_cache::path(dir, &self.artifact_key(), source_sha256, &self.limits))
+    }
+
+    /// The file that caches how sandboxes of `source` with `max_turns` are loaded under this
+    /// runtime's limits, and their snapshot (`None` without a cache directory). It is written
+    /// by the first sandbox; deleting it only costs the next process a probe.
+    pub fn snapshot_file(&self, source: &EnvSource, max_turns: Option<u32>) -> Option<PathBuf> {
+        let key = PlanKey {
+            max_turns,
+            limits: (*self.limits).clone(),
+            snapshots: self.inner.config.snapshots,
+        };
+        self.snapshot_path(source, &key)
+    }
+
+    fn snapshot_path(&self, source: &EnvSource, key: &PlanKey) -> Option<PathBuf> {
+        self.inner
+            .config
+            .cache_dir
+            .as_deref()
+            .map(|dir| snapshot_cache::path(dir, &self.artifact_key(), source.sha256(), key))
+    }
+
+    /// The plan for `source` from the disk cache, or probed and then cached.
+    async fn cached_plan(&self, source: &EnvSource, key: &PlanKey) -> Result<LoadPlan, CallError> {
+        let path = self.snapshot_path(source, key);
+        if let Some(plan) = path.as_deref().and_then(snapshot_cache::read) {
+            return Ok(plan);
+        }
+        let plan = self.plan(source, key.max_turns).await?;
+        if let Some(path) = &path {
+            // A plan that cannot be cached is probed again by the next process; nothing else
+            // depends on the file.
+            let _ = snapshot_cache::write(path, &plan);
+        }
+        Ok(plan)
+    }
+
+    /// Probes how `source` loads and takes its snapshot (see [`crate::cache::snapshot`]).
+    async fn plan(
+        &self,
+        source: &EnvSource,
+        max_turns: Option<u32>,
+    ) -> Result<LoadPlan, CallError> {
+        let snapshots = self.inner.config.snapshots;
+        let mut probe = Sandbox::fresh(self.limits.clone(), &self.inner.guest, 0);
+        // A probe that fails leaves the error to each sandbox's own load, which runs the
+        // stage as it always ran (seeded first).
+        let Ok((_, used_random)) = probe.load_source(source, max_turns, None, false).await else {
+            return Ok(LoadPlan::Seeded);
+        };
+        if used_random || !probe.seed_independent() {
+            return Ok(LoadPlan::Seeded);
+        }
+        let module_fuel = probe.last_fuel();
+        let mut snapshot = None;
+        if snapshots && probe.can_snapshot() {
+            snapshot = self.take_snapshot(&mut probe, module_fuel, None).await?;
+        }
+        let seeded_construct = |snapshot: Option<(Snapshot, Vec<u8>)>| LoadPlan::Deferred {
+            seed_before_construct: true,
+            snapshot: snapshot.map(|(snapshot, _)| Arc::new(snapshot)),
+        };
+        let Ok((info, used_random)) = probe.construct(true).await else {
+            return Ok(seeded_construct(snapshot));
+        };
+        if used_random || !probe.seed_independent() {
+            // Every sandbox constructs after the restore: have the restore populate the pages
+            // the probe's constructor wrote, too. An optimisation only: a probe that cannot
+            // hand its memory over now leaves the snapshot as it is.
+            if let Some((snapshot, before)) = &mut snapshot
+                && let Ok(after) = probe.capture().await
+            {
+                snapshot.later_pages = snapshot::later_pages(snapshot, before, &after);
+            }
+            return Ok(seeded_construct(snapshot));
+        }
+        let fuel = module_fuel.saturating_add(probe.last_fuel());
+        if snapshot.is_some() && probe.can_snapshot() {
+            // A constructor that leaves too much behind keeps the snapshot before it.
+            if let Some(after) = self.take_snapshot(&mut probe, fuel, Some(info)).await? {
+                snapshot = Some(after);
+            }
+        }
+        Ok(LoadPlan::Deferred {
+            seed_before_construct: false,
+            snapshot: snapshot.map(|(snapshot, _)| Arc::new(snapshot)),
+        })
+    }
+
+    /// The snapshot of `probe` as it is now: its pages that differ from a fresh interpreter's
+    /// (`None` when they are too many to be worth keeping), and the memory it was taken from.
+    async fn take_snapshot(
+        &self,
+        probe: &mut Sandbox,
+        load_fuel: u64,
+        constructed: Option<EnvInfo>,
+    ) -> Result<Option<(Snapshot, Vec<u8>)>, CallError> {
+        let clock_nanos = probe.state().map_or(0, |state| state.clock.peek());
+        let memory = probe.capture().await?;
+        let base = self.base_memory().await?;
+        let (records, dirty_pages) = snapshot::diff(&base, &memory);
+        if dirty_pages * snapshot::PAGE > snapshot::MAX_SNAPSHOT_BYTES {
+            return Ok(None);
+        }
+        let snapshot = Snapshot {
+            // The capture starts at address 1.
+            wasm_pages: ((memory.len() + 1) / 65536) as u32,
+            records: snapshot::Records::Captured(records),
+            dirty_pages,
+            later_pages: Vec::new(),
+            constructed,
+            load_fuel,
+            clock_nanos,
+        };
+        Ok(Some((snapshot, memory)))
+    }
+
+    /// A fresh interpreter's memory (captured once per runtime).
+    async fn base_memory(&self) -> Result<Arc<Vec<u8>>, CallError> {
+        self.inner
+            .base_memory
+            .get_or_try_init(|| async {
+                let mut fresh = Sandbox::fresh(self.limits.clone(), &self.inner.guest, 0);
+                fresh.capture().await.map(Arc::new)
+            })
+            .await
+            .cloned()
+    }
+
+    /// How sandboxes of `source` with `max_turns` are loaded under this runtime's limits,
+    /// once a sandbox has decided it: `Some(dirty pages, bytes)` when they start from a
+    /// snapshot, `None` when each runs the source (or nothing is decided yet).
+    pub fn snapshot_size(
+        &self,
+        source: &EnvSource,
+        max_turns: Option<u32>,
+    ) -> Option<(usize, usize)> {
+        let key = PlanKey {
+            max_turns,
+            limits: (*self.limits).clone(),
+            snapshots: self.inner.config.snapshots,
+        };
+        match source.plan_cell(key).get() {
+            Some(LoadPlan::Deferred {
+                snapshot: Some(snapshot),
+                ..
+            }) => Some((snapshot.dirty_pages, snapshot.bytes())),
+            _ => None,
+        }
+    }
+
+    /// Compiles `source` once (in a throwaway sandbox, within the load fuel budget) and caches
+    /// the bytecode for every later sandbox of the same source, in memory and (with a cache
+    /// directory) on disk for later processes. A syntax error is a [`CallError::Load`].
+    pub async fn prepare(&self, source: &str) -> Result<EnvSource, CallError> {
+        let (sha256, hit) = self.inner.sources.get(source);
+        if let Some(prepared) = hit {
+            return Ok(prepared);
+        }
+        let cached = self.code_path(&sha256);
+        let code = match cached.as_deref().and_then(code_cache::read) {
+            Some(code) => code,
+            None => {
+                let code = Sandbox::compile(&self.inner.guest, self.limits.clone(), source).await?;
+                if let Some(path) = &cached {
+                    // A compile that cannot be cached is done again by the next process.
+                    let _ = code_cache::write(path, &code);
+                }
+                code
+            }
+        };
+        let prepared = EnvSource::new(source, sha256, code);
+        self.inner.sources.insert(prepared.clone());
+        Ok(prepared)
+    }
+
+    /// A runtime sharing this one's engine and compiled guest, whose sandboxes run under
+    /// `limits`. Cheap: nothing is compiled or instantiated.
+    pub fn with_limits(&self, limits: Limits) -> Runtime {
+        Runtime {
+            inner: self.inner.clone(),
+            limits: Arc::new(limits),
+        }
+    }
+
+    /// The limits sandboxes of this runtime run under.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// The engine-level settings this runtime was built with (its limits may differ: see
+    /// [`Runtime::limits`]).
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    /// The WASI interfaces linked for the guest (`wasi:io/poll`, ...): exactly those it
+    /// imports that spade provides, the monotonic clock being the sandbox's virtual clock.
+    pub fn linked_interfaces(&self) -> &[String] {
+        &self.inner.linked
+    }
+
+    /// Interfaces the guest imports that spade does not provide (sockets): every function of
+    /// them is a stub that traps, so none of it can be reached.
+    pub fn trapped_interfaces(&self) -> &[String] {
+        &self.inner.trapped
+    }
+
+    /// The cache key of the compiled guest for this runtime's engine.
+    pub fn artifact_key(&self) -> String {
+        artifact::artifact_key(&self.inner.engine)
+    }
+}
+
+fn spawn_ticker(engine: Engine, stop: Arc<AtomicBool>) {
+    std::thread::Builder::new()
+        .name("spade-epoch".to_owned())
+        .spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(EPOCH_TICK);
+                engine.increment_epoch();
+            }
+        })
+        .expect("spawning the epoch thread");
+}

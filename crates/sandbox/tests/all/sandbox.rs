@@ -1,0 +1,309 @@
+//! The runtime API: concurrency, limits and sandbox lifecycle.
+
+use std::time::Duration;
+
+use spade_sandbox::{CallError, ErrorKind, Limits, SandboxOptions};
+
+use crate::common::{env_source, runtime};
+
+async fn episode(seed: u64) -> Vec<(String, f64)> {
+    let mut sandbox = runtime()
+        .sandbox(&env_source("grid_walk"), SandboxOptions::seeded(seed))
+        .await
+        .unwrap();
+    let mut log = vec![(sandbox.reset(Some(seed)).await.unwrap().observation, 0.0)];
+    for action in [
+        "\\boxed{right}",
+        "\\boxed{down}",
+        "\\boxed{right}",
+        "\\boxed{down}",
+    ] {
+        let step = sandbox.step(action).await.unwrap();
+        log.push((step.observation, step.reward));
+    }
+    log
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn many_sandboxes_run_concurrently_with_the_same_results() {
+    let sequential: Vec<_> = {
+        let mut all = Vec::new();
+        for seed in 0..8 {
+            all.push(episode(seed).await);
+        }
+        all
+    };
+    let tasks: Vec<_> = (0..8).map(|seed| tokio::spawn(episode(seed))).collect();
+    let mut concurrent = Vec::new();
+    for task in tasks {
+        concurrent.push(task.await.unwrap());
+    }
+    assert_eq!(sequential, concurrent);
+}
+
+#[tokio::test]
+async fn out_of_fuel_is_deterministic_and_the_next_sandbox_works() {
+    let limits = Limits {
+        fuel_per_call: 50_000_000,
+        ..crate::common::test_limits()
+    };
+    let runtime = runtime().with_limits(limits);
+    let source = env_source("fault_infinite_loop");
+    let mut fuel = Vec::new();
+    for _ in 0..2 {
+        let mut sandbox = runtime
+            .sandbox(&source, SandboxOptions::seeded(0))
+            .await
+            .unwrap();
+        sandbox.reset(None).await.unwrap();
+        let err = sandbox.step("x").await.unwrap_err();
+        assert_eq!(err, CallError::OutOfFuel { budget: 50_000_000 });
+        assert_eq!(
+            err.to_string(),
+            "out of fuel: the call used its whole budget of 50000000 fuel"
+        );
+        fuel.push(sandbox.last_fuel());
+        assert_eq!(sandbox.dead(), Some(ErrorKind::OutOfFuel));
+    }
+    assert_eq!(fuel, vec![50_000_000, 50_000_000]);
+    let mut good = runtime
+        .sandbox(&env_source("grid_walk"), SandboxOptions::seeded(0))
+        .await
+        .unwrap();
+    good.reset(Some(0)).await.unwrap();
+}
+
+#[tokio::test]
+async fn deadline_stops_a_call_that_runs_too_long() {
+    let limits = Limits {
+        fuel_per_call: u64::MAX / 2,
+        call_deadline: std::time::Duration::from_millis(300),
+        ..crate::common::test_limits()
+    };
+    let mut sandbox = runtime()
+        .with_limits(limits)
+        .sandbox(
+            &env_source("fault_infinite_loop"),
+            SandboxOptions::seeded(0),
+        )
+        .await
+        .unwrap();
+    sandbox.reset(None).await.unwrap();
+    let started = std::time::Instant::now();
+    let err = sandbox.step("x").await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Deadline, "{err}");
+    assert_eq!(
+        err.to_string(),
+        "deadline exceeded: the call ran longer than 300ms"
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+}
+
+#[tokio::test]
+async fn load_errors_are_not_host_outcomes() {
+    let err = runtime()
+        .sandbox("x = (", SandboxOptions::seeded(0))
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(err.kind(), ErrorKind::Load);
+    assert!(!err.kills_sandbox());
+}
+
+#[tokio::test]
+async fn a_cancelled_call_frees_the_sandbox_and_later_calls_say_why() {
+    let limits = Limits {
+        fuel_per_call: u64::MAX / 2,
+        ..crate::common::test_limits()
+    };
+    let mut sandbox = runtime()
+        .with_limits(limits)
+        .sandbox(
+            &env_source("fault_infinite_loop"),
+            SandboxOptions::seeded(0),
+        )
+        .await
+        .unwrap();
+    sandbox.reset(None).await.unwrap();
+    // Drop the call's future while the guest spins: the store goes with it.
+    let timed_out = tokio::time::timeout(Duration::from_millis(200), sandbox.step("x")).await;
+    assert!(timed_out.is_err(), "the infinite loop returned");
+    assert_eq!(sandbox.dead(), Some(ErrorKind::Cancelled));
+    let err = sandbox.step("x").await.unwrap_err();
+    assert_eq!(err, CallError::Dead(ErrorKind::Cancelled));
+    assert_eq!(
+        err.to_string(),
+        "this sandbox is dead after an earlier call was cancelled (its future was dropped \
+         before it finished); create a new sandbox"
+    );
+}
+
+#[tokio::test]
+async fn a_refused_call_reports_no_fuel_and_no_output() {
+    let source = "class NoisyEnv:\n    def reset(self, seed=None):\n        print('hello')\n        return 'x', {}\n    def step(self, a):\n        while True:\n            pass\n";
+    let limits = Limits {
+        fuel_per_call: 30_000_000,
+        ..crate::common::test_limits()
+    };
+    let mut sandbox = runtime()
+        .with_limits(limits)
+        .sandbox(source, SandboxOptions::seeded(0))
+        .await
+        .unwrap();
+    sandbox.reset(None).await.unwrap();
+    assert_eq!(sandbox.last_output().stdout, "hello\n");
+    assert!(sandbox.last_fuel() > 0);
+    let err = sandbox.step("a").await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::OutOfFuel);
+    assert_eq!(sandbox.last_fuel(), 30_000_000);
+    // The refused call ran nothing: it reports neither the last call's fuel nor its output.
+    assert_eq!(
+        sandbox.reset(None).await.unwrap_err(),
+        CallError::Dead(ErrorKind::OutOfFuel)
+    );
+    assert_eq!(sandbox.last_fuel(), 0);
+    assert_eq!(sandbox.last_output(), &spade_sandbox::CallOutput::default());
+}
+
+#[tokio::test]
+async fn a_memory_error_the_environment_raises_is_an_exception_and_the_sandbox_lives() {
+    let source = "class BigEnv:\n    def reset(self, seed=None):\n        return 'x', {}\n    def step(self, a):\n        if a == 'raise':\n            raise MemoryError('x')\n        return 'fine', 0.0, False, False, {}\n";
+    let mut sandbox = runtime()
+        .sandbox(source, SandboxOptions::seeded(0))
+        .await
+        .unwrap();
+    sandbox.reset(None).await.unwrap();
+    let err = sandbox.step("raise").await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Exception, "{err}");
+    assert!(err.to_string().ends_with("MemoryError: x"), "{err}");
+    assert_eq!(sandbox.dead(), None);
+    assert_eq!(sandbox.step("again").await.unwrap().observation, "fine");
+}
+
+#[tokio::test]
+async fn reaching_the_memory_cap_is_memory_limit_even_if_python_catches_it() {
+    // The limiter denies the growth; the environment swallows the MemoryError and returns
+    // normally. The cap was reached all the same.
+    let source = "class GreedyEnv:\n    def reset(self, seed=None):\n        return 'x', {}\n    def step(self, a):\n        try:\n            b = bytearray(1 << 30)\n        except MemoryError:\n            pass\n        return 'survived', 0.0, False, False, {}\n";
+    let mut sandbox = runtime()
+        .sandbox(source, SandboxOptions::seeded(0))
+        .await
+        .unwrap();
+    sandbox.reset(None).await.unwrap();
+    let err = sandbox.step("a").await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::MemoryLimit, "{err}");
+    let message = err.to_string();
+    assert!(
+        message.starts_with("memory limit: the environment tried to grow the sandbox memory")
+            && message.ends_with(&format!("(limit {} bytes)", 128 << 20)),
+        "{message}"
+    );
+    assert_eq!(sandbox.dead(), Some(ErrorKind::MemoryLimit));
+}
+
+#[tokio::test]
+async fn only_the_wasi_interfaces_the_guest_imports_are_linked_and_no_sockets() {
+    let runtime = runtime();
+    let linked = runtime.linked_interfaces();
+    for name in linked {
+        assert!(
+            !name.starts_with("wasi:sockets/") && !name.starts_with("wasi:http/"),
+            "{name} is linked"
+        );
+    }
+    // Exactly what the RustPython guest imports: streams and polling, clocks, random, the CLI
+    // world's stdio/exit/environment/terminals, and the filesystem types (with no preopened
+    // directory). A guest that starts importing more must be reviewed here.
+    let expected = [
+        "wasi:cli/environment",
+        "wasi:cli/exit",
+        "wasi:cli/stderr",
+        "wasi:cli/stdin",
+        "wasi:cli/stdout",
+        "wasi:cli/terminal-input",
+        "wasi:cli/terminal-output",
+        "wasi:cli/terminal-stderr",
+        "wasi:cli/terminal-stdin",
+        "wasi:cli/terminal-stdout",
+        "wasi:clocks/monotonic-clock",
+        "wasi:clocks/wall-clock",
+        "wasi:filesystem/preopens",
+        "wasi:filesystem/types",
+        "wasi:io/error",
+        "wasi:io/poll",
+        "wasi:io/streams",
+        "wasi:random/insecure-seed",
+        "wasi:random/random",
+    ];
+    // Besides WASI, only spade's own snapshot host, which only the guest's Rust code calls.
+    let expected: Vec<&str> = std::iter::once("spade:env/snapshot-host")
+        .chain(expected)
+        .collect();
+    assert_eq!(linked, expected);
+    for name in runtime.trapped_interfaces() {
+        assert!(!linked.contains(name));
+    }
+    println!(
+        "linked: {linked:?}\ntrapping stubs: {:?}",
+        runtime.trapped_interfaces()
+    );
+}
+
+#[cfg(unix)]
+#[test]
+fn a_cached_artifact_that_others_can_write_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+
+    let key = runtime().artifact_key();
+    let name = format!("guest-{}.cwasm", &key[..32]);
+    let cached = spade_sandbox::default_cache_dir().unwrap().join(&name);
+    assert!(
+        cached.exists(),
+        "the test runtime caches {}",
+        cached.display()
+    );
+    let dir = std::env::temp_dir().join(format!("spade-cache-perm-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let copy = dir.join(&name);
+    std::fs::copy(&cached, &copy).unwrap();
+    let config = |dir: &std::path::Path| spade_sandbox::Config {
+        cache_dir: Some(dir.to_owned()),
+        ..spade_sandbox::Config::default()
+    };
+
+    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o600)).unwrap();
+    spade_sandbox::Runtime::new(config(&dir)).expect("a private artifact loads");
+    // A warm cache builds nothing, so the hook that announces a build is never called.
+    spade_sandbox::Runtime::new_announcing(config(&dir), || {
+        panic!("the hook announcing a build ran with the artifact cached")
+    })
+    .expect("a private artifact loads");
+
+    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let err = spade_sandbox::Runtime::new(config(&dir))
+        .err()
+        .expect("an artifact every user can write is refused");
+    let message = err.to_string();
+    assert!(
+        message.contains(&format!(
+            "refusing the cached artifact: the artifact {} is writable by every user (mode 0666)",
+            copy.display()
+        )),
+        "{message}"
+    );
+    assert!(message.contains("native code"), "{message}");
+
+    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o775)).unwrap();
+    let message = spade_sandbox::Runtime::new(config(&dir))
+        .err()
+        .expect("an artifact in a group-writable directory is refused")
+        .to_string();
+    assert!(
+        message.contains("its directory") && message.contains("writable by its group (mode 0775)"),
+        "{message}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -1,0 +1,84 @@
+//! The grounding corpus: JSONL documents (`text` or `orig_doc`), truncated, sampled with a seed.
+use spade_model::error::{ModelError, Result};
+
+/// The corpus bundled with spade: short documents written for the project.
+pub const DEFAULT_CORPUS: &str = include_str!("../assets/corpus/default.jsonl");
+
+/// One document.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Document {
+    /// Its line number (0-based) in the corpus file: a stable id.
+    pub id: usize,
+    /// The text, truncated to the word budget.
+    pub text: String,
+}
+
+/// A loaded corpus.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Corpus {
+    docs: Vec<Document>,
+}
+
+/// The first `max_words` whitespace-separated words of `text` (whitespace preserved).
+pub fn truncate_words(text: &str, max_words: usize) -> &str {
+    let mut words = 0;
+    let mut in_word = false;
+    for (i, c) in text.char_indices() {
+        if c.is_whitespace() {
+            in_word = false;
+        } else if !in_word {
+            if words == max_words {
+                return text[..i].trim_end();
+            }
+            words += 1;
+            in_word = true;
+        }
+    }
+    text
+}
+
+impl Corpus {
+    /// Parses JSONL; blank lines are skipped, other lines need a string `text` or `orig_doc`.
+    pub fn parse(jsonl: &str, max_doc_words: usize) -> Result<Self> {
+        let mut docs = Vec::new();
+        for (n, line) in jsonl.lines().enumerate() {
+            if line.trim().is_empty() {
+                continue;
+            }
+            let value: serde_json::Value =
+                serde_json::from_str(line).map_err(|source| ModelError::Json {
+                    context: format!("corpus line {}", n + 1),
+                    source,
+                })?;
+            let text = ["text", "orig_doc"]
+                .iter()
+                .find_map(|k| value.get(*k).and_then(|v| v.as_str()))
+                .ok_or_else(|| {
+                    ModelError::InvalidParameter(format!(
+                        "corpus line {} has no string field `text` or `orig_doc`",
+                        n + 1
+                    ))
+                })?;
+            docs.push(Document {
+                id: n,
+                text: truncate_words(text, max_doc_words).to_string(),
+            });
+        }
+        if docs.is_empty() {
+            return Err(ModelError::InvalidParameter(
+                "the corpus has no documents".into(),
+            ));
+        }
+        Ok(Self { docs })
+    }
+
+    /// The documents.
+    pub fn docs(&self) -> &[Document] {
+        &self.docs
+    }
+
+    /// A document drawn uniformly with `seed`: the same seed gives the same document.
+    pub fn sample(&self, seed: u64) -> &Document {
+        &self.docs[(super::seeds::mix(seed, 0xC0) % self.docs.len() as u64) as usize]
+    }
+}

@@ -1,0 +1,197 @@
+//! The agent's lockstep play loop, shared by training and `spade eval`: each turn the policy
+//! samples every live episode's next action as one batch ([`Policy::sample_each`]), then every
+//! environment steps concurrently. Seeds come from the caller, so the loop is deterministic.
+use std::fmt::Display;
+use std::future::Future;
+use std::io::Write;
+use std::time::Instant;
+
+use spade_envtools::trajectory::{RecordError, Recorder};
+use spade_model::chat::Message;
+use spade_model::error::{ModelError, Result};
+use spade_sandbox::{CallError, ErrorKind, Sandbox, Step};
+
+use super::extract;
+use super::policy::{Policy, Role, Sampled};
+use super::rewards;
+
+/// Why a step produced no result.
+#[derive(Debug)]
+pub enum StepFailure {
+    /// The environment's call failed (the episode ends; the kind tells fuel or deadline apart).
+    Env(ErrorKind),
+    /// Writing the episode's trajectory failed: play stops with this error.
+    Trajectory(std::io::Error),
+}
+
+/// What the loop needs of an episode's environment.
+pub trait EpisodeEnv: Send + 'static {
+    /// Plays `action`.
+    fn step_action(
+        &mut self,
+        action: &str,
+    ) -> impl Future<Output = std::result::Result<Step, StepFailure>> + Send;
+}
+
+fn env_failure(e: &CallError) -> StepFailure {
+    StepFailure::Env(e.kind())
+}
+
+impl EpisodeEnv for Sandbox {
+    async fn step_action(&mut self, action: &str) -> std::result::Result<Step, StepFailure> {
+        self.step(action).await.map_err(|e| env_failure(&e))
+    }
+}
+
+impl<W: Write + Send + 'static> EpisodeEnv for Recorder<W> {
+    async fn step_action(&mut self, action: &str) -> std::result::Result<Step, StepFailure> {
+        self.step(action).await.map_err(|e| match e {
+            RecordError::Call(c) => env_failure(&c),
+            RecordError::Io(io) => StepFailure::Trajectory(io),
+        })
+    }
+}
+
+/// One episode in play.
+#[derive(Debug)]
+pub struct LiveEpisode<E> {
+    /// Its environment (taken while a step runs).
+    env: Option<E>,
+    /// The chat so far: system prompt, observations and the agent's replies.
+    pub messages: Vec<Message>,
+    /// Tool-use env: actions are `<tool_call>` blocks.
+    pub tool_use: bool,
+    /// The agent's turns, each with the exact prompt it was sampled from.
+    pub turns: Vec<Sampled>,
+    /// The last step's reward and whether it terminated the episode.
+    pub last: Option<(f64, bool)>,
+    /// The error kind that ended the episode, if a call failed.
+    pub failure: Option<ErrorKind>,
+    /// Whether the episode is over.
+    pub done: bool,
+}
+
+impl<E> LiveEpisode<E> {
+    /// An episode whose first observation is `observation` (hint included, if any).
+    pub fn new(env: E, system: &str, observation: String, tool_use: bool) -> Self {
+        Self {
+            env: Some(env),
+            messages: vec![
+                Message::new("system", system),
+                Message::new("user", observation),
+            ],
+            tool_use,
+            turns: Vec::new(),
+            last: None,
+            failure: None,
+            done: false,
+        }
+    }
+
+    /// The episode return: the last reward clipped to [-1, 1] if it terminated, else 0.
+    pub fn ret(&self) -> f64 {
+        match self.last {
+            Some((reward, terminated)) => rewards::episode_return(Some(reward), terminated),
+            None => 0.0,
+        }
+    }
+
+    /// The environment (after play) and the agent's turns.
+    pub fn into_parts(self) -> (Option<E>, Vec<Sampled>) {
+        (self.env, self.turns)
+    }
+}
+
+/// Seconds spent in the model and in the environments.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct PlayTimes {
+    /// Sampling actions.
+    pub model: f64,
+    /// Stepping environments.
+    pub env: f64,
+    /// Tokens sampled.
+    pub tokens: usize,
+}
+
+fn join_error(e: impl Display) -> ModelError {
+    ModelError::InvalidParameter(format!("a play task failed: {e}"))
+}
+
+/// Plays `episodes` for at most `max_turns` turns in lockstep. `turn_seed(i, turn)` seeds
+/// episode `i`'s sample at `turn`; `on_turn` runs after every turn.
+pub async fn play<E: EpisodeEnv>(
+    policy: &mut dyn Policy,
+    episodes: &mut [LiveEpisode<E>],
+    max_turns: u32,
+    max_new_tokens: usize,
+    turn_seed: impl Fn(usize, u32) -> u64,
+    mut on_turn: impl FnMut(),
+) -> Result<PlayTimes> {
+    let mut times = PlayTimes::default();
+    for turn in 0..max_turns {
+        let active: Vec<usize> = (0..episodes.len()).filter(|&i| !episodes[i].done).collect();
+        if active.is_empty() {
+            break;
+        }
+        let tm = Instant::now();
+        let seeds: Vec<u64> = active.iter().map(|&i| turn_seed(i, turn)).collect();
+        let chats: Vec<&[Message]> = active.iter().map(|&i| &episodes[i].messages[..]).collect();
+        let sampled = policy.sample_each(Role::Agent, &chats, max_new_tokens, &seeds)?;
+        if sampled.len() != active.len() {
+            return Err(ModelError::InvalidParameter(format!(
+                "the policy returned {} completions for {} episodes",
+                sampled.len(),
+                active.len()
+            )));
+        }
+        let mut actions = Vec::with_capacity(active.len());
+        for (&i, s) in active.iter().zip(sampled) {
+            times.tokens += s.tokens.len();
+            let e = &mut episodes[i];
+            actions.push(extract::action(&s.text, e.tool_use));
+            e.messages.push(Message::new("assistant", s.text.clone()));
+            e.turns.push(s);
+        }
+        times.model += tm.elapsed().as_secs_f64();
+        let ts = Instant::now();
+        let mut set = tokio::task::JoinSet::new();
+        for (&i, action) in active.iter().zip(actions) {
+            let mut env = episodes[i].env.take().expect("a live episode has its env");
+            set.spawn(async move {
+                let res = env.step_action(&action).await;
+                (i, env, res)
+            });
+        }
+        let mut results = Vec::with_capacity(active.len());
+        while let Some(j) = set.join_next().await {
+            results.push(j.map_err(join_error)?);
+        }
+        results.sort_by_key(|(i, _, _)| *i);
+        for (i, env, res) in results {
+            let e = &mut episodes[i];
+            e.env = Some(env);
+            match res {
+                Ok(step) => {
+                    e.last = Some((step.reward, step.terminated));
+                    if step.terminated || step.truncated {
+                        e.done = true;
+                    } else {
+                        e.messages.push(Message::new("user", step.observation));
+                    }
+                }
+                Err(StepFailure::Env(kind)) => {
+                    e.done = true;
+                    e.last = None;
+                    e.failure = Some(kind);
+                }
+                Err(StepFailure::Trajectory(io)) => {
+                    return Err(ModelError::io("writing a trajectory", io));
+                }
+            }
+        }
+        times.env += ts.elapsed().as_secs_f64();
+        on_turn();
+    }
+    policy.forget();
+    Ok(times)
+}

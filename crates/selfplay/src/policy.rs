@@ -1,0 +1,560 @@
+//! The policy behind every role: "sample n completions of a chat + their log-probs" and "one
+//! GRPO update". [`CandlePolicy`] is the real model; [`Scripted`] is a test double whose text
+//! comes from a script (optionally scored and trained by a real model).
+use std::collections::HashMap;
+use std::path::Path;
+
+use candle_core::{Tensor, Var};
+use candle_nn::VarMap;
+use spade_model::chat::Message;
+use spade_model::checkpoint;
+use spade_model::error::{ModelError, Result};
+use spade_model::grpo::{GrpoConfig, GrpoSample, GrpoTrainer, UpdateStats};
+use spade_model::load::LoadedModel;
+use spade_model::logprob::{Pair, completion_logprobs};
+use spade_model::model::{DecodePath, DecodeWeights, LoraConfig};
+use spade_model::optim::{AdamW, AdamWConfig};
+use spade_model::prefix_cache::PrefixCache;
+use spade_model::sample::{Sampler, SamplingParams};
+
+use super::config::TrainConfig;
+
+/// Who is asking.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// Writes environments.
+    Designer,
+    /// Repairs an environment that failed validation.
+    Repair,
+    /// Writes a hint from the source.
+    Hint,
+    /// Plays.
+    Agent,
+}
+
+impl Role {
+    /// The role's name in metrics and GRPO batches.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Designer => "designer",
+            Role::Repair => "repair",
+            Role::Hint => "hint",
+            Role::Agent => "agent",
+        }
+    }
+}
+
+/// One sampled completion with what training needs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sampled {
+    /// Prompt token ids (the rendered chat).
+    pub prompt: Vec<u32>,
+    /// Completion token ids.
+    pub tokens: Vec<u32>,
+    /// Log-probability of each completion token when sampled.
+    pub logprobs: Vec<f32>,
+    /// Completion text.
+    pub text: String,
+}
+
+/// Receives the number of tokens each decode step sampled.
+pub type TokenHook = std::sync::Arc<dyn Fn(u64) + Send + Sync>;
+
+/// A policy.
+pub trait Policy {
+    /// `n` completions of `messages`, seeded.
+    fn sample(
+        &mut self,
+        role: Role,
+        messages: &[Message],
+        n: usize,
+        max_new_tokens: usize,
+        seed: u64,
+    ) -> Result<Vec<Sampled>>;
+
+    /// One completion for each chat, chat `i` seeded with `seeds[i]`: the agent's next action
+    /// in every live episode. A policy may decode them as one batch and reuse what it
+    /// computed for earlier turns of the same conversation; the default samples them one by
+    /// one.
+    fn sample_each(
+        &mut self,
+        role: Role,
+        chats: &[&[Message]],
+        max_new_tokens: usize,
+        seeds: &[u64],
+    ) -> Result<Vec<Sampled>> {
+        let mut out = Vec::with_capacity(chats.len());
+        for (chat, &seed) in chats.iter().zip(seeds) {
+            let s = self.sample(role, chat, 1, max_new_tokens, seed)?;
+            out.push(s.into_iter().next().ok_or_else(|| {
+                ModelError::InvalidParameter("the policy returned no completion".into())
+            })?);
+        }
+        Ok(out)
+    }
+
+    /// Drops state kept between [`Policy::sample_each`] calls (the conversations ended).
+    fn forget(&mut self) {}
+
+    /// What sampling reads (weights, formats, kernel), for the metrics; `None` for a policy
+    /// without a model.
+    fn decode_path(&self) -> Option<String> {
+        None
+    }
+
+    /// Calls `hook(n)` after each decode step with the number of tokens it sampled (for
+    /// progress bars); `None` stops it.
+    fn set_token_hook(&mut self, _hook: Option<TokenHook>) {}
+
+    /// One GRPO update (its configured optimiser steps) on sequences whose advantages credit
+    /// assignment set; `None` when the policy does not learn.
+    fn update(&mut self, batch: &[GrpoSample]) -> Result<Option<UpdateStats>>;
+
+    /// Writes the trainable state (weights or adapters, optimizer) into `dir`.
+    fn save(&self, dir: &Path) -> Result<()>;
+
+    /// Restores what [`Policy::save`] wrote.
+    fn load(&mut self, dir: &Path) -> Result<()>;
+}
+
+/// The candle model: LoRA adapters (default) or all weights, fused AdamW, GRPO with the
+/// advantages credit assignment gave, optional KL to the frozen base and a learning-rate
+/// schedule.
+pub struct CandlePolicy {
+    base: LoadedModel,
+    model: LoadedModel,
+    lora: Option<(LoraConfig, VarMap)>,
+    optimizer: Option<AdamW>,
+    adam: AdamWConfig,
+    grpo: GrpoConfig,
+    temperature: f64,
+    top_p: f64,
+    prefixes: PrefixCache,
+    token_hook: Option<TokenHook>,
+    /// What sampling reads.
+    decode: DecodePath,
+}
+
+/// Cached positions kept for multi-turn reuse (SmolLM2-135M: 46 KB each, so about 1.5 GB).
+const PREFIX_CACHE_TOKENS: usize = 32_768;
+
+impl std::fmt::Debug for CandlePolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CandlePolicy")
+            .field("lora", &self.lora.as_ref().map(|l| &l.0))
+            .finish_non_exhaustive()
+    }
+}
+
+/// Variables of `varmap` sorted by name (a stable optimizer order across processes).
+fn sorted_vars(varmap: &VarMap) -> Vec<(String, Var)> {
+    let data = varmap.data().lock().expect("varmap lock");
+    let mut vars: Vec<(String, Var)> = data.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    vars.sort_by(|a, b| a.0.cmp(&b.0));
+    vars
+}
+
+const OPT_FILE: &str = "optimizer.safetensors";
+const OPT_META: &str = "optimizer.json";
+const FULL_FILE: &str = "model.safetensors";
+
+impl CandlePolicy {
+    /// Wraps `loaded`, attaching fresh LoRA adapters (seeded from the config) unless
+    /// `cfg.lora` is false, in which case every weight trains.
+    pub fn new(loaded: LoadedModel, cfg: &TrainConfig) -> Result<Self> {
+        let base = loaded.clone();
+        let mut model = loaded;
+        let (lora, decode_weights) = if cfg.lora {
+            let lc = LoraConfig {
+                r: cfg.lora_rank,
+                lora_alpha: cfg.lora_alpha,
+                ..LoraConfig::default()
+            };
+            let seed = super::seeds::derive(cfg.seed, "lora", &[]);
+            let vm = spade_model::model::lora::attach_new(&mut model.model, &lc, seed)?;
+            (Some((lc, vm)), cfg.decode_weights)
+        } else {
+            // Full fine-tuning moves the base weights: quantised copies would go stale.
+            model.model.set_train_base(true);
+            (None, DecodeWeights::F32)
+        };
+        let decode = model.model.set_decode_weights(decode_weights)?;
+        let adam = AdamWConfig {
+            lr: cfg.lr,
+            ..AdamWConfig::default()
+        };
+        let mut p = Self {
+            base,
+            model,
+            lora,
+            optimizer: None,
+            adam,
+            grpo: GrpoConfig {
+                clip_eps: cfg.clip_eps,
+                kl_coef: cfg.kl_coef,
+                max_grad_norm: cfg.max_grad_norm,
+                micro_batch: cfg.micro_batch,
+                micro_batch_tokens: cfg.micro_batch_tokens,
+                epochs: cfg.ppo_epochs,
+                schedule: Some(cfg.lr_schedule()),
+                recompute_old_logprobs: cfg.recompute_old_logprobs,
+            },
+            temperature: cfg.temperature,
+            top_p: cfg.top_p,
+            prefixes: PrefixCache::new(PREFIX_CACHE_TOKENS),
+            token_hook: None,
+            decode,
+        };
+        p.optimizer = Some(p.new_optimizer()?);
+        Ok(p)
+    }
+
+    /// Wraps `loaded` (adapters already attached, if any) for sampling only, as `spade eval`
+    /// plays: nothing is attached or trained, so sampling reads `weights` (quantised blocks
+    /// stay valid because the base weights never move). Updating such a policy would train
+    /// every weight while sampling kept reading the blocks: use [`Self::new`] to train.
+    pub fn for_inference(
+        loaded: LoadedModel,
+        cfg: &TrainConfig,
+        weights: DecodeWeights,
+    ) -> Result<Self> {
+        let cfg = TrainConfig {
+            lora: false,
+            ..cfg.clone()
+        };
+        let mut p = Self::new(loaded, &cfg)?;
+        p.model.model.set_train_base(false);
+        p.decode = p.model.model.set_decode_weights(weights)?;
+        Ok(p)
+    }
+
+    fn trainable(&self) -> Vec<(String, Var)> {
+        match &self.lora {
+            Some((_, vm)) => sorted_vars(vm),
+            None => sorted_vars(&self.model.varmap),
+        }
+    }
+
+    fn new_optimizer(&self) -> Result<AdamW> {
+        AdamW::new(
+            self.trainable().into_iter().map(|(_, v)| v).collect(),
+            self.adam,
+        )
+    }
+
+    /// A sampler over the current model that reports decode steps to the token hook.
+    fn sampler(&self) -> Sampler<'_> {
+        let s = Sampler::from_loaded(&self.model);
+        match &self.token_hook {
+            Some(h) => s.with_step_hook(h.as_ref()),
+            None => s,
+        }
+    }
+
+    /// The model with its current adapters.
+    pub fn loaded(&self) -> &LoadedModel {
+        &self.model
+    }
+
+    /// Renders and tokenizes a chat, cutting its middle when it would not leave
+    /// `max_new_tokens` (at least 16) of context.
+    fn prompt_ids(&self, messages: &[Message], max_new_tokens: usize) -> Result<(Vec<u32>, usize)> {
+        let text = self.model.chat.render(messages, true);
+        let ids = Sampler::from_loaded(&self.model).encode(&text)?;
+        let ctx = self.model.config.max_position_embeddings;
+        let max_new = max_new_tokens.min(ctx / 2).max(1);
+        if ids.len() + max_new <= ctx {
+            return Ok((ids, max_new));
+        }
+        let keep = ctx - max_new;
+        let head = keep / 2;
+        let tail = keep - head;
+        let mut cut = ids[..head].to_vec();
+        cut.extend_from_slice(&ids[ids.len() - tail..]);
+        Ok((cut, max_new))
+    }
+
+    /// Log-probs of `completion` after `messages` under the current model (no graph).
+    pub fn score(&self, messages: &[Message], completion: &str) -> Result<Sampled> {
+        let sampler = Sampler::from_loaded(&self.model);
+        let mut tokens = sampler.encode(completion)?;
+        if tokens.is_empty() {
+            tokens = self.model.eos_ids.first().copied().into_iter().collect();
+        }
+        let (prompt, _) = self.prompt_ids(messages, tokens.len())?;
+        let lp = completion_logprobs(
+            &self.model.model.without_grad(),
+            &[Pair {
+                prompt: &prompt,
+                completion: &tokens,
+            }],
+        )?;
+        Ok(Sampled {
+            prompt,
+            logprobs: lp.to_vec1()?,
+            tokens,
+            text: completion.to_string(),
+        })
+    }
+}
+
+impl Policy for CandlePolicy {
+    fn sample(
+        &mut self,
+        _role: Role,
+        messages: &[Message],
+        n: usize,
+        max_new_tokens: usize,
+        seed: u64,
+    ) -> Result<Vec<Sampled>> {
+        let (prompt, max_new) = self.prompt_ids(messages, max_new_tokens)?;
+        let params = SamplingParams {
+            temperature: self.temperature,
+            top_p: self.top_p,
+            top_k: 0,
+            max_new_tokens: max_new,
+            stop: Vec::new(),
+            seed,
+        };
+        let out = self.sampler().sample(&prompt, n, &params, &mut |_, _| {})?;
+        Ok(out
+            .into_iter()
+            .map(|c| Sampled {
+                prompt: prompt.clone(),
+                tokens: c.tokens,
+                logprobs: c.logprobs,
+                text: c.text,
+            })
+            .collect())
+    }
+
+    fn sample_each(
+        &mut self,
+        role: Role,
+        chats: &[&[Message]],
+        max_new_tokens: usize,
+        seeds: &[u64],
+    ) -> Result<Vec<Sampled>> {
+        let keep = role == Role::Agent;
+        let mut prompts = Vec::with_capacity(chats.len());
+        let mut rows = Vec::with_capacity(chats.len());
+        let mut max_new = max_new_tokens;
+        for (chat, &seed) in chats.iter().zip(seeds) {
+            let (prompt, n) = self.prompt_ids(chat, max_new_tokens)?;
+            max_new = n;
+            let reuse = if keep {
+                self.prefixes.take(&prompt)
+            } else {
+                None
+            };
+            let sampler = Sampler::from_loaded(&self.model);
+            rows.push((sampler.prefill(&prompt, reuse)?, seed));
+            prompts.push(prompt);
+        }
+        let params = SamplingParams {
+            temperature: self.temperature,
+            top_p: self.top_p,
+            top_k: 0,
+            max_new_tokens: max_new,
+            stop: Vec::new(),
+            seed: 0,
+        };
+        let out = self
+            .sampler()
+            .sample_rows(rows, &params, keep, &mut |_, _| {})?;
+        let mut sampled = Vec::with_capacity(out.len());
+        for (prompt, (c, cache)) in prompts.into_iter().zip(out) {
+            if let Some(cache) = cache {
+                self.prefixes.insert_completed(&prompt, &c.tokens, cache);
+            }
+            sampled.push(Sampled {
+                prompt,
+                tokens: c.tokens,
+                logprobs: c.logprobs,
+                text: c.text,
+            });
+        }
+        Ok(sampled)
+    }
+
+    fn forget(&mut self) {
+        self.prefixes.clear();
+    }
+
+    fn set_token_hook(&mut self, hook: Option<TokenHook>) {
+        self.token_hook = hook;
+    }
+
+    fn decode_path(&self) -> Option<String> {
+        Some(self.decode.to_string())
+    }
+
+    fn update(&mut self, batch: &[GrpoSample]) -> Result<Option<UpdateStats>> {
+        self.prefixes.clear();
+        if batch.iter().all(|s| s.trained_tokens() == 0) {
+            return Ok(None);
+        }
+        let opt = match self.optimizer.take() {
+            Some(o) => o,
+            None => self.new_optimizer()?,
+        };
+        // With LoRA the base is the decoder without adapters: a free frozen reference.
+        let reference =
+            (self.grpo.kl_coef > 0.0 && self.lora.is_some()).then_some(&self.base.model);
+        let mut trainer = GrpoTrainer::new(&self.model.model, reference, opt, self.grpo.clone())?;
+        let stats = trainer.update(batch);
+        self.optimizer = Some(trainer.into_optimizer());
+        Ok(Some(stats?))
+    }
+
+    fn save(&self, dir: &Path) -> Result<()> {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| ModelError::io(format!("creating {}", dir.display()), e))?;
+        match &self.lora {
+            Some((cfg, vm)) => checkpoint::save_lora(dir, cfg, vm)?,
+            None => self.model.varmap.save(dir.join(FULL_FILE))?,
+        }
+        let opt = self.optimizer.as_ref().expect("an optimizer");
+        let (step, moments) = opt.export_state();
+        let dev = self.model.model.device();
+        let mut tensors: HashMap<String, Tensor> = HashMap::new();
+        for (i, (m, v)) in moments.into_iter().enumerate() {
+            let n = m.len();
+            tensors.insert(format!("m.{i:05}"), Tensor::from_vec(m, n, dev)?);
+            tensors.insert(format!("v.{i:05}"), Tensor::from_vec(v, n, dev)?);
+        }
+        candle_core::safetensors::save(&tensors, dir.join(OPT_FILE))?;
+        let names: Vec<String> = self.trainable().into_iter().map(|(n, _)| n).collect();
+        let meta = serde_json::json!({"step": step, "vars": names});
+        std::fs::write(dir.join(OPT_META), meta.to_string())
+            .map_err(|e| ModelError::io("writing optimizer.json", e))
+    }
+
+    fn load(&mut self, dir: &Path) -> Result<()> {
+        self.prefixes.clear();
+        if self.lora.is_some() {
+            let mut model = self.base.clone();
+            let (cfg, vm) = checkpoint::load_lora(dir, &mut model.model)?;
+            self.decode = model.model.set_decode_weights(self.decode.weights)?;
+            self.model = model;
+            self.lora = Some((cfg, vm));
+        } else {
+            self.model.varmap.load(dir.join(FULL_FILE))?;
+        }
+        let mut opt = self.new_optimizer()?;
+        let meta_path = dir.join(OPT_META);
+        let meta: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(&meta_path)
+                .map_err(|e| ModelError::io(format!("reading {}", meta_path.display()), e))?,
+        )
+        .map_err(|source| ModelError::Json {
+            context: "parsing optimizer.json".into(),
+            source,
+        })?;
+        let step = meta["step"].as_u64().unwrap_or(0);
+        let mut tensors =
+            candle_core::safetensors::load(dir.join(OPT_FILE), &candle_core::Device::Cpu)?;
+        let n = self.trainable().len();
+        let mut moments = Vec::with_capacity(n);
+        for i in 0..n {
+            let get = |t: Option<Tensor>| -> Result<Vec<f32>> {
+                t.ok_or_else(|| {
+                    ModelError::InvalidParameter("optimizer state is incomplete".into())
+                })?
+                .to_vec1()
+                .map_err(Into::into)
+            };
+            let m = get(tensors.remove(&format!("m.{i:05}")))?;
+            let v = get(tensors.remove(&format!("v.{i:05}")))?;
+            moments.push((m, v));
+        }
+        opt.import_state(step, moments)?;
+        self.optimizer = Some(opt);
+        Ok(())
+    }
+}
+
+/// A script: the text a role writes for a chat.
+pub type Script = Box<dyn FnMut(Role, &[Message]) -> String + Send>;
+
+/// A test double: completions come from a script. With a model, tokens and log-probs are the
+/// model's for the scripted text and updates train the model; without one, tokens are bytes
+/// and nothing learns.
+pub struct Scripted {
+    script: Script,
+    model: Option<CandlePolicy>,
+}
+
+impl std::fmt::Debug for Scripted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scripted")
+            .field("model", &self.model)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Scripted {
+    /// A scripted policy, optionally scored and trained by `model`.
+    pub fn new(script: Script, model: Option<CandlePolicy>) -> Self {
+        Self { script, model }
+    }
+}
+
+impl Policy for Scripted {
+    fn sample(
+        &mut self,
+        role: Role,
+        messages: &[Message],
+        n: usize,
+        _max_new_tokens: usize,
+        _seed: u64,
+    ) -> Result<Vec<Sampled>> {
+        let mut out = Vec::with_capacity(n);
+        for _ in 0..n {
+            let text = (self.script)(role, messages);
+            out.push(match &self.model {
+                Some(m) => m.score(messages, &text)?,
+                None => {
+                    let prompt: Vec<u32> = messages
+                        .iter()
+                        .flat_map(|m| m.content.bytes().map(u32::from))
+                        .collect();
+                    let tokens: Vec<u32> = text.bytes().map(u32::from).collect();
+                    Sampled {
+                        prompt,
+                        logprobs: vec![-1.0; tokens.len()],
+                        tokens,
+                        text,
+                    }
+                }
+            });
+        }
+        Ok(out)
+    }
+
+    fn update(&mut self, batch: &[GrpoSample]) -> Result<Option<UpdateStats>> {
+        match &mut self.model {
+            Some(m) => m.update(batch),
+            None => Ok(None),
+        }
+    }
+
+    fn decode_path(&self) -> Option<String> {
+        self.model.as_ref().and_then(|m| m.decode_path())
+    }
+
+    fn save(&self, dir: &Path) -> Result<()> {
+        match &self.model {
+            Some(m) => m.save(dir),
+            None => std::fs::create_dir_all(dir)
+                .map_err(|e| ModelError::io(format!("creating {}", dir.display()), e)),
+        }
+    }
+
+    fn load(&mut self, dir: &Path) -> Result<()> {
+        match &mut self.model {
+            Some(m) => m.load(dir),
+            None => Ok(()),
+        }
+    }
+}

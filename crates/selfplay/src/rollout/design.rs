@@ -1,0 +1,77 @@
+//! Phase 1, design: each designer prompt (a skill, a difficulty, a variant, a corpus document
+//! and examples from memory) gets `designer_group` completions.
+use std::time::Instant;
+
+use spade_model::chat::Message;
+use spade_model::error::Result;
+
+use super::{Metrics, Run};
+use crate::policy::{Role, Sampled};
+use crate::prompts::{self, DIFFICULTIES, DesignSpec, SKILLS, VARIANTS};
+
+/// One designer prompt and its completions.
+pub(super) struct Designed {
+    /// What the prompt asked for.
+    pub spec: DesignSpec,
+    /// The prompt's user message (kept in the design record).
+    pub prompt: String,
+    /// Its completions, first attempts.
+    pub completions: Vec<Sampled>,
+}
+
+impl Run<'_> {
+    /// Samples the design phase when it is due (every `regen_interval` rollouts, or when the
+    /// pool is below `min_games`); nothing otherwise.
+    pub(super) fn design(&mut self, r: u64, m: &mut Metrics) -> Result<Vec<Designed>> {
+        let cfg = self.cfg.clone();
+        let due = r.is_multiple_of(cfg.regen_interval) || self.playable() < cfg.min_games;
+        if !due || cfg.designs_per_round == 0 {
+            return Ok(Vec::new());
+        }
+        m.designed = true;
+        let mut out = Vec::with_capacity(cfg.designs_per_round);
+        for d in 0..cfg.designs_per_round {
+            let parts = [r, d as u64];
+            let pick = |tag: &str, n: usize| (self.seed(tag, &parts) % n as u64) as usize;
+            let doc = self.corpus.sample(self.seed("doc", &parts)).clone();
+            let spec = DesignSpec {
+                skill: SKILLS[pick("skill", SKILLS.len())].to_string(),
+                difficulty: DIFFICULTIES[pick("difficulty", DIFFICULTIES.len())].to_string(),
+                variant: VARIANTS[pick("variant", VARIANTS.len())],
+                doc_id: doc.id,
+            };
+            let seeds = self.state.memory.seeds(&cfg, self.seed("memory", &parts));
+            let prompt = prompts::designer_prompt(&spec, &doc.text, &seeds);
+            let msgs = [
+                Message::new("system", prompts::DESIGNER_SYSTEM),
+                Message::new("user", prompt.clone()),
+            ];
+            let ts = Instant::now();
+            let phase = format!(
+                "design {}/{} ({} completions)",
+                d + 1,
+                cfg.designs_per_round,
+                cfg.designer_group
+            );
+            self.start_sampling(r, &phase, cfg.designer_group * cfg.designer_max_new_tokens);
+            let completions = self.policy.sample(
+                Role::Designer,
+                &msgs,
+                cfg.designer_group,
+                cfg.designer_max_new_tokens,
+                self.seed("design", &parts),
+            );
+            self.end_phase();
+            let completions = completions?;
+            m.time.design += ts.elapsed().as_secs_f64();
+            m.designs += completions.len();
+            m.tokens_sampled += completions.iter().map(|s| s.tokens.len()).sum::<usize>();
+            out.push(Designed {
+                spec,
+                prompt,
+                completions,
+            });
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,207 @@
+//! Phase 4, play: the chosen games are played `plays_per_game` times without and `hint_plays`
+//! times with the hint, every episode recorded to `trajectories/rNNNNN/`, all in lockstep
+//! ([`crate::lockstep`], the loop `spade eval` uses too).
+use std::fs::File;
+use std::io::BufWriter;
+use std::time::Instant;
+
+use spade_envtools::trajectory::{RecordMeta, Recorder};
+use spade_model::error::{ModelError, Result};
+use spade_sandbox::{ErrorKind, SandboxOptions};
+
+use super::validate::DesignResult;
+use super::{Metrics, Run, io_err};
+use crate::lockstep::{self, LiveEpisode};
+use crate::policy::Sampled;
+use crate::prompts;
+use crate::seeds;
+
+/// A finished episode.
+#[derive(Debug, Clone)]
+pub(super) struct Played {
+    /// Pool index of its environment.
+    pub pool: usize,
+    /// Whether its first observation carried the hint.
+    pub hint: bool,
+    /// Its return.
+    pub ret: f64,
+    /// The error kind of a call that failed (reset or step), if one did.
+    pub failure: Option<ErrorKind>,
+    /// The agent's turns.
+    pub turns: Vec<Sampled>,
+}
+
+impl Played {
+    /// Whether a call ran out of fuel or past its deadline (the designer pays the timeout
+    /// reward and the env is banned).
+    pub fn timed_out(&self) -> bool {
+        matches!(
+            self.failure,
+            Some(ErrorKind::OutOfFuel | ErrorKind::Deadline)
+        )
+    }
+}
+
+type Rec = Recorder<BufWriter<File>>;
+
+impl Run<'_> {
+    /// The games of this rollout: its new environments, then other playable ones in a seeded
+    /// order, up to `games_per_rollout` (new environments are always played).
+    pub(super) fn choose_games(&self, r: u64, designs: &[DesignResult]) -> Vec<usize> {
+        let new: Vec<usize> = designs.iter().filter_map(|d| d.env).collect();
+        let mut games = new.clone();
+        let mut rest: Vec<usize> = (0..self.state.pool.len())
+            .filter(|i| !self.state.pool[*i].banned && !new.contains(i))
+            .collect();
+        let mut s = self.seed("games", &[r]);
+        while games.len() < self.cfg.games_per_rollout && !rest.is_empty() {
+            s = seeds::mix(s, 1);
+            games.push(rest.remove((s % rest.len() as u64) as usize));
+        }
+        games
+    }
+
+    /// Plays every game with and without its hint.
+    pub(super) async fn play(
+        &mut self,
+        r: u64,
+        games: &[usize],
+        m: &mut Metrics,
+    ) -> Result<Vec<Played>> {
+        m.games = games.len();
+        let traj_dir = self.dir.join("trajectories").join(format!("r{r:05}"));
+        std::fs::create_dir_all(&traj_dir).map_err(io_err("creating", &traj_dir))?;
+        let ts = Instant::now();
+        let mut live: Vec<LiveEpisode<Rec>> = Vec::new();
+        // Episodes that ended at reset, and where every live one came from.
+        let mut played: Vec<Played> = Vec::new();
+        let mut origin: Vec<(usize, bool)> = Vec::new();
+        for &pi in games {
+            for (hint, plays) in [
+                (false, self.cfg.plays_per_game),
+                (true, self.cfg.hint_plays),
+            ] {
+                for i in 0..plays {
+                    match self.start_episode(r, pi, hint, i, &traj_dir).await? {
+                        Ok(episode) => {
+                            live.push(episode);
+                            origin.push((pi, hint));
+                        }
+                        Err((failure, rec)) => {
+                            finish(rec)?;
+                            played.push(Played {
+                                pool: pi,
+                                hint,
+                                ret: 0.0,
+                                failure: Some(failure),
+                                turns: Vec::new(),
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        m.time.play_sandbox += ts.elapsed().as_secs_f64();
+        self.progress.start(
+            r,
+            &format!(
+                "play {} games, {} episodes",
+                games.len(),
+                live.len() + played.len()
+            ),
+            u64::from(self.cfg.max_turns),
+            "turns",
+        );
+        let progress = std::sync::Arc::clone(&self.progress);
+        let (seed, max_turns, max_new) = (
+            self.cfg.seed,
+            self.cfg.max_turns,
+            self.cfg.agent_max_new_tokens,
+        );
+        let times = lockstep::play(
+            &mut *self.policy,
+            &mut live,
+            max_turns,
+            max_new,
+            |i, turn| seeds::derive(seed, "agent", &[r, i as u64, u64::from(turn)]),
+            || progress.advance(1),
+        )
+        .await;
+        self.progress.finish();
+        let times = times?;
+        m.time.play_model += times.model;
+        m.time.play_sandbox += times.env;
+        m.tokens_sampled += times.tokens;
+        for (e, (pi, hint)) in live.into_iter().zip(origin) {
+            let (ret, failure) = (e.ret(), e.failure);
+            let (rec, turns) = e.into_parts();
+            if let Some(rec) = rec {
+                finish(rec)?;
+            }
+            played.push(Played {
+                pool: pi,
+                hint,
+                ret,
+                failure,
+                turns,
+            });
+        }
+        m.episodes = played.len();
+        Ok(played)
+    }
+
+    /// Opens episode `i` of pool env `pi` (hinted or not): a recorder and its reset. A reset
+    /// that fails gives the error kind and the recorder back.
+    async fn start_episode(
+        &self,
+        r: u64,
+        pi: usize,
+        hint: bool,
+        i: usize,
+        traj_dir: &std::path::Path,
+    ) -> Result<std::result::Result<LiveEpisode<Rec>, (ErrorKind, Rec)>> {
+        let env = &self.state.pool[pi];
+        let seed = self.seed("play", &[r, pi as u64, i as u64]);
+        let tag = if hint { "hint" } else { "nohint" };
+        let path = traj_dir.join(format!("{}-{tag}-{i:02}.jsonl", env.id));
+        let file = File::create(&path).map_err(io_err("creating", &path))?;
+        let hint_text = if hint { env.hint.clone() } else { None };
+        let mut meta = RecordMeta {
+            hint: hint_text.clone(),
+            ..RecordMeta::default()
+        };
+        meta.metadata.insert("role".into(), "agent".into());
+        meta.metadata.insert("rollout".into(), r.into());
+        meta.metadata.insert("env_id".into(), env.id.clone().into());
+        let opts = SandboxOptions {
+            seed,
+            max_turns: Some(self.cfg.max_turns),
+        };
+        let mut rec = Recorder::start(&self.runtime, &env.source, opts, meta, BufWriter::new(file))
+            .await
+            .map_err(io_err("writing", &path))?;
+        let system = prompts::agent_system(env.tool_use);
+        Ok(match rec.reset(Some(seed)).await {
+            Ok(reset) => {
+                let obs = prompts::with_hint(&reset.observation, hint_text.as_deref());
+                Ok(LiveEpisode::new(rec, &system, obs, env.tool_use))
+            }
+            Err(e) => match e.call_error() {
+                Some(c) => Err((c.kind(), rec)),
+                None => {
+                    return Err(ModelError::InvalidParameter(format!(
+                        "recording the reset of {}: {e}",
+                        path.display()
+                    )));
+                }
+            },
+        })
+    }
+}
+
+/// Writes a finished episode's footer.
+fn finish(rec: Rec) -> Result<()> {
+    rec.finish()
+        .map(|_| ())
+        .map_err(|e| ModelError::io("finishing a trajectory", e))
+}

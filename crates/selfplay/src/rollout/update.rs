@@ -1,0 +1,84 @@
+//! Phase 6, update: credit assignment ([`crate::credit`]) turns the rollout's designs
+//! and no-hint episodes into sequences with advantages, and the policy takes `ppo_epochs`
+//! GRPO steps on them.
+use std::time::Instant;
+
+use spade_model::error::Result;
+
+use super::play::Played;
+use super::validate::DesignResult;
+use super::{Metrics, Run};
+use crate::credit::{self, Design, Episode};
+use crate::policy::Role;
+
+impl Run<'_> {
+    /// Assigns credit and updates the policy.
+    pub(super) fn update(
+        &mut self,
+        r: u64,
+        designs: Vec<DesignResult>,
+        rewards: Vec<f64>,
+        played: Vec<Played>,
+        m: &mut Metrics,
+    ) -> Result<()> {
+        let designs: Vec<Design> = designs
+            .into_iter()
+            .zip(rewards)
+            .map(|(d, reward)| Design {
+                skill: d.skill,
+                first: d.first,
+                repairs: d.repairs,
+                reward,
+            })
+            .collect();
+        let episodes: Vec<Episode> = played
+            .into_iter()
+            .map(|p| Episode {
+                game: self.state.pool[p.pool].id.clone(),
+                hint: p.hint,
+                ret: p.ret,
+                turns: p.turns,
+            })
+            .collect();
+        let cfg = self.cfg.credit(r);
+        let seed = self.seed("subsample", &[r]);
+        let batch = credit::assign(&designs, &episodes, &cfg, &mut self.state.baselines, seed);
+        m.designer_advantages = batch.designer_advantages.clone();
+        m.env_reward_scale = batch.env_reward_scale;
+        m.designer_samples_trained = batch.count(Role::Designer);
+        m.repair_samples_trained = batch.count(Role::Repair);
+        m.agent_samples_trained = batch.count(Role::Agent);
+        m.hint_samples_trained = batch.hint_count();
+        m.zero_advantage_fraction = batch.zero_advantage_fraction();
+        m.agent_split_episodes = batch.split_episodes;
+        let samples: Vec<_> = batch.samples.into_iter().map(|t| t.sample).collect();
+        self.progress.start(
+            r,
+            &format!("update on {} samples", samples.len()),
+            1,
+            "steps",
+        );
+        let tu = Instant::now();
+        let stats = if samples.is_empty() {
+            Ok(None)
+        } else {
+            self.policy.update(&samples)
+        };
+        self.progress.advance(1);
+        self.progress.finish();
+        if let Some(stats) = stats? {
+            m.loss = Some(stats.loss());
+            m.grad_norm = Some(stats.grad_norm());
+            m.kl = Some(stats.kl());
+            m.clip_fraction = stats.clip_fraction();
+            m.ratio_mean = stats.ratio_mean();
+            m.lr = Some(stats.lr());
+            m.optimizer_steps = stats.steps.len();
+            m.tokens_trained = stats.tokens();
+            m.tokens_scored = stats.scored_tokens();
+            m.logprob_gap = stats.logprob_gap();
+        }
+        m.time.update = tu.elapsed().as_secs_f64();
+        Ok(())
+    }
+}

@@ -1,0 +1,265 @@
+//! The server: configuration, shared state, routes, authentication and graceful shutdown.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::ws::WebSocketUpgrade;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::serve::ListenerExt;
+use serde_json::Map;
+use sha2::{Digest, Sha256};
+use spade_sandbox::Runtime;
+use tokio::net::TcpListener;
+use tokio::sync::{Semaphore, watch};
+
+use crate::http;
+use crate::registry::Registry;
+use crate::session::SessionContext;
+use crate::ws;
+
+/// How a server runs.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    /// Address to listen on. Default `127.0.0.1:8000` (loopback only).
+    pub bind: SocketAddr,
+    /// Most WebSocket sessions open at once; one more gets `CAPACITY_REACHED`. Default 256.
+    pub max_sessions: usize,
+    /// A session with no message for this long is closed (`SESSION_ERROR`). Default 300 s.
+    pub idle_timeout: Option<Duration>,
+    /// With a token, every request needs `Authorization: Bearer <token>` or gets 401.
+    pub token: Option<String>,
+    /// Record every episode to `<dir>/<episode_id>.jsonl`.
+    pub record_dir: Option<PathBuf>,
+    /// Largest WebSocket message or HTTP body, in bytes. A larger WebSocket message gets a
+    /// `VALIDATION_ERROR` and the session goes on, up to 4x this, past which the connection is
+    /// closed with code 1009. Default 1 MiB.
+    pub max_message_bytes: usize,
+}
+
+impl Default for ServeConfig {
+    fn default() -> Self {
+        ServeConfig {
+            bind: SocketAddr::from(([127, 0, 0, 1], 8000)),
+            max_sessions: 256,
+            idle_timeout: Some(Duration::from_secs(300)),
+            token: None,
+            record_dir: None,
+            max_message_bytes: 1 << 20,
+        }
+    }
+}
+
+/// What every handler shares.
+pub struct AppState {
+    pub config: ServeConfig,
+    pub sessions: Arc<SessionContext>,
+    /// The same context with recording off (for OpenEnv's stateless HTTP endpoints).
+    stateless: Arc<SessionContext>,
+    slots: Arc<Semaphore>,
+    pub shutdown: watch::Receiver<bool>,
+    token_sha256: Option<[u8; 32]>,
+    next_session: AtomicU64,
+    id_prefix: String,
+}
+
+impl AppState {
+    /// A fresh session id, unique within this server's record directory across restarts
+    /// (a per-process prefix plus a counter).
+    pub fn new_session_id(&self) -> String {
+        let n = self.next_session.fetch_add(1, Ordering::Relaxed);
+        format!("{}-{n}", self.id_prefix)
+    }
+
+    /// The session context with recording off.
+    pub fn sessions_without_recording(&self) -> Arc<SessionContext> {
+        self.stateless.clone()
+    }
+
+    fn active_sessions(&self) -> usize {
+        self.config.max_sessions - self.slots.available_permits()
+    }
+}
+
+/// A bound server, ready to run.
+pub struct Server {
+    listener: TcpListener,
+    state: Arc<AppState>,
+    shutdown_tx: watch::Sender<bool>,
+}
+
+impl Server {
+    /// Binds `config.bind` and prepares a server over `registry`.
+    pub async fn bind(
+        runtime: Runtime,
+        registry: Arc<Registry>,
+        config: ServeConfig,
+    ) -> std::io::Result<Server> {
+        if let Some(dir) = &config.record_dir {
+            std::fs::create_dir_all(dir)?;
+        }
+        let listener = TcpListener::bind(config.bind).await?;
+        let (shutdown_tx, shutdown) = watch::channel(false);
+        let sessions = Arc::new(SessionContext {
+            registry: registry.clone(),
+            runtime: runtime.clone(),
+            record_dir: config.record_dir.clone(),
+        });
+        let stateless = Arc::new(SessionContext {
+            registry,
+            runtime,
+            record_dir: None,
+        });
+        let token_sha256 = config.token.as_deref().map(digest);
+        let id_prefix = process_prefix();
+        let state = Arc::new(AppState {
+            slots: Arc::new(Semaphore::new(config.max_sessions)),
+            config,
+            sessions,
+            stateless,
+            shutdown,
+            token_sha256,
+            next_session: AtomicU64::new(0),
+            id_prefix,
+        });
+        Ok(Server {
+            listener,
+            state,
+            shutdown_tx,
+        })
+    }
+
+    /// The address actually bound (useful with port 0).
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Serves until `signal` completes, then stops accepting, tells every session to finish
+    /// its call and close (its trajectory is completed), and waits up to `drain` for them.
+    pub async fn run(
+        self,
+        signal: Pin<Box<dyn Future<Output = ()> + Send>>,
+        drain: Duration,
+    ) -> std::io::Result<()> {
+        let state = self.state.clone();
+        let app = router(state.clone());
+        let tx = self.shutdown_tx;
+        // Small request/answer frames: without TCP_NODELAY, Nagle's algorithm and delayed ACKs
+        // add tens of milliseconds to a step.
+        let listener = self.listener.tap_io(|tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
+        let serve = axum::serve(listener, app).with_graceful_shutdown(async move {
+            signal.await;
+            let _ = tx.send(true);
+        });
+        let result = serve.await;
+        let deadline = tokio::time::Instant::now() + drain;
+        while state.active_sessions() > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        result
+    }
+}
+
+fn router(state: Arc<AppState>) -> Router {
+    let limit = state.config.max_message_bytes;
+    Router::new()
+        .route("/health", get(http::health))
+        .route("/metadata", get(http::metadata))
+        .route("/schema", get(http::schema))
+        .route("/state", get(http::state))
+        .route("/reset", post(http::reset))
+        .route("/step", post(http::step))
+        .route("/envs", get(http::list_envs).post(http::register_env))
+        .route("/envs/{id}", get(http::get_env))
+        .route("/trajectories/{id}", get(http::trajectory))
+        .route("/ws", get(websocket))
+        .fallback(http::not_found)
+        .layer(DefaultBodyLimit::max(limit))
+        .layer(middleware::from_fn_with_state(state.clone(), authenticate))
+        .with_state(state)
+}
+
+async fn websocket(State(state): State<Arc<AppState>>, upgrade: WebSocketUpgrade) -> Response {
+    let hard_cap = state.config.max_message_bytes.saturating_mul(4);
+    let upgrade = upgrade.max_message_size(hard_cap).max_frame_size(hard_cap);
+    match state.slots.clone().try_acquire_owned() {
+        Ok(permit) => upgrade.on_upgrade(move |socket| ws::run(socket, state, permit)),
+        Err(_) => {
+            let active = state.active_sessions();
+            let max = state.config.max_sessions;
+            upgrade.on_upgrade(move |socket| ws::refuse(socket, active, max))
+        }
+    }
+}
+
+/// With a token configured, every request needs `Authorization: Bearer <token>`; the token is
+/// compared in constant time (as sha256 digests, so lengths do not leak either).
+async fn authenticate(
+    State(state): State<Arc<AppState>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let Some(expected) = &state.token_sha256 else {
+        return next.run(request).await;
+    };
+    let given = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    let message = match given {
+        None => {
+            "missing bearer token: send 'Authorization: Bearer <token>' (the server runs with --token-file)"
+        }
+        Some(token) if constant_time_eq(&digest(token.trim()), expected) => {
+            return next.run(request).await;
+        }
+        Some(_) => "invalid bearer token",
+    };
+    let mut response = http::error(StatusCode::UNAUTHORIZED, message, Map::new());
+    response
+        .headers_mut()
+        .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    response.into_response()
+}
+
+fn digest(token: &str) -> [u8; 32] {
+    Sha256::digest(token.as_bytes()).into()
+}
+
+fn constant_time_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// A short prefix unique to this process: sha256 of the start time and the process id.
+fn process_prefix() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let seed = format!("{nanos}-{}", std::process::id());
+    hex::encode(&Sha256::digest(seed.as_bytes())[..6])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_compare() {
+        assert!(constant_time_eq(&digest("abc"), &digest("abc")));
+        assert!(!constant_time_eq(&digest("abc"), &digest("abd")));
+        assert!(!constant_time_eq(&digest("abc"), &digest("abcd")));
+    }
+}

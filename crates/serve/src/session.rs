@@ -1,0 +1,429 @@
+//! One session: at most one episode at a time, each in its own fresh sandbox, optionally
+//! recorded as a trajectory file. Transport-independent (the WebSocket loop and the HTTP
+//! endpoints both drive it).
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, BufWriter};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use serde_json::value::RawValue;
+use serde_json::{Value, json};
+use spade_envtools::trajectory::{RecordError, RecordMeta, Recorder};
+use spade_sandbox::{CallError, ErrorKind, Runtime, Sandbox, SandboxOptions};
+
+use crate::protocol::{
+    ObservationMeta, ObservationPayload, ResetFields, SpadeAction, SpadeObservation,
+};
+use crate::registry::Registry;
+
+/// What every session of a server shares.
+pub struct SessionContext {
+    pub registry: Arc<Registry>,
+    pub runtime: Runtime,
+    /// Where trajectories are written (`<dir>/<episode_id>.jsonl`); `None`: not recorded.
+    pub record_dir: Option<PathBuf>,
+}
+
+/// Why a session call failed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SessionError {
+    /// The request was malformed or named something that does not exist.
+    #[error("{0}")]
+    Invalid(String),
+    /// The environment failed (exception, contract, load); the session goes on.
+    #[error("{message}")]
+    Env { kind: ErrorKind, message: String },
+    /// The sandbox hit a host limit and is dead; the session ends.
+    #[error("{message}")]
+    Dead { kind: ErrorKind, message: String },
+    /// The server could not write the trajectory.
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl SessionError {
+    /// The sandbox error kind, if the environment or the sandbox failed.
+    pub fn kind(&self) -> Option<ErrorKind> {
+        match self {
+            SessionError::Env { kind, .. } | SessionError::Dead { kind, .. } => Some(*kind),
+            _ => None,
+        }
+    }
+
+    fn from_call(err: CallError, call: &str) -> SessionError {
+        let kind = err.kind();
+        if err.kills_sandbox() {
+            SessionError::Dead {
+                kind,
+                message: format!(
+                    "the sandbox died in {call}: {kind}: {}; this session is closed",
+                    err.detail()
+                ),
+            }
+        } else {
+            SessionError::Env {
+                kind,
+                message: format!("{call} failed: {kind}: {}", err.detail()),
+            }
+        }
+    }
+
+    fn from_record(err: RecordError, call: &str) -> SessionError {
+        match err {
+            RecordError::Call(err) => SessionError::from_call(err, call),
+            RecordError::Io(err) => {
+                SessionError::Internal(format!("writing the trajectory failed: {err}"))
+            }
+        }
+    }
+}
+
+/// The result of a reset or a step, before it is put on the wire.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub text: String,
+    /// The info dict as compact JSON.
+    pub info: String,
+    /// `None` after reset.
+    pub reward: Option<f64>,
+    pub terminated: bool,
+    pub truncated: bool,
+    pub fuel: u64,
+    pub env_id: String,
+    pub episode_id: String,
+    pub step_count: u64,
+}
+
+impl Outcome {
+    /// The OpenEnv result payload (`{observation, reward, done, metadata}`), serialised.
+    pub fn with_payload<R>(&self, f: impl FnOnce(&ObservationPayload<'_>) -> R) -> R {
+        let info = RawValue::from_string(self.info.clone())
+            .unwrap_or_else(|_| RawValue::from_string("{}".to_owned()).expect("valid JSON"));
+        let meta = ObservationMeta {
+            env_id: &self.env_id,
+            episode_id: &self.episode_id,
+            step_count: self.step_count,
+            fuel: self.fuel,
+        };
+        let payload = ObservationPayload {
+            observation: SpadeObservation {
+                text: &self.text,
+                info: &info,
+                terminated: self.terminated,
+                truncated: self.truncated,
+                metadata: meta.clone(),
+            },
+            reward: self.reward,
+            done: self.terminated || self.truncated,
+            metadata: &meta,
+        };
+        f(&payload)
+    }
+}
+
+/// A sandbox, plain or recorded.
+enum Driver {
+    Plain(Box<Sandbox>),
+    Recorded(Box<Recorder<BufWriter<File>>>),
+}
+
+impl Driver {
+    fn fuel(&self) -> u64 {
+        match self {
+            Driver::Plain(s) => s.last_fuel(),
+            Driver::Recorded(r) => r.sandbox().map(Sandbox::last_fuel).unwrap_or(0),
+        }
+    }
+
+    fn finish(self) -> io::Result<()> {
+        match self {
+            Driver::Plain(_) => Ok(()),
+            Driver::Recorded(r) => r.finish().map(|_| ()),
+        }
+    }
+}
+
+struct Episode {
+    id: String,
+    env_id: String,
+    seed: u64,
+    steps: u64,
+    /// Why the episode is over, once it is.
+    ended: Option<&'static str>,
+    /// `None` once the episode is over (the trajectory is finished then).
+    driver: Option<Driver>,
+}
+
+/// One client's session.
+pub struct Session {
+    id: String,
+    ctx: Arc<SessionContext>,
+    episodes: u64,
+    episode: Option<Episode>,
+}
+
+impl Session {
+    /// A session with no episode yet.
+    pub fn new(id: String, ctx: Arc<SessionContext>) -> Session {
+        Session {
+            id,
+            ctx,
+            episodes: 0,
+            episode: None,
+        }
+    }
+
+    /// The session id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Ends the current episode (if any) in a fresh sandbox, then resets `env_id` with `seed`.
+    pub async fn reset(&mut self, fields: ResetFields) -> Result<Outcome, SessionError> {
+        self.finish()?;
+        let registration = self
+            .ctx
+            .registry
+            .playable(fields.env_id.as_deref())
+            .map_err(|e| SessionError::Invalid(e.to_string()))?;
+        let source = registration
+            .source
+            .clone()
+            .expect("playable sources are compiled");
+        let seed = fields.seed.unwrap_or(0);
+        let options = SandboxOptions {
+            seed,
+            max_turns: fields.max_turns,
+        };
+        let episode_id = match fields.episode_id {
+            Some(id) => id,
+            None => format!("{}-{}", self.id, self.episodes),
+        };
+        self.episodes += 1;
+        let mut driver = match &self.ctx.record_dir {
+            None => Driver::Plain(Box::new(
+                self.ctx
+                    .runtime
+                    .sandbox_from(&source, options)
+                    .await
+                    .map_err(|e| SessionError::from_call(e, "load"))?,
+            )),
+            Some(dir) => {
+                let path = dir.join(format!("{episode_id}.jsonl"));
+                let file = OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .open(&path)
+                    .map_err(|err| match err.kind() {
+                        io::ErrorKind::AlreadyExists => SessionError::Invalid(format!(
+                            "episode id '{episode_id}' is already used by a recorded trajectory"
+                        )),
+                        _ => SessionError::Internal(format!(
+                            "cannot create the trajectory file '{}': {err}",
+                            path.display()
+                        )),
+                    })?;
+                let meta = RecordMeta {
+                    hint: fields.hint.clone(),
+                    ..RecordMeta::default()
+                };
+                let recorder = Recorder::start(
+                    &self.ctx.runtime,
+                    source.text(),
+                    options,
+                    meta,
+                    BufWriter::new(file),
+                )
+                .await
+                .map_err(|e| SessionError::Internal(format!("writing the trajectory: {e}")))?;
+                if let Err(err) = recorder.info() {
+                    let err = SessionError::from_call(err.clone(), "load");
+                    let _ = recorder.finish();
+                    return Err(err);
+                }
+                Driver::Recorded(Box::new(recorder))
+            }
+        };
+        let result = match &mut driver {
+            Driver::Plain(s) => s
+                .reset(Some(seed))
+                .await
+                .map_err(|e| SessionError::from_call(e, "reset")),
+            Driver::Recorded(r) => r
+                .reset(Some(seed))
+                .await
+                .map_err(|e| SessionError::from_record(e, "reset")),
+        };
+        let fuel = driver.fuel();
+        let mut episode = Episode {
+            id: episode_id,
+            env_id: registration.id.clone(),
+            seed,
+            steps: 0,
+            ended: None,
+            driver: Some(driver),
+        };
+        let reset = match result {
+            Ok(reset) => reset,
+            Err(err) => {
+                if matches!(err, SessionError::Dead { .. }) {
+                    episode.end("dead")?;
+                }
+                self.episode = Some(episode);
+                return Err(err);
+            }
+        };
+        let text = match &fields.hint {
+            Some(hint) if !hint.is_empty() => format!("{}\n\nHINT: {hint}", reset.observation),
+            _ => reset.observation,
+        };
+        let outcome = Outcome {
+            text,
+            info: reset.info,
+            reward: None,
+            terminated: false,
+            truncated: false,
+            fuel,
+            env_id: episode.env_id.clone(),
+            episode_id: episode.id.clone(),
+            step_count: 0,
+        };
+        self.episode = Some(episode);
+        Ok(outcome)
+    }
+
+    /// Steps the current episode with the model's reply. The trajectory is finished as soon as
+    /// the episode terminates or is truncated; later steps are errors until the next reset.
+    pub async fn step(&mut self, action: SpadeAction) -> Result<Outcome, SessionError> {
+        let Some(episode) = &mut self.episode else {
+            return Err(SessionError::Invalid(
+                "no episode is running: send reset before step".to_owned(),
+            ));
+        };
+        let Some(driver) = &mut episode.driver else {
+            return Err(SessionError::Invalid(format!(
+                "episode '{}' is over ({}); send reset to start a new one",
+                episode.id,
+                episode.ended.unwrap_or("ended")
+            )));
+        };
+        let result = match driver {
+            Driver::Plain(s) => s
+                .step(&action.message)
+                .await
+                .map_err(|e| SessionError::from_call(e, "step")),
+            Driver::Recorded(r) => r
+                .step(&action.message)
+                .await
+                .map_err(|e| SessionError::from_record(e, "step")),
+        };
+        let fuel = driver.fuel();
+        episode.steps += 1;
+        let step = match result {
+            Ok(step) => step,
+            Err(err) => {
+                if matches!(err, SessionError::Dead { .. }) {
+                    episode.end("the sandbox died")?;
+                }
+                return Err(err);
+            }
+        };
+        if step.terminated || step.truncated {
+            episode.end(if step.terminated {
+                "terminated"
+            } else {
+                "truncated"
+            })?;
+        }
+        Ok(Outcome {
+            text: step.observation,
+            info: step.info,
+            reward: Some(step.reward),
+            terminated: step.terminated,
+            truncated: step.truncated,
+            fuel,
+            env_id: episode.env_id.clone(),
+            episode_id: episode.id.clone(),
+            step_count: episode.steps,
+        })
+    }
+
+    /// OpenEnv's state: episode id and step count, plus spade's fields.
+    pub fn state(&self) -> Value {
+        match &self.episode {
+            None => json!({
+                "episode_id": null, "step_count": 0, "env_id": null, "seed": null,
+                "done": false, "session_id": self.id,
+            }),
+            Some(e) => json!({
+                "episode_id": e.id, "step_count": e.steps, "env_id": e.env_id, "seed": e.seed,
+                "done": e.ended.is_some(), "session_id": self.id,
+            }),
+        }
+    }
+
+    /// Ends the current episode, writing its trajectory's footer.
+    pub fn finish(&mut self) -> Result<(), SessionError> {
+        if let Some(mut episode) = self.episode.take() {
+            episode.end("closed")?;
+        }
+        Ok(())
+    }
+}
+
+impl Episode {
+    fn end(&mut self, why: &'static str) -> Result<(), SessionError> {
+        if let Some(driver) = self.driver.take() {
+            self.ended = Some(why);
+            driver.finish().map_err(|e| {
+                SessionError::Internal(format!("writing the trajectory failed: {e}"))
+            })?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        let _ = self.finish();
+    }
+}
+
+/// OpenEnv's stateless `POST /step`: a fresh sandbox of `env_id` (seeded with `seed`, no
+/// reset), one step, then the sandbox is dropped.
+pub async fn stateless_step(
+    ctx: &SessionContext,
+    env_id: Option<&str>,
+    seed: u64,
+    action: SpadeAction,
+) -> Result<Outcome, SessionError> {
+    let registration = ctx
+        .registry
+        .playable(env_id)
+        .map_err(|e| SessionError::Invalid(e.to_string()))?;
+    let source = registration
+        .source
+        .clone()
+        .expect("playable sources are compiled");
+    let mut sandbox = ctx
+        .runtime
+        .sandbox_from(&source, SandboxOptions::seeded(seed))
+        .await
+        .map_err(|e| SessionError::from_call(e, "load"))?;
+    let step = sandbox
+        .step(&action.message)
+        .await
+        .map_err(|e| SessionError::from_call(e, "step"))?;
+    Ok(Outcome {
+        text: step.observation,
+        info: step.info,
+        reward: Some(step.reward),
+        terminated: step.terminated,
+        truncated: step.truncated,
+        fuel: sandbox.last_fuel(),
+        env_id: registration.id.clone(),
+        episode_id: String::new(),
+        step_count: 1,
+    })
+}

@@ -1,0 +1,97 @@
+//! `spade eval`: win rate per skill on held-out environments.
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use clap::Args;
+use spade_model::checkpoint;
+use spade_model::model::DecodeWeights;
+use spade_sandbox::{Config, Runtime};
+use spade_selfplay::eval::{evaluate, load_envs};
+use spade_selfplay::{CandlePolicy, Policy as _, TrainConfig};
+
+/// Arguments of `spade eval`.
+#[derive(Debug, Args)]
+pub struct EvalArgs {
+    /// Model: a GGUF file or an HF directory (default: the fetched SmolLM2-135M-Instruct).
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// LoRA adapters to apply (e.g. RUN/checkpoints/rollout-000004/policy).
+    #[arg(long)]
+    lora: Option<PathBuf>,
+    /// Directory of held-out environments: <name>/env.py and <name>/skill.txt.
+    #[arg(long)]
+    envs: PathBuf,
+    /// Plays per environment.
+    #[arg(long, default_value_t = 4)]
+    plays: usize,
+    /// Most turns per episode.
+    #[arg(long, default_value_t = 25)]
+    max_turns: u32,
+    /// Agent tokens per turn.
+    #[arg(long, default_value_t = 48)]
+    max_tokens: usize,
+    /// Seed.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Base weights the agent samples from: `gguf` (a GGUF's own blocks), `q8_0` or `f32`.
+    #[arg(long, default_value_t = DecodeWeights::Gguf)]
+    decode_weights: DecodeWeights,
+}
+
+impl EvalArgs {
+    /// Runs the subcommand.
+    pub fn execute(self) -> anyhow::Result<()> {
+        let envs = load_envs(&self.envs).context("reading --envs")?;
+        let mut loaded = super::load_model(self.model.as_deref())?;
+        if let Some(dir) = &self.lora {
+            checkpoint::load_lora(dir, &mut loaded.model)
+                .with_context(|| format!("loading LoRA adapters from {}", dir.display()))?;
+        }
+        let cfg = TrainConfig {
+            lora: false,
+            temperature: 0.0,
+            ..TrainConfig::default()
+        };
+        let mut policy = CandlePolicy::for_inference(loaded, &cfg, self.decode_weights)?;
+        if let Some(path) = policy.decode_path() {
+            eprintln!("decode weights {path}");
+        }
+        let runtime = Runtime::new(Config::default()).context("starting the sandbox runtime")?;
+        let executor = super::executor()?;
+        let (scores, per_skill) = executor.block_on(evaluate(
+            &runtime,
+            &mut policy,
+            &envs,
+            self.plays,
+            self.seed,
+            self.max_turns,
+            self.max_tokens,
+            |l| eprintln!("{l}"),
+        ))?;
+        if self.json {
+            say!(
+                "{}",
+                serde_json::json!({"envs": scores, "per_skill": per_skill})
+            );
+        } else {
+            for s in &scores {
+                say!(
+                    "{:<24} {:<24} win {:.2}  mean return {:.2}  ({} plays)",
+                    s.name,
+                    s.skill,
+                    s.win_rate,
+                    s.mean_return,
+                    s.plays
+                );
+            }
+            say!("win rate per skill:");
+            for (skill, w) in &per_skill {
+                say!("  {skill:<24} {w:.2}");
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,45 @@
+//! `spade train`'s progress on a terminal: one bar per phase with its rate and ETA.
+use std::sync::Mutex;
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use spade_selfplay::progress::Progress;
+
+/// A bar per phase on standard error.
+#[derive(Debug, Default)]
+pub struct Bars {
+    bar: Mutex<Option<ProgressBar>>,
+}
+
+impl Progress for Bars {
+    fn start(&self, rollout: u64, phase: &str, total: u64, unit: &'static str) {
+        let style = ProgressStyle::with_template(&format!(
+            "{{prefix:.bold}} [{{bar:30.cyan/blue}}] {{pos}}/{{len}} {unit} \
+             {{per_sec}} elapsed {{elapsed}} ETA {{eta}}"
+        ))
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("=> ");
+        let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr())
+            .with_style(style)
+            .with_prefix(format!("rollout {rollout}: {phase}"));
+        bar.enable_steady_tick(Duration::from_millis(500));
+        if let Some(old) = self.bar.lock().expect("bar lock").replace(bar) {
+            old.finish();
+        }
+    }
+
+    fn advance(&self, n: u64) {
+        if let Some(bar) = self.bar.lock().expect("bar lock").as_ref() {
+            bar.inc(n);
+        }
+    }
+
+    fn finish(&self) {
+        if let Some(bar) = self.bar.lock().expect("bar lock").take() {
+            // A phase that ended early (EOS before the token budget) shows what it used.
+            let done = bar.position();
+            bar.set_length(done.max(1));
+            bar.finish();
+        }
+    }
+}

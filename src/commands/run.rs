@@ -1,0 +1,377 @@
+//! `spade run`: play an environment from the command line: actions from a file (one per line,
+//! or one JSON string per line for actions with newlines) or typed interactively.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use clap::Args;
+use serde_json::{Value, json};
+use spade_envtools::trajectory::{RecordError, RecordMeta, Recorder};
+use spade_sandbox::{CallError, CallOutput, Config, Pool, Runtime, Sandbox, SandboxOptions};
+
+use super::actions::{Format, InteractiveActions, read_actions};
+use super::{EXIT_ENV_FAILED, one_task_executor, read_text};
+
+/// Run an environment in the sandbox: reset, then one step per action.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The environment source (a Python file defining one class whose name ends in `Env`).
+    pub env: PathBuf,
+    /// Seed for the sandbox and for `reset(seed=...)`.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Passed to the environment's constructor as `max_turns=`.
+    #[arg(long)]
+    pub max_turns: Option<u32>,
+    /// Actions, one per line: a file, or `-` for standard input. Without it (and without
+    /// `--actions-jsonl`), actions are read interactively from standard input, one per line, or
+    /// several lines between a line `<<<` and a line `>>>` as one action.
+    #[arg(long, value_name = "FILE|-", conflicts_with = "actions_jsonl")]
+    pub actions: Option<String>,
+    /// Actions as JSON Lines, one JSON string per line (blank lines skipped): a file, or `-`
+    /// for standard input. For actions with newlines (a pretty-printed tool call, a code
+    /// answer, a multi-line plan).
+    #[arg(long, value_name = "FILE|-")]
+    pub actions_jsonl: Option<String>,
+    /// Print one JSON object per call instead of human-readable text.
+    #[arg(long)]
+    pub json: bool,
+    /// Write the episode to this trajectory file (JSON Lines), replayable with `spade replay`.
+    #[arg(long, value_name = "FILE")]
+    pub record: Option<PathBuf>,
+    /// Run the source in the sandbox instead of starting from a snapshot of the loaded
+    /// environment. The results are the same; this is for checking that they are.
+    #[arg(long)]
+    pub no_snapshots: bool,
+}
+
+/// Where actions come from.
+enum Actions {
+    /// All actions known up front (a file or piped stdin).
+    List(Vec<String>),
+    /// Read one action at a time from stdin, prompting when it is a terminal.
+    Interactive,
+}
+
+impl RunArgs {
+    pub fn execute(self) -> anyhow::Result<ExitCode> {
+        let source = read_text(&self.env, "environment file")?;
+        let actions = self.actions()?;
+        let runtime = start_runtime(one_episode_config(!self.no_snapshots))?;
+        let (code, sandbox) =
+            one_task_executor()?.block_on(self.play(&runtime, &source, actions))?;
+        leave_for_exit(sandbox, runtime);
+        Ok(code)
+    }
+
+    fn actions(&self) -> anyhow::Result<Actions> {
+        match (&self.actions, &self.actions_jsonl) {
+            (Some(source), _) => Ok(Actions::List(read_actions(source, Format::Lines)?)),
+            (None, Some(source)) => Ok(Actions::List(read_actions(source, Format::JsonLines)?)),
+            (None, None) => Ok(Actions::Interactive),
+        }
+    }
+
+    async fn play(
+        &self,
+        runtime: &Runtime,
+        source: &str,
+        actions: Actions,
+    ) -> anyhow::Result<(ExitCode, Option<Sandbox>)> {
+        let sink: Box<dyn Write> = match &self.record {
+            Some(path) => Box::new(std::io::BufWriter::new(
+                std::fs::File::create(path).with_context(|| {
+                    format!("cannot create trajectory file '{}'", path.display())
+                })?,
+            )),
+            None => Box::new(std::io::sink()),
+        };
+        let mut out = Printer { json: self.json };
+        let options = SandboxOptions {
+            seed: self.seed,
+            max_turns: self.max_turns,
+        };
+        let mut recorder = Recorder::start(runtime, source, options, RecordMeta::default(), sink)
+            .await
+            .context("writing the trajectory")?;
+        let code = self.episode(&mut recorder, &mut out, actions).await?;
+        let (_, mut sink, sandbox) = recorder
+            .finish_keeping_sandbox()
+            .context("writing the trajectory")?;
+        sink.flush().context("writing the trajectory")?;
+        Ok((code, sandbox))
+    }
+
+    async fn episode<W: Write>(
+        &self,
+        recorder: &mut Recorder<W>,
+        out: &mut Printer,
+        actions: Actions,
+    ) -> anyhow::Result<ExitCode> {
+        let fuel = |r: &Recorder<W>| r.sandbox().map(|s| s.last_fuel()).unwrap_or(0);
+        let output = |r: &Recorder<W>| {
+            r.sandbox()
+                .map(|s| s.last_output().clone())
+                .unwrap_or_default()
+        };
+        match recorder.info() {
+            Ok(info) => out.loaded(&info.class_name, fuel(recorder)),
+            Err(err) => return out.failure("load", None, err, 0, &CallOutput::default()),
+        }
+        let reset = match recorder.reset(Some(self.seed)).await {
+            Ok(reset) => reset,
+            Err(err) => {
+                return out.failure(
+                    "reset",
+                    None,
+                    &call_error(err)?,
+                    fuel(recorder),
+                    &output(recorder),
+                );
+            }
+        };
+        out.reset(
+            self.seed,
+            &reset.observation,
+            &reset.info,
+            fuel(recorder),
+            &output(recorder),
+        );
+
+        let mut lines: Box<dyn Iterator<Item = anyhow::Result<String>>> = match actions {
+            Actions::List(list) => Box::new(list.into_iter().map(Ok)),
+            Actions::Interactive => Box::new(InteractiveActions::new()),
+        };
+        let mut total = 0.0;
+        let mut steps = 0usize;
+        while let Some(action) = lines.next() {
+            let action = action?;
+            steps += 1;
+            let step = match recorder.step(&action).await {
+                Ok(step) => step,
+                Err(err) => {
+                    return out.failure(
+                        "step",
+                        Some((steps, &action)),
+                        &call_error(err)?,
+                        fuel(recorder),
+                        &output(recorder),
+                    );
+                }
+            };
+            total += step.reward;
+            out.step(steps, &action, &step, fuel(recorder), &output(recorder));
+            if step.terminated || step.truncated {
+                let unused = lines.size_hint().0;
+                out.finished(steps, total, step.terminated, unused);
+                return Ok(ExitCode::SUCCESS);
+            }
+        }
+        out.unfinished(steps, total);
+        Ok(ExitCode::SUCCESS)
+    }
+}
+
+/// Sandboxes one episode needs at once: its own, and the short-lived ones that compile its
+/// source, probe how it loads and capture a fresh interpreter, with room to spare.
+const ONE_EPISODE_SLOTS: u32 = 8;
+
+/// The runtime settings of a process that plays one episode (`spade run`): the default ones
+/// with a pool of [`ONE_EPISODE_SLOTS`] instead of a thousand, which a process that starts for
+/// one episode would set up and tear down for nothing.
+pub fn one_episode_config(snapshots: bool) -> Config {
+    Config {
+        snapshots,
+        pool: Some(Pool {
+            sandboxes: ONE_EPISODE_SLOTS,
+            ..Pool::default()
+        }),
+        ..Config::default()
+    }
+}
+
+/// Starts the sandbox runtime. On a machine's first run this pre-initialises and compiles the
+/// guest (about a minute): say so on stderr, then where it is cached.
+pub fn start_runtime(config: Config) -> anyhow::Result<Runtime> {
+    let mut built = None;
+    let runtime = Runtime::new_announcing(config.clone(), || {
+        eprintln!(
+            "spade: first run with this build: pre-initialising the Python interpreter (wizer) \
+             and compiling it (Cranelift), one to three minutes on 2 cores; later runs start in \
+             milliseconds"
+        );
+        built = Some(std::time::Instant::now());
+    })
+    .context("starting the sandbox runtime")?;
+    if let Some(started) = built {
+        let cached = match &config.cache_dir {
+            Some(dir) => format!("cached in {}", dir.display()),
+            None => "not cached: no cache directory (set SPADE_CACHE_DIR)".to_owned(),
+        };
+        eprintln!(
+            "spade: sandbox ready in {:.0} s ({cached})",
+            started.elapsed().as_secs_f64()
+        );
+    }
+    Ok(runtime)
+}
+
+/// Hands a finished episode's sandbox and the runtime to the process's exit instead of
+/// dropping them: a drop resets the sandbox's pool slot for a next sandbox that never comes
+/// and unmaps the pool's reservations and the artifact one by one, about half a millisecond
+/// that the kernel's teardown of the process spends anyway. Only for a process that exits
+/// next (nothing of theirs needs flushing: the trajectory is written and flushed before).
+pub fn leave_for_exit(sandbox: Option<Sandbox>, runtime: Runtime) {
+    std::mem::forget(sandbox);
+    std::mem::forget(runtime);
+}
+
+/// The sandbox error inside a recording error; I/O failures become command errors.
+fn call_error(err: RecordError) -> anyhow::Result<CallError> {
+    match err {
+        RecordError::Call(err) => Ok(err),
+        RecordError::Io(err) => Err(anyhow::Error::new(err).context("writing the trajectory")),
+    }
+}
+
+/// Prints calls as text or as one JSON object per line.
+struct Printer {
+    json: bool,
+}
+
+fn info_value(info: &str) -> Value {
+    serde_json::from_str(info).unwrap_or(Value::String(info.to_owned()))
+}
+
+impl Printer {
+    fn emit(&self, value: Value) {
+        say!("{value}");
+    }
+
+    fn output(&self, object: &mut Value, output: &CallOutput) {
+        if self.json {
+            if !output.stdout.is_empty() {
+                object["stdout"] = json!(output.stdout);
+            }
+            if !output.stderr.is_empty() {
+                object["stderr"] = json!(output.stderr);
+            }
+            if output.dropped_bytes > 0 {
+                object["output_dropped_bytes"] = json!(output.dropped_bytes);
+            }
+        } else {
+            for line in output.stdout.lines() {
+                eprintln!("[env stdout] {line}");
+            }
+            for line in output.stderr.lines() {
+                eprintln!("[env stderr] {line}");
+            }
+            if output.dropped_bytes > 0 {
+                eprintln!(
+                    "[env output] {} more bytes were printed and dropped",
+                    output.dropped_bytes
+                );
+            }
+        }
+    }
+
+    fn loaded(&mut self, class_name: &str, fuel: u64) {
+        if self.json {
+            self.emit(json!({"call": "load", "class": class_name, "fuel": fuel}));
+        } else {
+            say!("== loaded {class_name}");
+        }
+    }
+
+    fn reset(&mut self, seed: u64, observation: &str, info: &str, fuel: u64, output: &CallOutput) {
+        if self.json {
+            let mut object = json!({"call": "reset", "seed": seed, "observation": observation, "info": info_value(info), "fuel": fuel});
+            self.output(&mut object, output);
+            self.emit(object);
+        } else {
+            self.output(&mut Value::Null, output);
+            say!("== reset (seed {seed})\n{observation}");
+        }
+    }
+
+    fn step(
+        &mut self,
+        index: usize,
+        action: &str,
+        step: &spade_sandbox::Step,
+        fuel: u64,
+        output: &CallOutput,
+    ) {
+        if self.json {
+            let mut object = json!({
+                "call": "step", "index": index, "action": action, "observation": step.observation,
+                "reward": step.reward, "terminated": step.terminated, "truncated": step.truncated,
+                "info": info_value(&step.info), "fuel": fuel,
+            });
+            self.output(&mut object, output);
+            self.emit(object);
+        } else {
+            self.output(&mut Value::Null, output);
+            say!("== step {index}: {action}\n{}", step.observation);
+            say!(
+                "reward {}  terminated {}  truncated {}",
+                step.reward,
+                step.terminated,
+                step.truncated
+            );
+        }
+    }
+
+    fn finished(&mut self, steps: usize, total: f64, terminated: bool, unused: usize) {
+        let how = if terminated {
+            "terminated"
+        } else {
+            "truncated"
+        };
+        if self.json {
+            self.emit(json!({"call": "end", "steps": steps, "total_reward": total, "ended": how, "unused_actions": unused}));
+        } else {
+            say!("== episode {how} after {steps} steps, total reward {total}");
+            if unused > 0 {
+                say!("({unused} remaining actions were not used)");
+            }
+        }
+    }
+
+    fn unfinished(&mut self, steps: usize, total: f64) {
+        if self.json {
+            self.emit(json!({"call": "end", "steps": steps, "total_reward": total, "ended": "actions_exhausted"}));
+        } else {
+            say!("== no more actions after {steps} steps (episode not over), total reward {total}");
+        }
+    }
+
+    fn failure(
+        &mut self,
+        call: &str,
+        step: Option<(usize, &str)>,
+        err: &CallError,
+        fuel: u64,
+        output: &CallOutput,
+    ) -> anyhow::Result<ExitCode> {
+        if self.json {
+            let mut object = json!({"call": call, "error": {"kind": err.kind().as_str(), "message": err.detail()}, "fuel": fuel});
+            if let Some((index, action)) = step {
+                object["index"] = json!(index);
+                object["action"] = json!(action);
+            }
+            self.output(&mut object, output);
+            self.emit(object);
+        } else {
+            self.output(&mut Value::Null, output);
+            let at = match step {
+                Some((index, action)) => format!("step {index} ({action})"),
+                None => call.to_owned(),
+            };
+            eprintln!("error in {at}: {}: {}", err.kind(), err.detail());
+        }
+        Ok(ExitCode::from(EXIT_ENV_FAILED))
+    }
+}

@@ -1,0 +1,176 @@
+//! `spade train`: the self-play loop.
+use std::io::IsTerminal as _;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{Context as _, bail};
+use clap::Args;
+use spade_sandbox::Config;
+use spade_selfplay::corpus::DEFAULT_CORPUS;
+use spade_selfplay::progress::{Lines, Progress};
+use spade_selfplay::starter_envs::starter_envs;
+use spade_selfplay::{CandlePolicy, Corpus, Run, TrainConfig};
+
+use super::progress_bar::Bars;
+
+/// Arguments of `spade train`.
+#[derive(Debug, Args)]
+pub struct TrainArgs {
+    /// Config file (TOML if it ends in .toml, else JSON); every field has a default.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Run directory (config, metrics.jsonl, trajectories, designs, checkpoints).
+    #[arg(long, default_value = "runs/train")]
+    out: PathBuf,
+    /// Corpus (JSONL with `text` or `orig_doc`); default: the bundled corpus.
+    #[arg(long)]
+    corpus: Option<PathBuf>,
+    /// Model: a GGUF file or an HF directory (default: the fetched SmolLM2-135M-Instruct).
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// Continue the run in --out from its last complete checkpoint (its saved config wins).
+    #[arg(long)]
+    resume: bool,
+    /// Start the pool with the environments in DIR (<name>/env.py, not validated). Default:
+    /// the six bundled starter environments (three at the default model's edge, and a
+    /// single-answer, a multi-turn and a tool-use game).
+    #[arg(
+        long,
+        value_name = "DIR",
+        conflicts_with = "no_starter_envs",
+        alias = "seed-envs"
+    )]
+    starter_envs: Option<PathBuf>,
+    /// Start with an empty pool: every environment played comes from the designer.
+    #[arg(long, alias = "no-seed-envs")]
+    no_starter_envs: bool,
+    /// Rollouts to run now (default: the config's `rollouts`; 0 = until interrupted).
+    #[arg(long)]
+    rollouts: Option<u64>,
+}
+
+fn read_starter_envs(dir: &Path) -> anyhow::Result<Vec<(String, String)>> {
+    let mut out = Vec::new();
+    let rd = std::fs::read_dir(dir)
+        .with_context(|| format!("reading --starter-envs directory {}", dir.display()))?;
+    for entry in rd.flatten() {
+        let p = entry.path().join("env.py");
+        if p.is_file() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            out.push((name, super::read_text(&p, "starter environment")?));
+        }
+    }
+    out.sort();
+    if out.is_empty() {
+        bail!(
+            "--starter-envs directory {} holds no <name>/env.py",
+            dir.display()
+        );
+    }
+    Ok(out)
+}
+
+impl TrainArgs {
+    /// Runs the subcommand.
+    pub fn execute(self) -> anyhow::Result<()> {
+        if self.resume && self.config.is_some() {
+            bail!("--resume uses the run's saved config; do not pass --config with it");
+        }
+        let cfg = match (&self.config, self.resume) {
+            (_, true) => {
+                let p = self.out.join("config.json");
+                if !p.exists() {
+                    bail!("nothing to resume: {} does not exist", p.display());
+                }
+                TrainConfig::from_file(&p).with_context(|| format!("reading {}", p.display()))?
+            }
+            (Some(p), false) => {
+                let text = super::read_text(p, "config file")?;
+                let toml = p.extension().is_some_and(|e| e == "toml");
+                TrainConfig::parse(&text, toml)
+                    .with_context(|| format!("reading config file {}", p.display()))?
+            }
+            (None, false) => TrainConfig::default(),
+        };
+        let corpus_text = match &self.corpus {
+            Some(p) => super::read_text(p, "corpus file")?,
+            None => DEFAULT_CORPUS.to_string(),
+        };
+        let corpus =
+            Corpus::parse(&corpus_text, cfg.max_doc_words).context("reading the corpus")?;
+        let starter_envs = match &self.starter_envs {
+            Some(d) => read_starter_envs(d)?,
+            None if self.no_starter_envs => Vec::new(),
+            None => starter_envs(),
+        };
+        if !self.resume && self.out.join("config.json").exists() {
+            bail!(
+                "{} already holds a run: pass --resume to continue it, or choose another --out",
+                self.out.display()
+            );
+        }
+        let loaded = super::load_model(self.model.as_deref())?;
+        let mut policy = CandlePolicy::new(loaded, &cfg)?;
+        if let Some(path) = spade_selfplay::policy::Policy::decode_path(&policy) {
+            eprintln!("spade train: sampling reads {path}");
+        }
+        let runtime = super::run::start_runtime(Config::default())?;
+        let rollouts = self.rollouts.unwrap_or(cfg.rollouts);
+        let executor = super::executor()?;
+        executor.block_on(async {
+            let mut run = if self.resume {
+                Run::resume(&self.out, corpus, runtime, &mut policy)?
+            } else {
+                say!("spade train: run directory {}", self.out.display());
+                Run::create(&self.out, cfg, corpus, runtime, &mut policy, starter_envs)?
+            };
+            let start = Instant::now();
+            let first = run.state.rollouts_done;
+            let progress: Arc<dyn Progress> = if std::io::stderr().is_terminal() {
+                Arc::new(Bars::default())
+            } else {
+                Lines::new()
+            };
+            run.on_progress(progress);
+            let mut done = 0u64;
+            while rollouts == 0 || done < rollouts {
+                let m = run.rollout().await?;
+                done += 1;
+                let per = start.elapsed().as_secs_f64() / done as f64;
+                let eta = if rollouts == 0 {
+                    "until interrupted".to_string()
+                } else {
+                    format!("ETA {:.0}s", per * (rollouts - done) as f64)
+                };
+                let opt = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.4}"));
+                say!(
+                    "rollout {}: valid {}/{} designs, pool {}, win {:.2} / hint {:.2}, regret {:.3}, \
+                     trained {} designer + {} agent (zero advantage {:.0}%), loss {}, grad norm {}, \
+                     clipped {}, {:.1}s ({eta})",
+                    m.rollout,
+                    m.valid,
+                    m.designs,
+                    m.pool_size,
+                    m.win_rate,
+                    m.win_rate_hint,
+                    m.regret,
+                    m.designer_samples_trained,
+                    m.agent_samples_trained,
+                    100.0 * m.zero_advantage_fraction,
+                    opt(m.loss),
+                    opt(m.grad_norm),
+                    opt(m.clip_fraction),
+                    m.time.total
+                );
+            }
+            say!(
+                "done: rollouts {}..{} in {}",
+                first,
+                run.state.rollouts_done,
+                self.out.display()
+            );
+            anyhow::Ok(())
+        })
+    }
+}

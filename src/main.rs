@@ -1,0 +1,106 @@
+//! The `spade` command-line tool: one subcommand per file under `commands/`.
+//!
+//! Built without the default `train` feature (`cargo build --no-default-features`), it has the
+//! sandbox's commands only (run, replay, check, fuzz, serve, bench) and links no model code.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod commands;
+
+/// mimalloc instead of glibc's malloc, for the model's sake: a decode step makes thousands of
+/// small allocations (candle's tensors) between larger ones, and glibc consolidated its free
+/// lists on each larger one. Built with `no_thp`, because with transparent huge pages every
+/// 2 MiB region the allocator first touched was zeroed whole. Measured costs and gains are in
+/// docs/benchmarks.md ("mimalloc"). A build without the `train` feature keeps the system
+/// allocator.
+#[cfg(feature = "train")]
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// spade: self-play in generated, executable environments, with a WebAssembly sandbox.
+#[derive(Debug, Parser)]
+#[command(name = "spade", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Play an environment in the sandbox, one action per line.
+    Run(commands::run::RunArgs),
+    /// Replay a recorded trajectory bit for bit, or check it for tampering.
+    Replay(commands::replay::ReplayArgs),
+    /// Measure the sandbox against CPython.
+    Bench(commands::bench::sandbox::BenchArgs),
+    /// Sample completions of a chat prompt, streaming to the terminal.
+    #[cfg(feature = "train")]
+    Generate(commands::generate::Generate),
+    /// Manage models (fetch the default one).
+    #[cfg(feature = "train")]
+    Model(commands::model::Model),
+    /// Measure sampling and RL-update throughput for the default model's shape.
+    #[cfg(feature = "train")]
+    BenchModel(commands::bench::model::BenchModel),
+    /// Decide whether an environment may enter training (the reference's probes and more).
+    Check(commands::check::CheckArgs),
+    /// Hunt for crashes, reward hacks and nondeterminism with generated actions.
+    Fuzz(commands::fuzz::FuzzArgs),
+    /// Self-play training: design, validate, hint, play, regret, GRPO, checkpoint.
+    #[cfg(feature = "train")]
+    Train(commands::train::TrainArgs),
+    /// Win rate per skill on held-out environments.
+    #[cfg(feature = "train")]
+    Eval(commands::eval::EvalArgs),
+    /// Charts and best/worst environments of a training run, as HTML and SVG.
+    #[cfg(feature = "train")]
+    Report(commands::report::ReportArgs),
+    /// Serve environments over OpenEnv's wire protocol (WebSocket sessions and HTTP).
+    Serve(commands::serve::ServeArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => {
+            // --help and --version land here too, on stdout and with success.
+            let _ = err.print();
+            return if err.use_stderr() {
+                ExitCode::from(commands::EXIT_USAGE)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
+    #[cfg(feature = "train")]
+    let done = |result: anyhow::Result<()>| result.map(|()| ExitCode::SUCCESS);
+    let result = match cli.command {
+        Command::Run(args) => args.execute(),
+        Command::Replay(args) => args.execute(),
+        Command::Bench(args) => args.execute(),
+        #[cfg(feature = "train")]
+        Command::Generate(args) => done(args.execute()),
+        #[cfg(feature = "train")]
+        Command::Model(args) => done(args.execute()),
+        #[cfg(feature = "train")]
+        Command::BenchModel(args) => done(args.execute()),
+        Command::Check(args) => args.execute(),
+        Command::Fuzz(args) => args.execute(),
+        #[cfg(feature = "train")]
+        Command::Train(args) => done(args.execute()),
+        #[cfg(feature = "train")]
+        Command::Eval(args) => done(args.execute()),
+        #[cfg(feature = "train")]
+        Command::Report(args) => done(args.execute()),
+        Command::Serve(args) => args.execute(),
+    };
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            commands::report_error(&err);
+            ExitCode::from(commands::EXIT_USAGE)
+        }
+    }
+}
