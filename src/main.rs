@@ -61,10 +61,42 @@ enum Command {
     Serve(commands::serve::ServeArgs),
 }
 
+/// The subcommands that need the `train` feature.
+const TRAIN_COMMANDS: [&str; 6] = [
+    "generate",
+    "model",
+    "bench-model",
+    "train",
+    "eval",
+    "report",
+];
+
+/// What to tell someone who asked a build without the `train` feature for one of its commands.
+fn missing_train_feature(command: &str) -> Option<String> {
+    TRAIN_COMMANDS.contains(&command).then(|| {
+        format!(
+            "`spade {command}` needs a language model, and this spade was built without the \
+             `train` feature (a sandbox-only build); build the full one with \
+             `cargo build --release` (default features)"
+        )
+    })
+}
+
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(err) => {
+            // A sandbox-only build does not know the model commands: say why.
+            if cfg!(not(feature = "train"))
+                && err.kind() == clap::error::ErrorKind::InvalidSubcommand
+                && let Some(hint) = std::env::args()
+                    .nth(1)
+                    .as_deref()
+                    .and_then(missing_train_feature)
+            {
+                eprintln!("error: {hint}");
+                return ExitCode::from(commands::EXIT_USAGE);
+            }
             // --help and --version land here too, on stdout and with success.
             let _ = err.print();
             return if err.use_stderr() {
@@ -101,6 +133,40 @@ fn main() -> ExitCode {
         Err(err) => {
             commands::report_error(&err);
             ExitCode::from(commands::EXIT_USAGE)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_model_command_in_a_sandbox_only_build_names_the_missing_feature() {
+        for command in TRAIN_COMMANDS {
+            let hint = missing_train_feature(command).expect("a train-only command");
+            assert!(hint.starts_with(&format!("`spade {command}` needs a language model")));
+            assert!(hint.contains("without the `train` feature"), "{hint}");
+            assert!(hint.contains("`cargo build --release`"), "{hint}");
+        }
+        assert_eq!(missing_train_feature("run"), None);
+        assert_eq!(missing_train_feature("serve"), None);
+        assert_eq!(missing_train_feature("trian"), None);
+    }
+
+    #[test]
+    fn the_train_only_commands_are_the_ones_the_feature_adds() {
+        use clap::CommandFactory as _;
+        let names: Vec<String> = Cli::command()
+            .get_subcommands()
+            .map(|c| c.get_name().to_owned())
+            .collect();
+        for command in TRAIN_COMMANDS {
+            assert_eq!(
+                names.iter().any(|n| n == command),
+                cfg!(feature = "train"),
+                "{command}"
+            );
         }
     }
 }
