@@ -185,11 +185,6 @@ def load_code(source, code, max_turns, seed):
     return construct(exec_module(source, code, seed), max_turns)
 
 
-def random_state():
-    """The state of the module-global `random` (to tell whether loading used it)."""
-    return random.getstate()
-
-
 def reseed(seed):
     """Seeds the module-global `random`: for a source loaded without a seed."""
     random.seed(seed)
@@ -200,8 +195,36 @@ def load(source, max_turns, seed):
     return load_code(source, compile_source(source), max_turns, seed)
 
 
+# Ints past CPython's default int_max_str_digits are described by their size: converting one
+# to decimal costs time quadratic in its length, and the description is only a message.
+_MAX_REPR_BITS = 14_300
+# Items of a container looked at before its repr is taken: a larger one is described by its
+# length (its repr would be built in full before it is cut to 200 characters).
+_MAX_REPR_SCAN = 1_000
+
+
+def _costly_repr(value):
+    """Whether `value` holds such an int, or more items than are scanned."""
+    stack, seen = [value], 0
+    while stack and seen < _MAX_REPR_SCAN:
+        item = stack.pop()
+        seen += 1
+        if type(item) is int and item.bit_length() > _MAX_REPR_BITS:
+            return True
+        if type(item) in (list, tuple, set, frozenset):
+            stack.extend(itertools.islice(item, _MAX_REPR_SCAN))
+        elif type(item) is dict:
+            stack.extend(itertools.islice(item.keys(), _MAX_REPR_SCAN))
+            stack.extend(itertools.islice(item.values(), _MAX_REPR_SCAN))
+    return bool(stack)
+
+
 def describe(value):
     """A short description of a value for contract errors: its type and a bounded repr."""
+    if isinstance(value, int) and value.bit_length() > _MAX_REPR_BITS:
+        return f"{type(value).__name__} of {value.bit_length()} bits"
+    if type(value) in (list, tuple, set, frozenset, dict) and _costly_repr(value):
+        return f"{type(value).__name__} of {len(value)} items"
     try:
         text = repr(value)
     except Exception as exc:

@@ -3,8 +3,6 @@
 //! Conversion happens in Rust, walking Python objects directly: a step's info dict becomes
 //! JSON text here rather than through Python's `json` module, which used to dominate a step.
 
-use std::io::Write as _;
-
 use rustpython_vm::builtins::{PyDict, PyFloat, PyInt, PyList, PyStr, PyTuple};
 use rustpython_vm::{AsObject, PyObject, PyObjectRef, VirtualMachine};
 
@@ -14,6 +12,11 @@ use crate::limits::{self, Capped, Limit};
 
 /// Deepest nesting accepted in an info dict.
 const MAX_JSON_DEPTH: usize = 64;
+
+/// The most decimal digits of an int in an info dict or tool schema: CPython's default
+/// `sys.int_info.default_max_str_digits`, past which its `json.dumps` raises as well. An int is
+/// measured by its bits before it is converted, so a huge one costs nothing to refuse.
+const MAX_INT_DIGITS: u64 = 4300;
 
 fn describe(vm: &VirtualMachine, prelude: &PyObjectRef, value: &PyObject) -> String {
     vm.call_method(prelude, "describe", (value.to_owned(),))
@@ -99,7 +102,7 @@ fn info_json(
         .map_err(|message| contract(format!("{call}: info is not JSON-serialisable: {message}")))?;
     out.finish().map_err(|(size, _)| {
         contract(format!(
-            "{call}: the info dict is {size} bytes as JSON, {}",
+            "{call}: the info dict is at least {size} bytes as JSON, {}",
             limit.over()
         ))
     })
@@ -237,7 +240,7 @@ pub fn loaded(
             })?;
             Some(out.finish().map_err(|(size, _)| {
                 contract(format!(
-                    "get_tools(): the tool schemas are {size} bytes as JSON, {}",
+                    "get_tools(): the tool schemas are at least {size} bytes as JSON, {}",
                     limit.over()
                 ))
             })?)
@@ -339,7 +342,7 @@ fn json_key(
         return Ok("null".to_owned());
     }
     if let Some(i) = key.downcast_ref::<PyInt>() {
-        return Ok(i.as_bigint().to_string());
+        return int_text(i, format_args!("a key of {at}"));
     }
     if let Some(f) = key.downcast_ref::<PyFloat>() {
         return float_text(f.to_f64(), format_args!("a key of {at}"));
@@ -351,6 +354,33 @@ fn json_key(
     ))
 }
 
+/// An int in decimal, refused (by its size in bits, before any conversion) when it has more
+/// than [`MAX_INT_DIGITS`] digits.
+fn int_text(value: &PyInt, at: impl std::fmt::Display) -> Result<String, String> {
+    let int = value.as_bigint();
+    // An int of b bits has at least floor((b - 1) * log10(2)) + 1 digits.
+    let min_digits = (int.bits().saturating_sub(1) as f64 * std::f64::consts::LOG10_2) as u64 + 1;
+    if min_digits > MAX_INT_DIGITS {
+        return Err(format!(
+            "{at} is an int of {} bits (at least {min_digits} digits), over the {MAX_INT_DIGITS} \
+             digits an int may have as JSON (Python's int_max_str_digits)",
+            int.bits()
+        ));
+    }
+    let text = int.to_string();
+    let digits = text.trim_start_matches('-').len() as u64;
+    if digits > MAX_INT_DIGITS {
+        return Err(format!(
+            "{at} is an int of {digits} digits, over the {MAX_INT_DIGITS} digits an int may \
+             have as JSON (Python's int_max_str_digits)"
+        ));
+    }
+    Ok(text)
+}
+
+/// Writes `value` as JSON into `out`. The walk stops as soon as `out` is over its limit (the
+/// caller then reports the size written so far, a lower bound), so a value whose JSON would be
+/// huge, or a small graph of shared lists that expands exponentially, costs at most the limit.
 fn write_json(
     vm: &VirtualMachine,
     prelude: &PyObjectRef,
@@ -359,6 +389,9 @@ fn write_json(
     path: &mut Vec<usize>,
     at: &At<'_>,
 ) -> Result<(), String> {
+    if out.over() {
+        return Ok(());
+    }
     if vm.is_none(value) {
         out.push(b"null");
         return Ok(());
@@ -372,7 +405,7 @@ fn write_json(
         return Ok(());
     }
     if let Some(i) = value.downcast_ref::<PyInt>() {
-        let _ = write!(out, "{}", i.as_bigint());
+        out.push(int_text(i, at)?.as_bytes());
         return Ok(());
     }
     if let Some(f) = value.downcast_ref::<PyFloat>() {
@@ -410,8 +443,17 @@ fn write_container(
     at: &At<'_>,
 ) -> Result<(), String> {
     if let Some(dict) = value.downcast_ref::<PyDict>() {
+        // Every entry takes at least one byte: a dict too long for what is left is over the
+        // limit before its items are copied out.
+        if !out.fits(dict.__len__()) {
+            out.count(dict.__len__());
+            return Ok(());
+        }
         out.push(b"{");
         for (n, (key, item)) in dict.items_vec().into_iter().enumerate() {
+            if out.over() {
+                return Ok(());
+            }
             if n > 0 {
                 out.push(b",");
             }
@@ -421,6 +463,17 @@ fn write_container(
             write_json(vm, prelude, &item, out, path, &At::Key(at, &key))?;
         }
         out.push(b"}");
+        return Ok(());
+    }
+    let len = if let Some(list) = value.downcast_ref::<PyList>() {
+        list.__len__()
+    } else if let Some(tuple) = value.downcast_ref::<PyTuple>() {
+        tuple.__len__()
+    } else {
+        0
+    };
+    if !out.fits(len) {
+        out.count(len);
         return Ok(());
     }
     let items: Vec<PyObjectRef> = if let Some(list) = value.downcast_ref::<PyList>() {
@@ -436,6 +489,9 @@ fn write_container(
     };
     out.push(b"[");
     for (n, item) in items.iter().enumerate() {
+        if out.over() {
+            return Ok(());
+        }
         if n > 0 {
             out.push(b",");
         }

@@ -7,6 +7,7 @@ use rustpython_vm::function::{FuncArgs, KwArgs};
 use rustpython_vm::{AsObject, Interpreter, PyObjectRef, PyResult, Settings, VirtualMachine};
 
 use crate::convert;
+use crate::rng_watch;
 use crate::exports::spade::env::environment::{
     EnvError, EnvInfo, LoadOptions, ResetResult, SizeLimits, StepResult,
 };
@@ -122,9 +123,11 @@ impl State {
             .build();
         let prelude = interpreter.enter(|vm| {
             let boot = || -> PyResult<PyObjectRef> {
+                rng_watch::install(vm)?;
                 for name in WARM_IMPORTS {
                     vm.import(*name, 0)?;
                 }
+                rng_watch::remember_module_rng(vm)?;
                 let scope = vm.new_scope_with_builtins();
                 vm.run_string(scope.clone(), INSTALL_MODULE, "<spade-boot>")?;
                 let install = scope.globals.get_item("_spade_install", vm)?;
@@ -191,14 +194,10 @@ impl State {
             let seed = options
                 .random_seed
                 .map_or_else(|| vm.ctx.none(), |n| vm.ctx.new_int(n).into());
-            // Without a seed, the state of `random` before and after tells the host whether
+            // Without a seed, the watch on the module-global generator tells the host whether
             // the module used it (then it must be seeded before the module runs).
-            let before = match options.random_seed {
-                None => Some(random_state(vm, &prelude)?),
-                Some(_) => None,
-            };
-            let class = vm
-                .call_method(
+            let (class, used_random) = rng_watch::watching(options.random_seed.is_none(), || {
+                vm.call_method(
                     &prelude,
                     "exec_module",
                     (
@@ -207,11 +206,8 @@ impl State {
                         seed,
                     ),
                 )
-                .map_err(|exc| env_error(vm, &prelude, &exc))?;
-            let used_random = match before {
-                Some(before) => random_changed(vm, &prelude, &before)?,
-                None => false,
-            };
+            });
+            let class = class.map_err(|exc| env_error(vm, &prelude, &exc))?;
             Ok((class, used_random))
         });
         let (class, used_random) = class?;
@@ -229,8 +225,8 @@ impl State {
         Ok(info)
     }
 
-    /// Constructs the pending class; with `report_random`, whether the constructor changed the
-    /// state of `random` (compared before and after: the host's probe asks this).
+    /// Constructs the pending class; with `report_random`, whether the constructor used the
+    /// module-global `random` (watched: the host's probe asks this).
     pub fn construct(&mut self, report_random: bool) -> Result<EnvInfo, EnvError> {
         let Some((class, max_turns)) = self.pending.take() else {
             return Err(EnvError::Usage(
@@ -239,20 +235,16 @@ impl State {
         };
         let prelude = self.prelude.clone();
         let result = self.interpreter.enter(|vm| {
-            let before = if report_random {
-                Some(random_state(vm, &prelude)?)
-            } else {
-                None
-            };
             let max_turns = max_turns.map_or_else(|| vm.ctx.none(), |n| vm.ctx.new_int(n).into());
-            let loaded = vm
-                .call_method(&prelude, "construct", (class, max_turns))
-                .map_err(|exc| env_error(vm, &prelude, &exc))?;
-            let (env, mut info) = convert::loaded(vm, &prelude, loaded)?;
-            info.used_random = match &before {
-                Some(before) => random_changed(vm, &prelude, before)?,
-                None => false,
-            };
+            // The watch covers `get_tools()`, which the host calls once per load as well.
+            let (loaded, used_random) = rng_watch::watching(report_random, || {
+                let loaded = vm
+                    .call_method(&prelude, "construct", (class, max_turns))
+                    .map_err(|exc| env_error(vm, &prelude, &exc))?;
+                convert::loaded(vm, &prelude, loaded)
+            });
+            let (env, mut info) = loaded?;
+            info.used_random = used_random;
             Ok((env, info))
         });
         let (env, info) = result?;
@@ -340,24 +332,6 @@ impl State {
         });
         result
     }
-}
-
-/// The state of the module-global `random`.
-fn random_state(vm: &VirtualMachine, prelude: &PyObjectRef) -> Result<PyObjectRef, EnvError> {
-    vm.call_method(prelude, "random_state", ())
-        .map_err(|exc| env_error(vm, prelude, &exc))
-}
-
-/// Whether the state of `random` differs from `before`.
-fn random_changed(
-    vm: &VirtualMachine,
-    prelude: &PyObjectRef,
-    before: &PyObjectRef,
-) -> Result<bool, EnvError> {
-    let after = random_state(vm, prelude)?;
-    vm.bool_eq(before, &after)
-        .map(|same| !same)
-        .map_err(|exc| env_error(vm, prelude, &exc))
 }
 
 /// Classifies a Python exception raised by environment code.

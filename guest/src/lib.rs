@@ -8,6 +8,7 @@ mod cabi;
 mod convert;
 mod interpreter;
 mod limits;
+mod rng_watch;
 mod snapshot;
 
 /// Small blocks from pools, as CPython's `pymalloc` (see `spade-guest-alloc`); the rest from

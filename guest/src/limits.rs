@@ -126,6 +126,12 @@ impl Capped {
         }
     }
 
+    /// Whether what was written is already over the limit (a writer can stop: the value is
+    /// refused whatever follows).
+    pub fn over(&self) -> bool {
+        !self.limit.allows(self.size)
+    }
+
     /// Bytes written so far, kept or not.
     pub fn size(&self) -> usize {
         self.size

@@ -12,7 +12,7 @@ use wasmtime::component::Linker;
 
 use crate::bindings::SandboxPre;
 use crate::cache::snapshot::{self, LoadPlan, Snapshot};
-use crate::cache::{artifact, code as code_cache, snapshot_file as snapshot_cache};
+use crate::cache::{Cache, artifact, code as code_cache, snapshot_file as snapshot_cache};
 use crate::config::{Config, Limits, Pool, Yields};
 use crate::error::{CallError, RuntimeError};
 use crate::sandbox::{EnvInfo, GuestPre, Sandbox, SandboxOptions, SandboxState};
@@ -34,6 +34,8 @@ struct Inner {
     engine: Engine,
     guest: GuestPre,
     config: Config,
+    /// The cache directory, opened and verified once (`None` without one).
+    cache: Option<Cache>,
     sources: SourceCache,
     stop_ticker: Arc<AtomicBool>,
     linked: Vec<String>,
@@ -153,8 +155,9 @@ impl Runtime {
         }
         let engine = Engine::new(&engine_config(&config))
             .map_err(|e| RuntimeError::Engine(e.to_string()))?;
+        let cache = config.cache_dir.as_deref().map(Cache::open).transpose()?;
         let component =
-            artifact::load_component(&engine, config.cache_dir.as_deref(), before_build)?;
+            artifact::load_component(&engine, cache.as_ref().map(|c| &c.root), before_build)?;
         let mut linker: Linker<SandboxState> = Linker::new(&engine);
         let trapped = wasi::add_to_linker(&mut linker, &component)
             .map_err(|e| RuntimeError::Engine(e.to_string()))?;
@@ -179,6 +182,7 @@ impl Runtime {
                     yields: config.yields,
                 },
                 config,
+                cache,
                 sources: SourceCache::new(SOURCE_CACHE_ENTRIES),
                 stop_ticker,
                 linked,
@@ -267,15 +271,21 @@ impl Runtime {
 
     /// The plan for `source` from the disk cache, or probed and then cached.
     async fn cached_plan(&self, source: &EnvSource, key: &PlanKey) -> Result<LoadPlan, CallError> {
-        let path = self.snapshot_path(source, key);
-        if let Some(plan) = path.as_deref().and_then(snapshot_cache::read) {
+        let cached = self.inner.cache.as_ref().map(|cache| {
+            let name = snapshot_cache::name(&self.artifact_key(), source.sha256(), key);
+            (&cache.snapshots, name)
+        });
+        if let Some(plan) = cached
+            .as_ref()
+            .and_then(|(dir, name)| snapshot_cache::read(dir, name))
+        {
             return Ok(plan);
         }
         let plan = self.plan(source, key.max_turns).await?;
-        if let Some(path) = &path {
+        if let Some((dir, name)) = &cached {
             // A plan that cannot be cached is probed again by the next process; nothing else
             // depends on the file.
-            let _ = snapshot_cache::write(path, &plan);
+            let _ = snapshot_cache::write(dir, name, &plan);
         }
         Ok(plan)
     }
@@ -350,7 +360,7 @@ impl Runtime {
         let snapshot = Snapshot {
             // The capture starts at address 1.
             wasm_pages: ((memory.len() + 1) / 65536) as u32,
-            records: snapshot::Records::Captured(records),
+            records: snapshot::Records::captured(records),
             dirty_pages,
             later_pages: Vec::new(),
             constructed,
@@ -402,14 +412,20 @@ impl Runtime {
         if let Some(prepared) = hit {
             return Ok(prepared);
         }
-        let cached = self.code_path(&sha256);
-        let code = match cached.as_deref().and_then(code_cache::read) {
+        let cached = self.inner.cache.as_ref().map(|cache| {
+            let name = code_cache::name(&self.artifact_key(), &sha256, &self.limits);
+            (&cache.code, name)
+        });
+        let code = match cached
+            .as_ref()
+            .and_then(|(dir, name)| code_cache::read(dir, name))
+        {
             Some(code) => code,
             None => {
                 let code = Sandbox::compile(&self.inner.guest, self.limits.clone(), source).await?;
-                if let Some(path) = &cached {
+                if let Some((dir, name)) = &cached {
                     // A compile that cannot be cached is done again by the next process.
-                    let _ = code_cache::write(path, &code);
+                    let _ = code_cache::write(dir, name, &code);
                 }
                 code
             }

@@ -1,13 +1,12 @@
 //! Preparing the guest component: wizer pre-initialisation, then Cranelift compilation, cached on
-//! disk so that later processes only map the compiled artifact.
+//! disk so that later processes only load the compiled artifact.
 //!
 //! The cache key covers everything the artifact depends on: the guest's sha256, the wasmtime
-//! version and the engine's compatibility hash (its compilation settings). Files are written to
-//! a temporary name and renamed, so a crash never leaves a partial artifact under a valid name.
-//! A compiled artifact is native code that is mapped and run, so the cache is private: the
-//! directory is created readable and writable by its user only (0700, files 0600), and an
-//! artifact that anyone else could write (the file, or the directory holding it, writable by
-//! group or others, or owned by another user) is refused with an error that says why.
+//! version and the engine's compatibility hash (its compilation settings). The file is
+//! written and read through the cache's directory descriptors ([`crate::cache::dir`]): written
+//! under an exclusive temporary name and renamed, so a crash never leaves a partial artifact
+//! under a valid name; read only when this user alone can write it, and into memory, never
+//! mapped.
 
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
@@ -19,6 +18,7 @@ use wasmtime::{Engine, Store};
 use wasmtime_wizer::Wizer;
 
 use crate::GUEST_SHA256;
+use crate::cache::dir::CacheDir;
 use crate::error::RuntimeError;
 use crate::sandbox::SandboxState;
 use crate::wasi;
@@ -51,42 +51,48 @@ pub fn artifact_key(engine: &Engine) -> String {
     hex::encode(hasher.0.finalize())
 }
 
+/// The file name of the artifact for `engine` in the cache directory.
+fn artifact_name(engine: &Engine) -> String {
+    format!("guest-{}.cwasm", &artifact_key(engine)[..32])
+}
+
 /// Where the artifact for `engine` is cached under `dir`.
 pub fn artifact_path(engine: &Engine, dir: &Path) -> PathBuf {
-    let key = artifact_key(engine);
-    dir.join(format!("guest-{}.cwasm", &key[..32]))
+    dir.join(artifact_name(engine))
 }
 
 /// The compiled, pre-initialised guest for `engine`, from the cache when possible;
 /// `before_build` is called when the cache misses, before the long part.
 pub fn load_component(
     engine: &Engine,
-    cache_dir: Option<&Path>,
+    cache: Option<&CacheDir>,
     before_build: impl FnOnce(),
 ) -> Result<Component, RuntimeError> {
-    let path = cache_dir.map(|dir| artifact_path(engine, dir));
-    if let Some(component) = cached_at(engine, path.as_deref())? {
+    let name = artifact_name(engine);
+    let refused = |message: String| RuntimeError::Cache {
+        path: cache.map_or_else(PathBuf::new, |dir| dir.path().join(&name)),
+        message,
+    };
+    if let Some(component) = cached(engine, cache, &name).map_err(refused)? {
         return Ok(component);
     }
     before_build();
     // Several processes may start at once on a cold cache (a test suite, a fleet of workers):
-    // one builds the artifact while the others wait on a lock file, then map its result.
-    let _lock = match &path {
-        Some(path) => Some(lock(path).map_err(|e| RuntimeError::Cache {
-            path: path.clone(),
-            message: format!("{e:#}"),
-        })?),
+    // one builds the artifact while the others wait on a lock file, then load its result.
+    let _lock = match cache {
+        Some(dir) => Some(
+            dir.lock(&name.replace(".cwasm", ".lock"))
+                .map_err(refused)?,
+        ),
         None => None,
     };
-    if let Some(component) = cached_at(engine, path.as_deref())? {
+    if let Some(component) = cached(engine, cache, &name).map_err(refused)? {
         return Ok(component);
     }
     let compiled = build_artifact(engine).map_err(|e| RuntimeError::Guest(format!("{e:#}")))?;
-    if let Some(path) = &path {
-        store(path, &compiled).map_err(|e| RuntimeError::Cache {
-            path: path.clone(),
-            message: format!("{e:#}"),
-        })?;
+    if let Some(dir) = cache {
+        dir.write_atomic(&name, &[&compiled])
+            .map_err(|e| refused(format!("writing the compiled guest: {e}")))?;
     }
     // SAFETY: `compiled` was produced just now by `engine.precompile_component`.
     #[allow(unsafe_code)]
@@ -95,47 +101,30 @@ pub fn load_component(
     Ok(component)
 }
 
-/// The cached artifact at `path`, if there is a cache, the file exists and fits `engine`; an
-/// artifact that others could have written is an error.
-fn cached_at(engine: &Engine, path: Option<&Path>) -> Result<Option<Component>, RuntimeError> {
-    let Some(path) = path else {
+/// The cached artifact `name`, if there is a cache, the file exists and fits `engine`; an
+/// artifact that others could have written is an error (the message says why).
+///
+/// The file is read into memory through the descriptor its permissions were checked on, not
+/// mapped: a file truncated while this process runs would otherwise kill it with `SIGBUS`
+/// when it next touched a lost page of code.
+fn cached(
+    engine: &Engine,
+    cache: Option<&CacheDir>,
+    name: &str,
+) -> Result<Option<Component>, String> {
+    let Some(dir) = cache else {
         return Ok(None);
     };
-    if !path.exists() {
+    let Some(bytes) = dir.read(name)? else {
         return Ok(None);
-    }
-    private::check(path).map_err(|message| RuntimeError::Cache {
-        path: path.to_owned(),
-        message,
-    })?;
-    // SAFETY: the file was written by `store` below (atomically, under a name that encodes
-    // this engine's compatibility hash) and only its owner can write it (checked above);
-    // wasmtime additionally checks its header against the engine before using it. An
-    // incompatible or damaged file fails here and is rebuilt.
+    };
+    // SAFETY: the bytes were read from a file that only this user can write, in a directory
+    // only this user can change (checked on the open descriptors); spade writes it atomically
+    // under a name that encodes this engine's compatibility hash, and wasmtime checks its
+    // header against the engine before using it. An incompatible or damaged file fails here
+    // and is rebuilt.
     #[allow(unsafe_code)]
-    Ok(unsafe { Component::deserialize_file(engine, path) }.ok())
-}
-
-/// An exclusive lock on `<artifact>.lock`, held until the returned file is dropped.
-fn lock(path: &Path) -> anyhow::Result<std::fs::File> {
-    let dir = path
-        .parent()
-        .ok_or_else(|| anyhow!("no parent directory"))?;
-    private::create_dir(dir).context("creating the cache directory")?;
-    let lock_path = path.with_extension("lock");
-    let file = private::open_options()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&lock_path)
-        .with_context(|| format!("opening {}", lock_path.display()))?;
-    file.lock()
-        .with_context(|| format!("locking {}", lock_path.display()))?;
-    Ok(file)
-}
-
-fn store(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
-    private::write_atomic(path, &[bytes]).context("writing the compiled guest")
+    Ok(unsafe { Component::deserialize(engine, &bytes) }.ok())
 }
 
 /// Pre-initialises the guest with wizer and compiles the result for `engine`.
@@ -181,148 +170,4 @@ async fn preinitialize() -> anyhow::Result<Vec<u8>> {
         .await
         .map_err(|e| anyhow!("pre-initialising the interpreter: {e:?}"))?;
     Ok(snapshot)
-}
-
-/// The cache's privacy: created private, refused when others could write it.
-pub(crate) mod private {
-    use std::fs::OpenOptions;
-    use std::path::Path;
-
-    /// Creates `dir` (and missing parents) readable and writable by its user only.
-    pub(crate) fn create_dir(dir: &Path) -> std::io::Result<()> {
-        let mut builder = std::fs::DirBuilder::new();
-        builder.recursive(true);
-        #[cfg(unix)]
-        std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
-        builder.create(dir)
-    }
-
-    /// Writes `parts` to `path` through a temporary file in the same directory (created
-    /// private) and a rename, so a crash never leaves a partial file under the real name.
-    pub(crate) fn write_atomic(path: &Path, parts: &[&[u8]]) -> std::io::Result<()> {
-        use std::io::Write as _;
-        let dir = path.parent().unwrap_or(Path::new("."));
-        create_dir(dir)?;
-        let tmp = dir.join(format!(
-            ".{}.{}.tmp",
-            path.file_name().unwrap_or_default().to_string_lossy(),
-            std::process::id()
-        ));
-        let mut file = open_options()
-            .create(true)
-            .truncate(true)
-            .write(true)
-            .open(&tmp)?;
-        for part in parts {
-            file.write_all(part)?;
-        }
-        drop(file);
-        std::fs::rename(&tmp, path)
-    }
-
-    /// Options that create files readable and writable by their user only.
-    pub(crate) fn open_options() -> OpenOptions {
-        let mut options = OpenOptions::new();
-        #[cfg(unix)]
-        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-        options
-    }
-
-    /// `Ok` when only the current user can write the artifact at `path`: the file and the
-    /// directory holding it are owned by this user and not writable by group or others.
-    #[cfg(unix)]
-    pub(crate) fn check(path: &Path) -> Result<(), String> {
-        use std::os::unix::fs::MetadataExt;
-        // SAFETY: geteuid has no preconditions and cannot fail.
-        #[allow(unsafe_code)]
-        let me = unsafe { libc::geteuid() };
-        let dir = path.parent().unwrap_or(Path::new("."));
-        for (what, target) in [("the artifact", path), ("its directory", dir)] {
-            let meta = std::fs::metadata(target)
-                .map_err(|e| format!("reading the permissions of {}: {e}", target.display()))?;
-            let mode = meta.mode() & 0o7777;
-            let why = if meta.uid() != me {
-                format!(
-                    "{what} {} is owned by uid {}, not by this user (uid {me})",
-                    target.display(),
-                    meta.uid()
-                )
-            } else if mode & 0o022 != 0 {
-                format!(
-                    "{what} {} is writable by {} (mode {mode:04o})",
-                    target.display(),
-                    if mode & 0o002 != 0 {
-                        "every user"
-                    } else {
-                        "its group"
-                    }
-                )
-            } else {
-                continue;
-            };
-            return Err(format!(
-                "refusing the cached artifact: {why}. A compiled artifact is native code that \
-                 spade maps and runs, so only its owner may be able to write it; fix the \
-                 permissions (chmod go-w) or delete the file to have it rebuilt"
-            ));
-        }
-        Ok(())
-    }
-
-    /// Elsewhere there are no unix permissions to check.
-    #[cfg(not(unix))]
-    pub(crate) fn check(_path: &Path) -> Result<(), String> {
-        Ok(())
-    }
-
-    #[cfg(all(test, unix))]
-    mod tests {
-        use std::os::unix::fs::PermissionsExt;
-
-        use super::*;
-
-        fn mode(path: &Path) -> u32 {
-            std::fs::metadata(path).unwrap().permissions().mode() & 0o777
-        }
-
-        #[test]
-        fn the_cache_is_created_private_and_others_writable_artifacts_are_refused() {
-            let root = std::env::temp_dir().join(format!("spade-private-{}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&root);
-            let dir = root.join("a").join("spade");
-            create_dir(&dir).unwrap();
-            assert_eq!(mode(&dir), 0o700);
-            let file = dir.join("guest.cwasm");
-            std::io::Write::write_all(
-                &mut open_options().create(true).write(true).open(&file).unwrap(),
-                b"x",
-            )
-            .unwrap();
-            assert_eq!(mode(&file), 0o600);
-            assert_eq!(check(&file), Ok(()));
-
-            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666)).unwrap();
-            let err = check(&file).unwrap_err();
-            assert!(err.contains("the artifact"), "{err}");
-            assert!(
-                err.contains("is writable by every user (mode 0666)"),
-                "{err}"
-            );
-            assert!(err.contains("native code"), "{err}");
-
-            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o620)).unwrap();
-            assert!(
-                check(&file)
-                    .unwrap_err()
-                    .contains("writable by its group (mode 0620)")
-            );
-
-            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
-            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
-            let err = check(&file).unwrap_err();
-            assert!(err.contains("its directory"), "{err}");
-            assert!(err.contains("writable by every user (mode 0777)"), "{err}");
-            std::fs::remove_dir_all(&root).unwrap();
-        }
-    }
 }

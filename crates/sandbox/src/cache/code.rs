@@ -11,33 +11,41 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
-use crate::cache::artifact::private;
+use crate::cache::dir::CacheDir;
 use crate::config::Limits;
 
 /// The first line of every code file; the bytecode follows it.
 const FORMAT: &str = "spade-code-1";
 
-/// Where the bytecode of `source_sha256` compiled under `limits` by the guest `artifact_key`
-/// is cached.
-pub(crate) fn path(
-    dir: &Path,
-    artifact_key: &str,
-    source_sha256: &str,
-    limits: &Limits,
-) -> PathBuf {
+/// The directory of the code files, inside the cache directory.
+pub(crate) const SUBDIR: &str = "code";
+
+/// The file name (in [`SUBDIR`]) of the bytecode of `source_sha256` compiled under `limits` by
+/// the guest `artifact_key`.
+pub(crate) fn name(artifact_key: &str, source_sha256: &str, limits: &Limits) -> String {
     let mut hash = Sha256::new();
     for part in [FORMAT, artifact_key, source_sha256, &format!("{limits:?}")] {
         hash.update(part.as_bytes());
         hash.update([0]);
     }
     let name = hex::encode(hash.finalize());
-    dir.join("code").join(format!("{}.code", &name[..32]))
+    format!("{}.code", &name[..32])
 }
 
-/// The cached bytecode at `path`, if it is there, private and intact.
-pub(crate) fn read(path: &Path) -> Option<Vec<u8>> {
-    private::check(path).ok()?;
-    let bytes = std::fs::read(path).ok()?;
+/// Where that bytecode is cached under the cache directory `dir`.
+pub(crate) fn path(
+    dir: &Path,
+    artifact_key: &str,
+    source_sha256: &str,
+    limits: &Limits,
+) -> PathBuf {
+    dir.join(SUBDIR)
+        .join(name(artifact_key, source_sha256, limits))
+}
+
+/// The cached bytecode `name` in `dir`, if it is there, private and intact.
+pub(crate) fn read(dir: &CacheDir, name: &str) -> Option<Vec<u8>> {
+    let bytes = dir.read(name).ok()??;
     let newline = bytes.iter().position(|&b| b == b'\n')?;
     let header = std::str::from_utf8(&bytes[..newline]).ok()?;
     let mut fields = header.split(' ');
@@ -50,14 +58,14 @@ pub(crate) fn read(path: &Path) -> Option<Vec<u8>> {
     intact.then(|| code.to_vec())
 }
 
-/// Caches `code` at `path` (atomically, private).
-pub(crate) fn write(path: &Path, code: &[u8]) -> std::io::Result<()> {
+/// Caches `code` as the file `name` in `dir` (atomically, private).
+pub(crate) fn write(dir: &CacheDir, name: &str, code: &[u8]) -> std::io::Result<()> {
     let header = format!(
         "{FORMAT} {} {}\n",
         code.len(),
         hex::encode(Sha256::digest(code))
     );
-    private::write_atomic(path, &[header.as_bytes(), code])
+    dir.write_atomic(name, &[header.as_bytes(), code])
 }
 
 #[cfg(test)]
@@ -66,19 +74,23 @@ mod tests {
 
     #[test]
     fn bytecode_round_trips_and_damage_is_ignored() {
-        let dir = std::env::temp_dir().join(format!("spade-code-cache-{}", std::process::id()));
-        let file = path(&dir, "artifact", "source", &Limits::default());
-        assert!(read(&file).is_none(), "nothing is cached yet");
-        write(&file, b"\x00bytecode\nwith a newline").unwrap();
-        assert_eq!(read(&file).unwrap(), b"\x00bytecode\nwith a newline");
+        let root = std::env::temp_dir().join(format!("spade-code-cache-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let dir = CacheDir::open(&root).unwrap().subdir(SUBDIR).unwrap();
+        let name = name("artifact", "source", &Limits::default());
+        let file = path(&root, "artifact", "source", &Limits::default());
+        assert_eq!(file, dir.path().join(&name));
+        assert!(read(&dir, &name).is_none(), "nothing is cached yet");
+        write(&dir, &name, b"\x00bytecode\nwith a newline").unwrap();
+        assert_eq!(read(&dir, &name).unwrap(), b"\x00bytecode\nwith a newline");
         let mut bytes = std::fs::read(&file).unwrap();
         *bytes.last_mut().unwrap() ^= 1;
         std::fs::write(&file, &bytes).unwrap();
-        assert!(read(&file).is_none(), "a damaged file must not be used");
+        assert!(read(&dir, &name).is_none(), "a damaged file must not be used");
         bytes.pop();
         std::fs::write(&file, &bytes).unwrap();
-        assert!(read(&file).is_none(), "a truncated file must not be used");
-        let _ = std::fs::remove_dir_all(&dir);
+        assert!(read(&dir, &name).is_none(), "a truncated file must not be used");
+        std::fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]

@@ -71,27 +71,40 @@ impl Snapshot {
     }
 }
 
-/// A snapshot's records: captured by this process, or mapped from the cache file.
+/// A snapshot's records, in this process's own memory: captured by a probe, or read from the
+/// cache file (its bytes from `start`, after the header line).
 ///
-/// A process that starts for one episode restores its snapshot once; reading the file into a
-/// fresh buffer cost it a page fault and a copy for every page of that buffer (a fifth of
-/// the process's page faults), where a mapping shares the page cache's pages.
+/// Read, not mapped: the pages of a mapped file that is truncated under the process (by
+/// anyone who can write the cache, or a full disk) raise `SIGBUS` on the next restore, which
+/// would end every sandbox of the host. Copying them costs a read of the file once per
+/// process and source (see docs/snapshots.md for the figures).
 #[derive(Debug)]
-pub(crate) enum Records {
-    /// Taken by a probe in this process.
-    Captured(Vec<u8>),
-    /// The cached file, mapped read-only; the records are its bytes from `start`.
-    Mapped { map: memmap2::Mmap, start: usize },
+pub(crate) struct Records {
+    bytes: Vec<u8>,
+    start: usize,
+}
+
+impl Records {
+    /// Records captured by a probe.
+    pub fn captured(records: Vec<u8>) -> Records {
+        Records {
+            bytes: records,
+            start: 0,
+        }
+    }
+
+    /// The records that are `bytes` from `start` (a file read whole, header first).
+    pub fn read(bytes: Vec<u8>, start: usize) -> Records {
+        assert!(start <= bytes.len(), "the records start inside the file");
+        Records { bytes, start }
+    }
 }
 
 impl std::ops::Deref for Records {
     type Target = [u8];
 
     fn deref(&self) -> &[u8] {
-        match self {
-            Records::Captured(records) => records,
-            Records::Mapped { map, start } => &map[*start..],
-        }
+        &self.bytes[self.start..]
     }
 }
 
@@ -276,7 +289,7 @@ mod tests {
         let (records, dirty_pages) = diff(&before, &captured(4, &[(2 * PAGE + 1, 1)]));
         let snapshot = Snapshot {
             wasm_pages: 1,
-            records: Records::Captured(records),
+            records: Records::captured(records),
             dirty_pages,
             later_pages: Vec::new(),
             constructed: None,

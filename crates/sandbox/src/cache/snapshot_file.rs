@@ -5,19 +5,19 @@
 //! directory, named by a hash of those and of the compiled guest's key: a different guest,
 //! engine or spade build never reads another's file. A file is a JSON header line (the plan,
 //! the snapshot's figures, the CRC-32 of its pages, which catches a damaged file at a tenth
-//! of a sha256's cost) followed by the pages. Files are written
-//! private to the user (0600, via a temporary name and a rename) and only read when no one else
-//! can write them; a file that is missing, damaged or not private is ignored and the source is
-//! probed as if there were no cache.
+//! of a sha256's cost) followed by the pages. Files are written and read through the cache's
+//! directory descriptors ([`crate::cache::dir`]): private to the user (0600, via an exclusive
+//! temporary name and a rename), read into memory only when no one else can write them. A file
+//! that is missing, damaged or not private is ignored and the source is probed as if there
+//! were no cache (the next write replaces it).
 
-use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::cache::artifact::private;
+use crate::cache::dir::CacheDir;
 use crate::cache::snapshot::{LoadPlan, MAX_SNAPSHOT_BYTES, PAGE, RECORD, Records, Snapshot};
 use crate::sandbox::EnvInfo;
 use crate::source::PlanKey;
@@ -57,8 +57,11 @@ struct Info {
     tools: Option<String>,
 }
 
-/// Where the plan for `source_sha256` and `key` is cached under `dir`.
-pub(crate) fn path(dir: &Path, artifact_key: &str, source_sha256: &str, key: &PlanKey) -> PathBuf {
+/// The directory of the snapshot files, inside the cache directory.
+pub(crate) const SUBDIR: &str = "snapshots";
+
+/// The file name of the plan for `source_sha256` and `key` (in [`SUBDIR`]).
+pub(crate) fn name(artifact_key: &str, source_sha256: &str, key: &PlanKey) -> String {
     let mut hash = Sha256::new();
     for part in [
         FORMAT,
@@ -76,25 +79,24 @@ pub(crate) fn path(dir: &Path, artifact_key: &str, source_sha256: &str, key: &Pl
         hash.update([0]);
     }
     let name = hex::encode(hash.finalize());
-    dir.join("snapshots").join(format!("{}.snap", &name[..32]))
+    format!("{}.snap", &name[..32])
 }
 
-/// The cached plan at `path`, if there is a readable, intact, private one.
-///
-/// The pages are mapped, not read: the restores copy them straight from the page cache, so a
-/// process that starts for one episode neither allocates nor page-faults a buffer for them.
-pub(crate) fn read(path: &Path) -> Option<LoadPlan> {
-    if private::check(path).is_err() {
-        return None;
-    }
-    let mut file = BufReader::new(std::fs::File::open(path).ok()?);
-    let mut line = Vec::new();
-    file.read_until(b'\n', &mut line).ok()?;
-    if line.pop() != Some(b'\n') {
-        return None;
-    }
-    let start = line.len() + 1;
-    let header: Header = serde_json::from_slice(&line).ok()?;
+/// Where the plan for `source_sha256` and `key` is cached under the cache directory `dir`.
+pub(crate) fn path(dir: &Path, artifact_key: &str, source_sha256: &str, key: &PlanKey) -> PathBuf {
+    dir.join(SUBDIR).join(name(artifact_key, source_sha256, key))
+}
+
+/// The cached plan `name` in `dir`, if there is a readable, intact, private one.
+pub(crate) fn read(dir: &CacheDir, name: &str) -> Option<LoadPlan> {
+    parse(dir.read(name).ok()??)
+}
+
+/// The plan a file's `bytes` hold, if they are intact.
+fn parse(bytes: Vec<u8>) -> Option<LoadPlan> {
+    let newline = bytes.iter().position(|&b| b == b'\n')?;
+    let start = newline + 1;
+    let header: Header = serde_json::from_slice(&bytes[..newline]).ok()?;
     if header.format != FORMAT {
         return None;
     }
@@ -108,17 +110,15 @@ pub(crate) fn read(path: &Path) -> Option<LoadPlan> {
             if figures.records_len > MAX_SNAPSHOT_BYTES / PAGE * RECORD {
                 return None;
             }
-            let map = map_records(file.get_ref())?;
             // A file shorter or longer than its records is damaged.
-            if map.len() != start + figures.records_len
-                || crc32fast::hash(&map[start..]) != figures.crc32
+            if bytes.len() != start + figures.records_len
+                || crc32fast::hash(&bytes[start..]) != figures.crc32
             {
                 return None;
             }
-            let records = Records::Mapped { map, start };
             Some(Arc::new(Snapshot {
                 wasm_pages: figures.wasm_pages,
-                records,
+                records: Records::read(bytes, start),
                 dirty_pages: figures.dirty_pages,
                 later_pages: figures.later_pages,
                 constructed: figures.constructed.map(|info| EnvInfo {
@@ -137,19 +137,8 @@ pub(crate) fn read(path: &Path) -> Option<LoadPlan> {
     })
 }
 
-/// `file` mapped read-only, all its pages mapped by the one call (rather than a fault per 16
-/// pages as they are first read).
-#[allow(unsafe_code)]
-fn map_records(file: &std::fs::File) -> Option<memmap2::Mmap> {
-    // SAFETY: the mapping is read-only and its bytes are only ever read as bytes. The file is
-    // private to this user (checked by the caller) and spade never changes one in place: it
-    // writes a new file and renames it over the old one, which leaves a mapped file's pages as
-    // they were. The compiled guest in the same directory is mapped under the same contract.
-    unsafe { memmap2::MmapOptions::new().populate().map(file) }.ok()
-}
-
-/// Writes `plan` to `path` (atomically, private to the user).
-pub(crate) fn write(path: &Path, plan: &LoadPlan) -> std::io::Result<()> {
+/// Writes `plan` to the file `name` in `dir` (atomically, private to the user).
+pub(crate) fn write(dir: &CacheDir, name: &str, plan: &LoadPlan) -> std::io::Result<()> {
     let (deferred, data) = match plan {
         LoadPlan::Seeded => (None, &[][..]),
         LoadPlan::Deferred {
@@ -186,7 +175,7 @@ pub(crate) fn write(path: &Path, plan: &LoadPlan) -> std::io::Result<()> {
     };
     let mut head = serde_json::to_vec(&header)?;
     head.push(b'\n');
-    private::write_atomic(path, &[&head, data])
+    dir.write_atomic(name, &[&head, data])
 }
 
 #[cfg(test)]
@@ -199,7 +188,7 @@ mod tests {
             seed_before_construct: false,
             snapshot: Some(Arc::new(Snapshot {
                 wasm_pages: 7,
-                records: Records::Captured((0..4 * RECORD).map(|i| (i % 251) as u8).collect()),
+                records: Records::captured((0..4 * RECORD).map(|i| (i % 251) as u8).collect()),
                 dirty_pages: 4,
                 later_pages: vec![9, 11],
                 constructed: Some(EnvInfo {
@@ -222,22 +211,21 @@ mod tests {
         }
     }
 
-    /// An empty directory private to the user, named for `name` and this process.
-    fn private_temp_dir(name: &str) -> PathBuf {
+    /// An empty cache directory private to the user, named for `name` and this process.
+    fn private_temp_dir(name: &str) -> CacheDir {
         let dir = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        private::create_dir(&dir).unwrap();
-        dir
+        CacheDir::open(&dir).unwrap()
     }
 
     #[test]
     fn a_written_plan_reads_back_and_a_damaged_file_is_ignored() {
         let dir = private_temp_dir("spade-snapcache");
-        let path = dir.join("plan.snap");
+        let path = dir.path().join("plan.snap");
         let written = plan();
-        write(&path, &written).unwrap();
+        write(&dir, "plan.snap", &written).unwrap();
 
-        let read_back = read(&path).expect("an intact file is read");
+        let read_back = read(&dir, "plan.snap").expect("an intact file is read");
         assert_eq!(records(&read_back), records(&written));
         let LoadPlan::Deferred {
             seed_before_construct,
@@ -247,10 +235,6 @@ mod tests {
             unreachable!("checked by `records`");
         };
         assert!(!seed_before_construct);
-        assert!(
-            matches!(snapshot.records, Records::Mapped { .. }),
-            "the pages are mapped from the file, not read into a buffer"
-        );
         assert_eq!(
             (
                 snapshot.wasm_pages,
@@ -284,45 +268,33 @@ mod tests {
         ];
         for (what, bytes) in cases {
             std::fs::write(&path, bytes).unwrap();
-            assert!(read(&path).is_none(), "a file with {what} is ignored");
+            assert!(read(&dir, "plan.snap").is_none(), "a file with {what} is ignored");
         }
-        std::fs::remove_dir_all(&dir).unwrap();
+        std::fs::remove_dir_all(dir.path()).unwrap();
     }
 
     #[test]
-    fn a_mapped_snapshot_keeps_its_pages_when_the_file_is_rewritten() {
-        let dir = private_temp_dir("spade-snapremap");
-        let path = dir.join("plan.snap");
+    fn a_read_snapshot_keeps_its_pages_when_the_file_is_truncated_or_rewritten() {
+        let dir = private_temp_dir("spade-snaptrunc");
+        let path = dir.path().join("plan.snap");
         let first = plan();
-        write(&path, &first).unwrap();
-        let mapped = read(&path).expect("an intact file is read");
+        write(&dir, "plan.snap", &first).unwrap();
+        let loaded = read(&dir, "plan.snap").expect("an intact file is read");
 
-        // Another process caches a different snapshot for the same key: written beside the
-        // file and renamed over it, so the mapping above still sees the pages it mapped.
-        let LoadPlan::Deferred {
-            snapshot: Some(snapshot),
-            ..
-        } = &first
-        else {
-            unreachable!("`plan` has a snapshot");
-        };
-        let other: Vec<u8> = snapshot.records.iter().map(|b| b.wrapping_add(1)).collect();
-        let second = LoadPlan::Deferred {
-            seed_before_construct: false,
-            snapshot: Some(Arc::new(Snapshot {
-                wasm_pages: snapshot.wasm_pages,
-                records: Records::Captured(other.clone()),
-                dirty_pages: snapshot.dirty_pages,
-                later_pages: Vec::new(),
-                constructed: None,
-                load_fuel: 1,
-                clock_nanos: 1,
-            })),
-        };
-        write(&path, &second).unwrap();
+        // Truncated in place (what no spade process does, but anyone who can write the cache
+        // or a full disk can): a mapping would fault on its lost pages; the copy is intact.
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(10)
+            .unwrap();
+        assert_eq!(records(&loaded), records(&first));
+        assert!(read(&dir, "plan.snap").is_none(), "the truncated file is ignored");
 
-        assert_eq!(records(&mapped), records(&first));
-        assert_eq!(records(&read(&path).unwrap()), &other[..]);
-        std::fs::remove_dir_all(&dir).unwrap();
+        // Rewritten by another process for the same key.
+        write(&dir, "plan.snap", &plan()).unwrap();
+        assert_eq!(records(&loaded), records(&first));
+        std::fs::remove_dir_all(dir.path()).unwrap();
     }
 }

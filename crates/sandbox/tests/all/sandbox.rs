@@ -288,7 +288,7 @@ fn a_cached_artifact_that_others_can_write_is_refused() {
     let message = err.to_string();
     assert!(
         message.contains(&format!(
-            "refusing the cached artifact: the artifact {} is writable by every user (mode 0666)",
+            "refusing the cache: the cached file {} is writable by every user (mode 0666)",
             copy.display()
         )),
         "{message}"
@@ -302,7 +302,10 @@ fn a_cached_artifact_that_others_can_write_is_refused() {
         .expect("an artifact in a group-writable directory is refused")
         .to_string();
     assert!(
-        message.contains("its directory") && message.contains("writable by its group (mode 0775)"),
+        message.contains(&format!(
+            "refusing the cache: the cache directory {} is writable by its group (mode 0775)",
+            dir.display()
+        )),
         "{message}"
     );
     std::fs::remove_dir_all(&dir).unwrap();
