@@ -3,6 +3,8 @@
 //! Conversion happens in Rust, walking Python objects directly: a step's info dict becomes
 //! JSON text here rather than through Python's `json` module, which used to dominate a step.
 
+use std::collections::BTreeMap;
+
 use rustpython_vm::builtins::{PyDict, PyFloat, PyInt, PyList, PyStr, PyTuple};
 use rustpython_vm::{AsObject, PyObject, PyObjectRef, VirtualMachine};
 
@@ -97,8 +99,14 @@ fn info_json(
     }
     let limit = limits::info();
     let mut out = Capped::new(limit);
-    let mut path = Vec::new();
-    write_json(vm, prelude, value, &mut out, &mut path, &At::Root("info"))
+    write_json(
+        vm,
+        prelude,
+        value,
+        &mut out,
+        &mut Walk::default(),
+        &At::Root("info"),
+    )
         .map_err(|message| contract(format!("{call}: info is not JSON-serialisable: {message}")))?;
     out.finish().map_err(|(size, _)| {
         contract(format!(
@@ -232,7 +240,7 @@ pub fn loaded(
                 prelude,
                 &schemas,
                 &mut out,
-                &mut Vec::new(),
+                &mut Walk::default(),
                 &At::Root("get_tools()"),
             )
             .map_err(|message| {
@@ -378,15 +386,28 @@ fn int_text(value: &PyInt, at: impl std::fmt::Display) -> Result<String, String>
     Ok(text)
 }
 
+/// The state of one walk over a value: the containers on the path to the current one (a
+/// container met again on its own path is a cycle), and the containers already written in
+/// full, with where their JSON lies in the output (a `BTreeMap`: a `HashMap`'s random state
+/// would draw WASI entropy).
+#[derive(Default)]
+struct Walk {
+    path: Vec<usize>,
+    written: BTreeMap<usize, (usize, usize)>,
+}
+
 /// Writes `value` as JSON into `out`. The walk stops as soon as `out` is over its limit (the
 /// caller then reports the size written so far, a lower bound), so a value whose JSON would be
-/// huge, or a small graph of shared lists that expands exponentially, costs at most the limit.
+/// huge costs at most the limit. A container met again (shared by several parents) is not
+/// walked again: its JSON is copied from where it was written (no Python code runs during the
+/// walk, so it cannot have changed), so a small graph of shared lists whose JSON expands
+/// exponentially costs one walk of each list and copies up to the limit.
 fn write_json(
     vm: &VirtualMachine,
     prelude: &PyObjectRef,
     value: &PyObject,
     out: &mut Capped,
-    path: &mut Vec<usize>,
+    walk: &mut Walk,
     at: &At<'_>,
 ) -> Result<(), String> {
     if out.over() {
@@ -420,17 +441,25 @@ fn write_json(
         return Ok(());
     }
     let id = value as *const PyObject as usize;
-    if path.contains(&id) {
+    if let Some(&(start, len)) = walk.written.get(&id) {
+        out.repeat(start, len);
+        return Ok(());
+    }
+    if walk.path.contains(&id) {
         return Err(format!("{at} refers back to itself (circular reference)"));
     }
-    if path.len() >= MAX_JSON_DEPTH {
+    if walk.path.len() >= MAX_JSON_DEPTH {
         return Err(format!(
             "{at} is nested more than {MAX_JSON_DEPTH} levels deep"
         ));
     }
-    path.push(id);
-    let result = write_container(vm, prelude, value, out, path, at);
-    path.pop();
+    walk.path.push(id);
+    let start = out.size();
+    let result = write_container(vm, prelude, value, out, walk, at);
+    walk.path.pop();
+    if result.is_ok() && !out.over() {
+        walk.written.insert(id, (start, out.size() - start));
+    }
     result
 }
 
@@ -439,7 +468,7 @@ fn write_container(
     prelude: &PyObjectRef,
     value: &PyObject,
     out: &mut Capped,
-    path: &mut Vec<usize>,
+    walk: &mut Walk,
     at: &At<'_>,
 ) -> Result<(), String> {
     if let Some(dict) = value.downcast_ref::<PyDict>() {
@@ -460,9 +489,11 @@ fn write_container(
             let key = json_key(vm, prelude, &key, at)?;
             write_str(out, &key);
             out.push(b":");
-            write_json(vm, prelude, &item, out, path, &At::Key(at, &key))?;
+            write_json(vm, prelude, &item, out, walk, &At::Key(at, &key))?;
         }
-        out.push(b"}");
+        if !out.over() {
+            out.push(b"}");
+        }
         return Ok(());
     }
     let len = if let Some(list) = value.downcast_ref::<PyList>() {
@@ -495,8 +526,10 @@ fn write_container(
         if n > 0 {
             out.push(b",");
         }
-        write_json(vm, prelude, item, out, path, &At::Index(at, n))?;
+        write_json(vm, prelude, item, out, walk, &At::Index(at, n))?;
     }
-    out.push(b"]");
+    if !out.over() {
+        out.push(b"]");
+    }
     Ok(())
 }

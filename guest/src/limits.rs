@@ -126,6 +126,18 @@ impl Capped {
         }
     }
 
+    /// Appends again the `len` bytes written from `start` (a value written before); over the
+    /// limit they are only counted. Every byte written within the limit is kept, so the range
+    /// is there whenever it still fits.
+    pub fn repeat(&mut self, start: usize, len: usize) {
+        if self.fits(len) {
+            self.bytes.extend_from_within(start..start + len);
+            self.size += len;
+        } else {
+            self.count(len);
+        }
+    }
+
     /// Whether what was written is already over the limit (a writer can stop: the value is
     /// refused whatever follows).
     pub fn over(&self) -> bool {

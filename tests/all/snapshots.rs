@@ -194,6 +194,77 @@ async fn a_source_that_draws_randomness_while_loading_is_seeded_first_and_never_
     assert_eq!(off.reset(Some(1)).await.unwrap().observation, a);
 }
 
+/// Sources that draw from the module-global `random` while loading and hide it from a
+/// comparison of its state: `{draw}` is replaced by each way of drawing below.
+const HIDDEN_DRAW: &str = r#"
+import random
+import _random
+
+DRAWN = None
+{module}
+
+class HiddenEnv:
+    def __init__(self):
+        global DRAWN
+        {constructor}
+
+    def reset(self, seed=None):
+        return repr(DRAWN), {}
+
+    def step(self, action):
+        return "done", 0.0, True, False, {}
+
+    def solution(self):
+        return "x"
+"#;
+
+#[tokio::test]
+async fn a_load_that_hides_its_draw_from_random_is_still_seeded_first() {
+    // Each draw, in the module or in the constructor, is the first draw after the seed, so
+    // its value is CPython's `random.seed(s); random.random()` for s = 1, 2, 3.
+    let expected = ["0.13436424411240122", "0.9560342718892494", "0.23796462709189137"];
+    let hiding = [
+        (
+            "draws, then puts the state back",
+            "s = random.getstate()\nDRAWN = random.random()\nrandom.setstate(s)",
+        ),
+        (
+            "replaces random.getstate first",
+            "s = random.getstate()\nrandom.getstate = lambda: s\nDRAWN = random.random()",
+        ),
+        (
+            "calls the native method directly, then puts the state back",
+            "s = _random.Random.getstate(random._inst)\nDRAWN = _random.Random.random(random._inst)\n_random.Random.setstate(random._inst, s)",
+        ),
+    ];
+    for (how, draw) in hiding {
+        for in_constructor in [false, true] {
+            let source = if in_constructor {
+                let body = draw.replace('\n', "\n        ");
+                HIDDEN_DRAW
+                    .replace("{module}", "")
+                    .replace("{constructor}", &body)
+            } else {
+                HIDDEN_DRAW
+                    .replace("{module}", draw)
+                    .replace("{constructor}", "pass")
+            };
+            let place = if in_constructor { "constructor" } else { "module" };
+            for runtime in [with_snapshots(), without_snapshots()] {
+                let mut drawn = Vec::new();
+                for seed in 1..=3 {
+                    let mut sandbox = runtime
+                        .sandbox(&source, SandboxOptions::seeded(seed))
+                        .await
+                        .unwrap();
+                    drawn.push(sandbox.reset(Some(seed)).await.unwrap().observation);
+                }
+                assert_eq!(drawn, expected, "a {place} that {how}");
+            }
+        }
+    }
+}
+
 #[tokio::test]
 async fn fuel_per_call_is_the_same_for_the_first_and_the_hundredth_sandbox() {
     let runtime = with_snapshots();

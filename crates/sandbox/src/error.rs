@@ -29,7 +29,10 @@ pub enum CallError {
     /// the call. (A `MemoryError` the environment raises itself is an [`CallError::Exception`].)
     #[error("memory limit: {detail} (limit {limit} bytes)")]
     MemoryLimit { limit: usize, detail: String },
-    /// The guest exhausted its call stack.
+    /// The guest exhausted a stack: the engine's call stack (`Config::max_wasm_stack`), or
+    /// the interpreter's native stack in its linear memory, which native recursion (comparing,
+    /// printing or hashing containers nested deeper than Python's recursion limit checks)
+    /// overflows; an overflow of that stack wraps out of the memory and traps (docs/sandbox.md).
     #[error("stack overflow: the environment recursed too deeply for the sandbox's stack")]
     StackOverflow,
     /// Any other WebAssembly trap (a bug in the interpreter, or an attack on it).

@@ -44,6 +44,7 @@ mod cache;
 mod config;
 mod deadline;
 mod error;
+mod guest_layout;
 mod outcome;
 mod runtime;
 mod sandbox;

@@ -75,6 +75,10 @@ pub(crate) fn classify_trap(
     match trap {
         Some(Trap::OutOfFuel) => CallError::OutOfFuel { budget },
         Some(Trap::StackOverflow) => CallError::StackOverflow,
+        // The guest's own stack, in linear memory below its data (a tested layout: see
+        // `guest_layout`), overflowed: its pointer wrapped below address 0, outside the
+        // memory. Safe Rust reaches outside its memory no other way.
+        Some(Trap::MemoryOutOfBounds) => CallError::StackOverflow,
         Some(Trap::Interrupt) => CallError::Deadline(limits.call_deadline),
         _ => {
             // A guest panic prints its message to stderr before trapping: keep its tail.

@@ -26,6 +26,12 @@ use crate::wasi;
 /// The guest component as built by `crates/sandbox/build.rs`, before pre-initialisation.
 static GUEST_WASM: &[u8] = include_bytes!(env!("SPADE_GUEST_WASM"));
 
+/// The guest component the build embeds, before pre-initialisation.
+#[cfg(test)]
+pub(crate) fn guest_wasm() -> &'static [u8] {
+    GUEST_WASM
+}
+
 /// Bumped whenever the way the artifact is produced changes.
 const ARTIFACT_FORMAT: &str = "spade-artifact-1";
 

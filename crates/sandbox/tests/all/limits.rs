@@ -217,12 +217,14 @@ async fn oversized_values_are_contract_errors_that_never_reach_host_memory() {
     drop(ok.unwrap());
     let (hostile, err) = peak_growth(rt.sandbox_from(&source, options(2))).await;
     let err = err.err().unwrap();
-    let tools_json = n + r#"[{"type":"function","function":{"name":"lookup","description":"","parameters":{"type":"object","properties":{}}}}]"#
-        .len() as u64;
+    // The walk stops at the value that crossed the limit: the size is the JSON up to the end
+    // of the description.
+    let tools_json =
+        n + r#"[{"type":"function","function":{"name":"lookup","description":"""#.len() as u64;
     assert_eq!(
         err.to_string(),
         format!(
-            "contract error: get_tools(): the tool schemas are {tools_json} bytes as JSON, over the limit of 1048576 bytes (Limits::tools_limit)"
+            "contract error: get_tools(): the tool schemas are at least {tools_json} bytes as JSON, over the limit of 1048576 bytes (Limits::tools_limit)"
         )
     );
     let mut extra = vec![("tool schemas", base, hostile)];
@@ -240,8 +242,8 @@ async fn oversized_values_are_contract_errors_that_never_reach_host_memory() {
             "info",
             2,
             format!(
-                "contract error: reset(): the info dict is {} bytes as JSON, over the limit of 1048576 bytes (Limits::info_limit)",
-                n + r#"{"blob":""}"#.len() as u64
+                "contract error: reset(): the info dict is at least {} bytes as JSON, over the limit of 1048576 bytes (Limits::info_limit)",
+                n + r#"{"blob":"""#.len() as u64
             ),
         ),
         (
@@ -354,4 +356,61 @@ async fn under_load_the_deadline_counts_only_each_calls_own_time() {
         *longest > deadline,
         "no call waited longer than the deadline ({longest:?}): the test did not load the machine"
     );
+}
+
+/// Compares two lists nested `depth` deep with Python's recursion limit lifted: the
+/// comparison recurses in the interpreter's native code, bounded only by the guest's stack.
+const NATIVE_RECURSION: &str = r#"
+import sys
+
+class DeepEnv:
+    def reset(self, seed=None):
+        return 'ready', {}
+
+    def step(self, action):
+        sys.setrecursionlimit(10**8)
+        x, y = [], []
+        for _ in range(int(action)):
+            x, y = [x], [y]
+        return str(x == y), 0.0, False, False, {}
+
+    def solution(self):
+        return 'none'
+"#;
+
+#[tokio::test]
+async fn native_recursion_past_the_guest_stack_is_a_typed_stack_overflow() {
+    let rt: Runtime = runtime().with_limits(Limits {
+        fuel_per_call: 20_000_000_000,
+        memory_limit: 1 << 30,
+        ..test_limits()
+    });
+    let source = rt.prepare(NATIVE_RECURSION).await.unwrap();
+    // Shallow: an answer. A million levels: the guest's stack (1 MiB at the bottom of its
+    // memory, see `guest_layout`) overflows and wraps out of the memory; the outcome is a
+    // stack overflow that ends the sandbox, not a trap of unknown cause.
+    let mut sandbox = rt
+        .sandbox_from(&source, SandboxOptions::seeded(0))
+        .await
+        .unwrap();
+    sandbox.reset(Some(0)).await.unwrap();
+    assert_eq!(sandbox.step("100").await.unwrap().observation, "True");
+    let err = sandbox.step("1000000").await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::StackOverflow, "{err}");
+    assert_eq!(
+        err.to_string(),
+        "stack overflow: the environment recursed too deeply for the sandbox's stack"
+    );
+    assert_eq!(
+        sandbox.step("1").await.unwrap_err().kind(),
+        ErrorKind::Dead,
+        "the sandbox is dead after it"
+    );
+    // The next sandbox of the source is unharmed.
+    let mut next = rt
+        .sandbox_from(&source, SandboxOptions::seeded(0))
+        .await
+        .unwrap();
+    next.reset(Some(0)).await.unwrap();
+    assert_eq!(next.step("100").await.unwrap().observation, "True");
 }
