@@ -110,9 +110,11 @@ pub fn load_component(
 /// The cached artifact `name`, if there is a cache, the file exists and fits `engine`; an
 /// artifact that others could have written is an error (the message says why).
 ///
-/// The file is read into memory through the descriptor its permissions were checked on, not
-/// mapped: a file truncated while this process runs would otherwise kill it with `SIGBUS`
-/// when it next touched a lost page of code.
+/// The file is mapped through the descriptor its permissions were checked on (its
+/// `/proc/self/fd` link, which opens that same file, so nothing can be swapped in between).
+/// It stays mapped, shared with every other process that maps it, rather than copied: see
+/// docs/snapshots.md, "The cache's threat model", for why this one file is mapped and what a
+/// truncation of it would do.
 fn cached(
     engine: &Engine,
     cache: Option<&CacheDir>,
@@ -121,16 +123,30 @@ fn cached(
     let Some(dir) = cache else {
         return Ok(None);
     };
-    let Some(bytes) = dir.read(name)? else {
+    let Some(file) = dir.open_verified(name)? else {
         return Ok(None);
     };
-    // SAFETY: the bytes were read from a file that only this user can write, in a directory
-    // only this user can change (checked on the open descriptors); spade writes it atomically
-    // under a name that encodes this engine's compatibility hash, and wasmtime checks its
-    // header against the engine before using it. An incompatible or damaged file fails here
-    // and is rebuilt.
+    let verified = fd_path(&file);
+    // SAFETY: the file is one that only this user can write, in a directory only this user
+    // can change (checked on the open descriptors); spade writes it atomically under a name
+    // that encodes this engine's compatibility hash and never changes it in place, and
+    // wasmtime checks its header against the engine before using it. An incompatible or
+    // damaged file fails here and is rebuilt.
     #[allow(unsafe_code)]
-    Ok(unsafe { Component::deserialize(engine, &bytes) }.ok())
+    let component = unsafe { Component::deserialize_file(engine, &verified) }.ok();
+    drop(file);
+    Ok(component)
+}
+
+/// A path that opens the file `file` is open on, whatever has happened to its name since.
+fn fd_path(file: &std::fs::File) -> PathBuf {
+    use std::os::fd::AsRawFd as _;
+    let fd = file.as_raw_fd();
+    if cfg!(target_os = "linux") {
+        PathBuf::from(format!("/proc/self/fd/{fd}"))
+    } else {
+        PathBuf::from(format!("/dev/fd/{fd}"))
+    }
 }
 
 /// Pre-initialises the guest with wizer and compiles the result for `engine`.

@@ -104,6 +104,18 @@ impl CacheDir {
     /// The contents of the file `name`, `None` when there is none. A link, or a file that is
     /// not regular, not this user's or writable by others, is an error.
     pub(crate) fn read(&self, name: &str) -> Result<Option<Vec<u8>>, String> {
+        let Some(mut file) = self.open_verified(name)? else {
+            return Ok(None);
+        };
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes)
+            .map_err(|e| format!("reading {}: {e}", self.path.join(name).display()))?;
+        Ok(Some(bytes))
+    }
+
+    /// The file `name` opened for reading and verified on its descriptor (as for
+    /// [`CacheDir::read`]), `None` when there is none.
+    pub(crate) fn open_verified(&self, name: &str) -> Result<Option<File>, String> {
         let path = self.path.join(name);
         let fd = match rustix::fs::openat(
             &self.fd,
@@ -122,11 +134,7 @@ impl CacheDir {
             Err(e) => return Err(format!("opening {}: {e}", path.display())),
         };
         check_private_file(&fd, &path)?;
-        let mut file = File::from(fd);
-        let mut bytes = Vec::new();
-        file.read_to_end(&mut bytes)
-            .map_err(|e| format!("reading {}: {e}", path.display()))?;
-        Ok(Some(bytes))
+        Ok(Some(File::from(fd)))
     }
 
     /// Writes `parts` to the file `name` through an exclusively created temporary file and a

@@ -310,3 +310,90 @@ fn a_cached_artifact_that_others_can_write_is_refused() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A cache directory of this test's own, holding a copy of the test runtime's compiled guest
+/// (so that no test compiles it again).
+#[cfg(unix)]
+fn private_cache_with_the_guest(name: &str) -> std::path::PathBuf {
+    let key = runtime().artifact_key();
+    let artifact = format!("guest-{}.cwasm", &key[..32]);
+    let cached = spade_sandbox::default_cache_dir().unwrap().join(&artifact);
+    let dir = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(
+        &dir,
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .unwrap();
+    std::fs::copy(&cached, dir.join(&artifact)).unwrap();
+    dir
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn cache_files_truncated_under_a_live_runtime_cannot_fault_it() {
+    let dir = private_cache_with_the_guest("spade-cache-truncate");
+    let config = spade_sandbox::Config {
+        cache_dir: Some(dir.clone()),
+        ..spade_sandbox::Config::default()
+    };
+    let source = env_source("arithmetic_puzzle");
+    let play = |runtime: spade_sandbox::Runtime| {
+        let source = source.clone();
+        async move {
+            let mut sandbox = runtime
+                .sandbox(&source, SandboxOptions::seeded(3))
+                .await
+                .unwrap();
+            sandbox.reset(Some(3)).await.unwrap().observation
+        }
+    };
+    // The first runtime writes the snapshot; the second (as a new process would) loads the
+    // compiled guest and the snapshot from the files.
+    let first = spade_sandbox::Runtime::new(config.clone()).unwrap();
+    let expected = play(first.clone()).await;
+    let prepared = first.prepare(&source).await.unwrap();
+    let snapshot = first.snapshot_file(&prepared, None).unwrap();
+    assert!(snapshot.exists(), "the first sandbox cached its snapshot");
+    let second = spade_sandbox::Runtime::new(config).unwrap();
+    assert_eq!(play(second.clone()).await, expected);
+
+    // Truncate the snapshot and the bytecode in place, as a full disk, a stale network file or
+    // a careless user can (spade itself only ever renames new files over old ones). Had the
+    // runtime mapped the snapshot, the next restore would die of SIGBUS. (The compiled guest
+    // stays mapped, shared between processes: docs/snapshots.md, "The cache's threat model".)
+    let mut truncated = 0;
+    for entry in walk(&dir) {
+        if entry.extension().is_some_and(|e| e == "cwasm") {
+            continue;
+        }
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&entry)
+            .unwrap()
+            .set_len(0)
+            .unwrap();
+        truncated += 1;
+    }
+    assert_eq!(truncated, 2, "the bytecode and the snapshot");
+    for _ in 0..3 {
+        assert_eq!(play(second.clone()).await, expected);
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Every file under `dir`.
+#[cfg(unix)]
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            files.extend(walk(&path));
+        } else if !path.extension().is_some_and(|e| e == "lock") {
+            files.push(path);
+        }
+    }
+    files
+}
