@@ -43,7 +43,10 @@ fn is_bool(vm: &VirtualMachine, value: &PyObject) -> bool {
 fn utf8(value: &PyStr, name: &str, limit: Limit) -> Result<String, EnvError> {
     let size = value.byte_len();
     if !limit.allows(size) {
-        return Err(contract(format!("{name} is {size} bytes, {}", limit.over())));
+        return Err(contract(format!(
+            "{name} is {size} bytes, {}",
+            limit.over()
+        )));
     }
     value.to_str().map(str::to_owned).ok_or_else(|| {
         contract(format!(
@@ -107,7 +110,7 @@ fn info_json(
         &mut Walk::default(),
         &At::Root("info"),
     )
-        .map_err(|message| contract(format!("{call}: info is not JSON-serialisable: {message}")))?;
+    .map_err(|message| contract(format!("{call}: info is not JSON-serialisable: {message}")))?;
     out.finish().map_err(|(size, _)| {
         contract(format!(
             "{call}: the info dict is at least {size} bytes as JSON, {}",

@@ -7,11 +7,11 @@ use rustpython_vm::function::{FuncArgs, KwArgs};
 use rustpython_vm::{AsObject, Interpreter, PyObjectRef, PyResult, Settings, VirtualMachine};
 
 use crate::convert;
-use crate::rng_watch;
 use crate::exports::spade::env::environment::{
     EnvError, EnvInfo, LoadOptions, ResetResult, SizeLimits, StepResult,
 };
 use crate::limits::{self, Capped};
+use crate::rng_watch;
 
 /// Python modules of the sandbox, installed in this order when the interpreter boots.
 const PRELUDE_MODULES: &[(&str, &str)] = &[

@@ -105,7 +105,8 @@ impl Capped {
             self.bytes.extend_from_slice(piece);
         } else if self.bytes.len() < HEAD {
             let room = HEAD - self.bytes.len();
-            self.bytes.extend_from_slice(&piece[..room.min(piece.len())]);
+            self.bytes
+                .extend_from_slice(&piece[..room.min(piece.len())]);
         } else if self.bytes.len() > HEAD {
             self.bytes.truncate(HEAD);
             self.bytes.shrink_to_fit();
@@ -158,7 +159,11 @@ impl Capped {
             Ok(text) => text,
             Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
         };
-        if over { Err((self.size, text)) } else { Ok(text) }
+        if over {
+            Err((self.size, text))
+        } else {
+            Ok(text)
+        }
     }
 }
 

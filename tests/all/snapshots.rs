@@ -222,7 +222,11 @@ class HiddenEnv:
 async fn a_load_that_hides_its_draw_from_random_is_still_seeded_first() {
     // Each draw, in the module or in the constructor, is the first draw after the seed, so
     // its value is CPython's `random.seed(s); random.random()` for s = 1, 2, 3.
-    let expected = ["0.13436424411240122", "0.9560342718892494", "0.23796462709189137"];
+    let expected = [
+        "0.13436424411240122",
+        "0.9560342718892494",
+        "0.23796462709189137",
+    ];
     let hiding = [
         (
             "draws, then puts the state back",
@@ -249,7 +253,11 @@ async fn a_load_that_hides_its_draw_from_random_is_still_seeded_first() {
                     .replace("{module}", draw)
                     .replace("{constructor}", "pass")
             };
-            let place = if in_constructor { "constructor" } else { "module" };
+            let place = if in_constructor {
+                "constructor"
+            } else {
+                "module"
+            };
             for runtime in [with_snapshots(), without_snapshots()] {
                 let mut drawn = Vec::new();
                 for seed in 1..=3 {

@@ -49,8 +49,8 @@ mod tests {
                     let module = depth_in_module.as_mut().expect("globals are in a module");
                     if let Some(global) = globals.into_iter().next() {
                         let global = global.unwrap();
-                        module.first_global = const_i32(&global.init_expr)
-                            .map(|value| (global.ty.mutable, value));
+                        module.first_global =
+                            const_i32(&global.init_expr).map(|value| (global.ty.mutable, value));
                     }
                 }
                 Payload::DataSection(data) => {
@@ -59,9 +59,9 @@ mod tests {
                         let segment = segment.unwrap();
                         module.data_bytes += segment.data.len();
                         if let DataKind::Active { offset_expr, .. } = segment.kind {
-                            module.data_offsets.push(
-                                const_i32(&offset_expr).expect("a constant data offset"),
-                            );
+                            module
+                                .data_offsets
+                                .push(const_i32(&offset_expr).expect("a constant data offset"));
                         }
                     }
                 }

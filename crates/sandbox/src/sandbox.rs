@@ -205,7 +205,7 @@ enum Call<'a> {
         construct: bool,
     },
     /// Construct the environment class (after a load without `construct`); with
-    /// `report_random`, find out whether the constructor changed the state of `random`.
+    /// `report_random`, find out whether the constructor used the module-global `random`.
     Construct {
         report_random: bool,
     },
@@ -338,8 +338,8 @@ impl Sandbox {
         Ok(sandbox)
     }
 
-    /// Runs the load call: what it found, and whether a load without a seed changed the
-    /// state of `random`. Without `construct` the module runs and [`Sandbox::construct`]
+    /// Runs the load call: what it found, and whether a load without a seed used the
+    /// module-global `random`. Without `construct` the module runs and [`Sandbox::construct`]
     /// finishes the load.
     pub(crate) async fn load_source(
         &mut self,
@@ -363,7 +363,7 @@ impl Sandbox {
     }
 
     /// Constructs the environment class after a load without `construct`; with
-    /// `report_random`, also whether the constructor changed the state of `random` (false
+    /// `report_random`, also whether the constructor used the module-global `random` (false
     /// when not asked).
     pub(crate) async fn construct(
         &mut self,

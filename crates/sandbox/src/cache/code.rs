@@ -86,10 +86,16 @@ mod tests {
         let mut bytes = std::fs::read(&file).unwrap();
         *bytes.last_mut().unwrap() ^= 1;
         std::fs::write(&file, &bytes).unwrap();
-        assert!(read(&dir, &name).is_none(), "a damaged file must not be used");
+        assert!(
+            read(&dir, &name).is_none(),
+            "a damaged file must not be used"
+        );
         bytes.pop();
         std::fs::write(&file, &bytes).unwrap();
-        assert!(read(&dir, &name).is_none(), "a truncated file must not be used");
+        assert!(
+            read(&dir, &name).is_none(),
+            "a truncated file must not be used"
+        );
         std::fs::remove_dir_all(&root).unwrap();
     }
 

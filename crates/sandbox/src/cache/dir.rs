@@ -52,8 +52,8 @@ impl CacheDir {
     /// Opens the cache directory at `path`, creating it (and missing parents, `0700`) when
     /// it does not exist; the error says why a directory was refused.
     pub(crate) fn open(path: &Path) -> Result<CacheDir, String> {
-        let absolute = std::path::absolute(path)
-            .map_err(|e| format!("resolving {}: {e}", path.display()))?;
+        let absolute =
+            std::path::absolute(path).map_err(|e| format!("resolving {}: {e}", path.display()))?;
         let (existing, missing) = split_existing(&absolute)?;
         let resolved = existing
             .canonicalize()
@@ -268,7 +268,10 @@ fn stat(fd: &OwnedFd, path: &Path) -> Result<Stat, String> {
 }
 
 fn mode_of(stat: &Stat) -> u32 {
-    stat.st_mode as u32 & 0o7777
+    // `st_mode` is a u32 on Linux and a u16 on the BSDs and macOS.
+    #[allow(clippy::unnecessary_cast)]
+    let mode = stat.st_mode as u32;
+    mode & 0o7777
 }
 
 /// Who can write, for a message.
@@ -445,8 +448,14 @@ mod tests {
         let snapshots = cache.join("snapshots");
         std::fs::create_dir(&snapshots).unwrap();
         chmod(&snapshots, 0o770);
-        let err = CacheDir::open(&cache).unwrap().subdir("snapshots").unwrap_err();
-        assert!(err.contains("is writable by its group (mode 0770)"), "{err}");
+        let err = CacheDir::open(&cache)
+            .unwrap()
+            .subdir("snapshots")
+            .unwrap_err();
+        assert!(
+            err.contains("is writable by its group (mode 0770)"),
+            "{err}"
+        );
 
         // Above the cache: writable by others is refused unless sticky (as /tmp is).
         chmod(&root, 0o777);
@@ -467,7 +476,10 @@ mod tests {
         dir.write_atomic("f", &[b"x"]).unwrap();
         chmod(&cache.join("f"), 0o646);
         let err = dir.read("f").unwrap_err();
-        assert!(err.contains("is writable by every user (mode 0646)"), "{err}");
+        assert!(
+            err.contains("is writable by every user (mode 0646)"),
+            "{err}"
+        );
         std::fs::remove_dir_all(&root).unwrap();
     }
 

@@ -4,9 +4,9 @@
 //! What runs when (for each source, `max_turns` and set of limits, once per runtime, in the
 //! first sandbox's creation):
 //! 1. A probe sandbox runs the module *without* seeding `random` first, then constructs the
-//!    environment class, still unseeded. Each stage is seed-independent when it neither changed
-//!    the state of `random` nor read WASI entropy (`os.urandom`, an unseeded
-//!    `random.Random()`).
+//!    environment class, still unseeded. Each stage is seed-independent when it neither used
+//!    the module-global `random` (its generator is watched, `guest/src/rng_watch.rs`) nor read
+//!    WASI entropy (`os.urandom`, an unseeded `random.Random()`).
 //! 2. The plan follows ([`LoadPlan`]): a module that used randomness is loaded as it always
 //!    was, seed first, in every sandbox ([`LoadPlan::Seeded`]). Otherwise `random` is seeded
 //!    after the module ran, and, when the constructor is seed-independent too, after the

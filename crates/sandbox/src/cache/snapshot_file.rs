@@ -84,7 +84,8 @@ pub(crate) fn name(artifact_key: &str, source_sha256: &str, key: &PlanKey) -> St
 
 /// Where the plan for `source_sha256` and `key` is cached under the cache directory `dir`.
 pub(crate) fn path(dir: &Path, artifact_key: &str, source_sha256: &str, key: &PlanKey) -> PathBuf {
-    dir.join(SUBDIR).join(name(artifact_key, source_sha256, key))
+    dir.join(SUBDIR)
+        .join(name(artifact_key, source_sha256, key))
 }
 
 /// The cached plan `name` in `dir`, if there is a readable, intact, private one.
@@ -268,7 +269,10 @@ mod tests {
         ];
         for (what, bytes) in cases {
             std::fs::write(&path, bytes).unwrap();
-            assert!(read(&dir, "plan.snap").is_none(), "a file with {what} is ignored");
+            assert!(
+                read(&dir, "plan.snap").is_none(),
+                "a file with {what} is ignored"
+            );
         }
         std::fs::remove_dir_all(dir.path()).unwrap();
     }
@@ -290,7 +294,10 @@ mod tests {
             .set_len(10)
             .unwrap();
         assert_eq!(records(&loaded), records(&first));
-        assert!(read(&dir, "plan.snap").is_none(), "the truncated file is ignored");
+        assert!(
+            read(&dir, "plan.snap").is_none(),
+            "the truncated file is ignored"
+        );
 
         // Rewritten by another process for the same key.
         write(&dir, "plan.snap", &plan()).unwrap();

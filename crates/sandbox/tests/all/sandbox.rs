@@ -321,11 +321,7 @@ fn private_cache_with_the_guest(name: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    std::fs::set_permissions(
-        &dir,
-        std::os::unix::fs::PermissionsExt::from_mode(0o700),
-    )
-    .unwrap();
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
     std::fs::copy(&cached, dir.join(&artifact)).unwrap();
     dir
 }
@@ -391,7 +387,7 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
         let path = entry.unwrap().path();
         if path.is_dir() {
             files.extend(walk(&path));
-        } else if !path.extension().is_some_and(|e| e == "lock") {
+        } else if path.extension().is_none_or(|e| e != "lock") {
             files.push(path);
         }
     }
