@@ -156,7 +156,7 @@ pub(crate) fn check_sizes(reply: Reply, limits: &Limits) -> Result<Reply, CallEr
             text.len(),
             limits.solution_limit,
         )?,
-        Reply::Code(_) | Reply::Memory(_) | Reply::Done => {}
+        Reply::Code(_) | Reply::Captured(_) | Reply::Done => {}
     }
     Ok(reply)
 }

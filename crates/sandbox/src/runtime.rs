@@ -11,7 +11,7 @@ use wasmtime::Engine;
 use wasmtime::component::Linker;
 
 use crate::bindings::SandboxPre;
-use crate::cache::snapshot::{self, LoadPlan, Snapshot};
+use crate::cache::snapshot::{self, CaptureRequest, Captured, LoadPlan, Snapshot};
 use crate::cache::{Cache, artifact, code as code_cache, snapshot_file as snapshot_cache};
 use crate::config::{Config, Limits, Pool, Yields};
 use crate::error::{CallError, RuntimeError};
@@ -311,7 +311,7 @@ impl Runtime {
         if snapshots && probe.can_snapshot() {
             snapshot = self.take_snapshot(&mut probe, module_fuel, None).await?;
         }
-        let seeded_construct = |snapshot: Option<(Snapshot, Vec<u8>)>| LoadPlan::Deferred {
+        let seeded_construct = |snapshot: Option<(Snapshot, usize)>| LoadPlan::Deferred {
             seed_before_construct: true,
             snapshot: snapshot.map(|(snapshot, _)| Arc::new(snapshot)),
         };
@@ -322,10 +322,17 @@ impl Runtime {
             // Every sandbox constructs after the restore: have the restore populate the pages
             // the probe's constructor wrote, too. An optimisation only: a probe that cannot
             // hand its memory over now leaves the snapshot as it is.
-            if let Some((snapshot, before)) = &mut snapshot
-                && let Ok(after) = probe.capture().await
+            if let Some((snapshot, before_len)) = &mut snapshot
+                && let Ok(base) = self.base_memory().await
             {
-                snapshot.later_pages = snapshot::later_pages(snapshot, before, &after);
+                let request = CaptureRequest::LaterPages {
+                    base,
+                    snapshot_pages: snapshot::record_pages(&snapshot.records),
+                    before_len: *before_len,
+                };
+                if let Ok(Captured::LaterPages(pages)) = probe.capture(request).await {
+                    snapshot.later_pages = pages;
+                }
             }
             return Ok(seeded_construct(snapshot));
         }
@@ -343,23 +350,31 @@ impl Runtime {
     }
 
     /// The snapshot of `probe` as it is now: its pages that differ from a fresh interpreter's
-    /// (`None` when they are too many to be worth keeping), and the memory it was taken from.
+    /// (`None` when they are too many to be worth keeping), and the length of the memory it
+    /// was taken from. The diff is made where the memory lies in the guest: the host holds
+    /// the snapshot's pages, never a copy of the probe's memory.
     async fn take_snapshot(
         &self,
         probe: &mut Sandbox,
         load_fuel: u64,
         constructed: Option<EnvInfo>,
-    ) -> Result<Option<(Snapshot, Vec<u8>)>, CallError> {
+    ) -> Result<Option<(Snapshot, usize)>, CallError> {
         let clock_nanos = probe.state().map_or(0, |state| state.clock.peek());
-        let memory = probe.capture().await?;
         let base = self.base_memory().await?;
-        let (records, dirty_pages) = snapshot::diff(&base, &memory);
+        let Captured::Diff {
+            records,
+            dirty_pages,
+            len,
+        } = probe.capture(CaptureRequest::Diff(base)).await?
+        else {
+            unreachable!("a diff request captures a diff");
+        };
         if dirty_pages * snapshot::PAGE > snapshot::MAX_SNAPSHOT_BYTES {
             return Ok(None);
         }
         let snapshot = Snapshot {
             // The capture starts at address 1.
-            wasm_pages: ((memory.len() + 1) / 65536) as u32,
+            wasm_pages: ((len + 1) / 65536) as u32,
             records: snapshot::Records::captured(records),
             dirty_pages,
             later_pages: Vec::new(),
@@ -367,7 +382,7 @@ impl Runtime {
             load_fuel,
             clock_nanos,
         };
-        Ok(Some((snapshot, memory)))
+        Ok(Some((snapshot, len)))
     }
 
     /// A fresh interpreter's memory (captured once per runtime).
@@ -376,7 +391,10 @@ impl Runtime {
             .base_memory
             .get_or_try_init(|| async {
                 let mut fresh = Sandbox::fresh(self.limits.clone(), &self.inner.guest, 0);
-                fresh.capture().await.map(Arc::new)
+                match fresh.capture(CaptureRequest::Whole).await? {
+                    Captured::Whole(memory) => Ok(Arc::new(memory)),
+                    _ => unreachable!("a whole request captures the whole memory"),
+                }
             })
             .await
             .cloned()

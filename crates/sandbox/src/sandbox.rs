@@ -8,7 +8,7 @@ use wasmtime::{ResourceLimiter, Store, UpdateDeadline};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use crate::bindings::{self, EnvError, SizeLimits};
-use crate::cache::snapshot::{LoadPlan, Snapshot, SnapshotIo};
+use crate::cache::snapshot::{CaptureRequest, Captured, LoadPlan, Snapshot, SnapshotIo};
 use crate::config::{Limits, Yields};
 use crate::deadline;
 use crate::error::{CallError, ErrorKind};
@@ -211,8 +211,8 @@ enum Call<'a> {
     },
     /// Seed `random` (after a load without a seed).
     Reseed(u64),
-    /// Hand the linear memory to the host.
-    Capture,
+    /// Hand the linear memory to the host, which makes of it what the request says.
+    Capture(CaptureRequest),
     /// Write a snapshot's pages into this (fresh) instance.
     Restore(&'a Arc<Snapshot>),
     Reset(Option<u64>),
@@ -226,7 +226,7 @@ pub(crate) enum Reply {
     Code(Vec<u8>),
     /// What the load found, and whether a load without a seed changed `random`.
     Loaded(EnvInfo, bool),
-    Memory(Vec<u8>),
+    Captured(Captured),
     Reset(Reset),
     Step(Step),
     Solution(String),
@@ -375,11 +375,12 @@ impl Sandbox {
         }
     }
 
-    /// The guest's whole linear memory (a fresh instance's, or after a load).
-    pub(crate) async fn capture(&mut self) -> Result<Vec<u8>, CallError> {
-        match self.call(Call::Capture).await? {
-            Reply::Memory(memory) => Ok(memory),
-            _ => unreachable!("capture replies with Memory"),
+    /// What `request` makes of the guest's linear memory (a fresh instance's, or after a
+    /// load), read in place.
+    pub(crate) async fn capture(&mut self, request: CaptureRequest) -> Result<Captured, CallError> {
+        match self.call(Call::Capture(request)).await? {
+            Reply::Captured(captured) => Ok(captured),
+            _ => unreachable!("capture replies with Captured"),
         }
     }
 
@@ -489,7 +490,7 @@ impl Sandbox {
             Call::Compile(_)
             | Call::Load { .. }
             | Call::Construct { .. }
-            | Call::Capture
+            | Call::Capture(_)
             | Call::Restore(_) => limits.load_fuel,
             _ => limits.fuel_per_call,
         };
@@ -497,7 +498,7 @@ impl Sandbox {
         // Capture and restore run only spade's own code on memory the load already sized;
         // they get a deadline of their own rather than the environment's.
         let call_deadline = match call {
-            Call::Capture | Call::Restore(_) => limits.call_deadline.max(SNAPSHOT_DEADLINE),
+            Call::Capture(_) | Call::Restore(_) => limits.call_deadline.max(SNAPSHOT_DEADLINE),
             _ => limits.call_deadline,
         };
         let ran = deadline::bounded(call_deadline, dispatch(&mut live, call, &limits)).await;
@@ -629,17 +630,22 @@ async fn dispatch(
             env.call_construct(store, report_random).await?.map(loaded)
         }
         Call::Reseed(seed) => env.call_reseed(store, seed).await?.map(|()| Reply::Done),
-        Call::Capture => {
-            store.data_mut().snapshot.capture = Some(None);
+        Call::Capture(request) => {
+            store.data_mut().snapshot.capture = Some((request, None));
             // The guest hands over its whole memory in one host call.
             let hostcall_fuel = store.hostcall_fuel();
             store.set_hostcall_fuel(limits.memory_limit.saturating_add(1 << 20));
             let ran = env.call_snapshot(&mut *store).await;
             store.set_hostcall_fuel(hostcall_fuel);
-            let memory = store.data_mut().snapshot.capture.take().flatten();
+            let captured = store
+                .data_mut()
+                .snapshot
+                .capture
+                .take()
+                .and_then(|(_, captured)| captured);
             ran?;
-            match memory {
-                Some(memory) => Ok(Reply::Memory(memory)),
+            match captured {
+                Some(captured) => Ok(Reply::Captured(captured)),
                 None => wasmtime::bail!("the guest's snapshot did not pass its memory"),
             }
         }

@@ -28,6 +28,7 @@
 use std::sync::Arc;
 
 use wasmtime::StoreContextMut;
+use wasmtime::component::WasmList;
 
 use crate::cache::snapshot_restore::SnapshotWrite;
 use crate::sandbox::{EnvInfo, SandboxState};
@@ -126,6 +127,10 @@ pub(crate) enum LoadPlan {
 /// The records of `memory`'s 4 KiB pages that differ from `base`'s (the fresh interpreter's;
 /// pages past its end compare against zeros), and how many there are. Both are linear
 /// memories as the guest hands them over: from address 1 (address 0 is always zero in both).
+///
+/// Past [`MAX_SNAPSHOT_BYTES`] of changed pages the diff stops: it returns no records and the
+/// count so far (over the limit), so a memory too changed to snapshot never costs the host
+/// more than the limit.
 pub(crate) fn diff(base: &[u8], memory: &[u8]) -> (Vec<u8>, usize) {
     let zeros = [0u8; PAGE];
     let size = memory.len() + 1;
@@ -140,6 +145,9 @@ pub(crate) fn diff(base: &[u8], memory: &[u8]) -> (Vec<u8>, usize) {
             continue;
         }
         dirty += 1;
+        if dirty * PAGE > MAX_SNAPSHOT_BYTES {
+            return (Vec::new(), dirty);
+        }
         records.extend_from_slice(&(index as u32).to_le_bytes());
         if index == 0 {
             records.push(0);
@@ -154,53 +162,111 @@ pub(crate) fn diff(base: &[u8], memory: &[u8]) -> (Vec<u8>, usize) {
 /// more than this (16 MiB) is left to fault its pages in as it goes.
 pub(crate) const MAX_LATER_PAGES: usize = 4096;
 
-/// The pages of the memory `after` (captured after the stages that follow the snapshot) that
-/// differ from `before` (captured when `snapshot` was taken), are not among the snapshot's
-/// pages and lie inside its memory: the pages a restore populates for the later stages.
-/// Empty when there are more than [`MAX_LATER_PAGES`].
-pub(crate) fn later_pages(snapshot: &Snapshot, before: &[u8], after: &[u8]) -> Vec<u32> {
-    let snapshot_pages: std::collections::HashSet<u32> = snapshot
-        .records
-        .chunks_exact(RECORD)
-        .map(|record| u32::from_le_bytes([record[0], record[1], record[2], record[3]]))
-        .collect();
-    // Both captures start at address 1: page `i` is bytes `i * PAGE - 1..` (page 0 is never
+/// The pages of the memory `after` (as the guest hands it over after the stages that follow the
+/// snapshot) that differ from the memory the snapshot was taken in, of `before_len` bytes, are
+/// not among the snapshot's pages (`snapshot_pages`, ascending) and lie inside that memory: the
+/// pages a restore populates for the later stages. Empty when there are more than
+/// [`MAX_LATER_PAGES`].
+///
+/// A page outside the snapshot was, when it was taken, the fresh interpreter's (`base`, zeros
+/// past its end), so `after` is compared with `base`: the memory the snapshot was taken from
+/// need not be kept.
+pub(crate) fn later_pages(
+    snapshot_pages: &[u32],
+    base: &[u8],
+    before_len: usize,
+    after: &[u8],
+) -> Vec<u32> {
+    let zeros = [0u8; PAGE];
+    // Both start at address 1: page `i` is bytes `i * PAGE - 1..` (page 0 is never
     // populated: it holds the stack's unused bottom).
-    let size = before.len().min(after.len()) + 1;
-    let pages: Vec<u32> = (1..size / PAGE)
-        .filter(|&index| {
-            let range = index * PAGE - 1..(index + 1) * PAGE - 1;
-            before[range.clone()] != after[range]
-        })
-        .map(|index| index as u32)
-        .filter(|index| !snapshot_pages.contains(index))
-        .collect();
-    if pages.len() > MAX_LATER_PAGES {
-        return Vec::new();
+    let size = before_len.min(after.len()) + 1;
+    let mut pages = Vec::new();
+    for index in 1..size / PAGE {
+        if snapshot_pages.binary_search(&(index as u32)).is_ok() {
+            continue;
+        }
+        let range = index * PAGE - 1..(index + 1) * PAGE - 1;
+        let was = base.get(range.clone()).unwrap_or(&zeros);
+        if was != &after[range] {
+            pages.push(index as u32);
+            if pages.len() > MAX_LATER_PAGES {
+                return Vec::new();
+            }
+        }
     }
     pages
+}
+
+/// The page indices of `records` (ascending, as [`diff`] writes them).
+pub(crate) fn record_pages(records: &[u8]) -> Vec<u32> {
+    records
+        .chunks_exact(RECORD)
+        .map(|record| u32::from_le_bytes([record[0], record[1], record[2], record[3]]))
+        .collect()
+}
+
+/// What the host makes of the guest's memory when the guest hands it over: the memory is read
+/// where it lies in the guest (a `WasmList`), never copied whole into the host, so a capture
+/// costs the host the snapshot's pages, not the sandbox's memory.
+pub(crate) enum CaptureRequest {
+    /// A copy of the whole memory (a fresh interpreter's: the base snapshots are diffed
+    /// against, a fixed size whatever the environment).
+    Whole,
+    /// The pages that differ from `base` ([`diff`]).
+    Diff(Arc<Vec<u8>>),
+    /// The pages a later stage wrote ([`later_pages`]).
+    LaterPages {
+        base: Arc<Vec<u8>>,
+        snapshot_pages: Vec<u32>,
+        before_len: usize,
+    },
+}
+
+/// What a capture produced.
+pub(crate) enum Captured {
+    Whole(Vec<u8>),
+    /// The records, their number of pages, and the memory's length (from address 1).
+    Diff {
+        records: Vec<u8>,
+        dirty_pages: usize,
+        len: usize,
+    },
+    LaterPages(Vec<u32>),
+}
+
+impl CaptureRequest {
+    fn apply(&self, memory: &[u8]) -> Captured {
+        match self {
+            CaptureRequest::Whole => Captured::Whole(memory.to_vec()),
+            CaptureRequest::Diff(base) => {
+                let (records, dirty_pages) = diff(base, memory);
+                Captured::Diff {
+                    records,
+                    dirty_pages,
+                    len: memory.len(),
+                }
+            }
+            CaptureRequest::LaterPages {
+                base,
+                snapshot_pages,
+                before_len,
+            } => Captured::LaterPages(later_pages(snapshot_pages, base, *before_len, memory)),
+        }
+    }
 }
 
 /// The host side of `spade:env/snapshot-host` for one sandbox.
 #[derive(Default)]
 pub(crate) struct SnapshotIo {
-    /// Set while the host asks the guest for its memory; the memory lands here.
-    pub capture: Option<Option<Vec<u8>>>,
+    /// Set while the host asks the guest for its memory: what to make of it, and then what
+    /// was made.
+    pub capture: Option<(CaptureRequest, Option<Captured>)>,
     /// The snapshot a restore writes, and whether it was written.
     pub restore: Option<(Arc<Snapshot>, bool)>,
 }
 
 impl SnapshotIo {
-    fn capture_memory(&mut self, memory: Vec<u8>) -> wasmtime::Result<()> {
-        match &mut self.capture {
-            Some(slot @ None) => {
-                *slot = Some(memory);
-                Ok(())
-            }
-            _ => wasmtime::bail!("capture-memory called outside a snapshot"),
-        }
-    }
-
     /// The write of the snapshot being restored, done when the result is lowered.
     fn write_snapshot(&mut self, skip: Vec<u32>) -> wasmtime::Result<SnapshotWrite> {
         if !skip.len().is_multiple_of(2) {
@@ -234,8 +300,15 @@ pub(crate) fn add_to_linker(
     let mut host = linker.instance(SNAPSHOT_HOST)?;
     host.func_wrap(
         "capture-memory",
-        |mut store: StoreContextMut<'_, SandboxState>, (memory,): (Vec<u8>,)| {
-            store.data_mut().snapshot.capture_memory(memory)
+        |mut store: StoreContextMut<'_, SandboxState>, (memory,): (WasmList<u8>,)| {
+            let captured = match &store.data().snapshot.capture {
+                Some((request, None)) => request.apply(memory.as_le_slice(&store)),
+                _ => wasmtime::bail!("capture-memory called outside a snapshot"),
+            };
+            if let Some((_, slot)) = &mut store.data_mut().snapshot.capture {
+                *slot = Some(captured);
+            }
+            Ok(())
         },
     )?;
     host.func_wrap(
@@ -285,33 +358,44 @@ mod tests {
 
     #[test]
     fn later_pages_are_the_changed_pages_outside_the_snapshot_and_its_memory() {
-        let before = captured(4, &[]);
-        let (records, dirty_pages) = diff(&before, &captured(4, &[(2 * PAGE + 1, 1)]));
-        let snapshot = Snapshot {
-            wasm_pages: 1,
-            records: Records::captured(records),
-            dirty_pages,
-            later_pages: Vec::new(),
-            constructed: None,
-            load_fuel: 0,
-            clock_nanos: 0,
-        };
-        // Page 1 and 3 changed later; page 2 is the snapshot's; page 5 is past the memory the
-        // snapshot was taken in; page 0 is never populated.
+        let base = captured(4, &[(3 * PAGE + 100, 7)]);
+        let (records, _) = diff(
+            &base,
+            &captured(4, &[(2 * PAGE + 1, 1), (3 * PAGE + 100, 7)]),
+        );
+        let snapshot_pages = record_pages(&records);
+        assert_eq!(snapshot_pages, [2]);
+        // Page 1 and 3 changed later (page 3 from the base's 7); page 2 is the snapshot's;
+        // page 5 is past the memory the snapshot was taken in (4 pages); page 0 is never
+        // populated.
         let after = captured(
             6,
             &[
                 (5, 1),
                 (PAGE, 1),
                 (2 * PAGE + 9, 1),
-                (3 * PAGE + 4095, 1),
+                (3 * PAGE + 100, 8),
                 (5 * PAGE, 1),
             ],
         );
-        assert_eq!(later_pages(&snapshot, &before, &after), [1, 3]);
+        assert_eq!(
+            later_pages(&snapshot_pages, &base, base.len(), &after),
+            [1, 3]
+        );
+        // Unchanged from the base: nothing to populate.
+        assert!(later_pages(&snapshot_pages, &base, base.len(), &base).is_empty());
         let everything = vec![1u8; (MAX_LATER_PAGES + 8) * PAGE - 1];
         let zeros = vec![0u8; everything.len()];
-        assert!(later_pages(&snapshot, &zeros, &everything).is_empty());
+        assert!(later_pages(&[], &zeros, zeros.len(), &everything).is_empty());
+    }
+
+    #[test]
+    fn a_diff_over_the_snapshot_limit_stops_and_keeps_nothing() {
+        let pages = MAX_SNAPSHOT_BYTES / PAGE + 2;
+        let memory = vec![1u8; pages * PAGE - 1];
+        let (records, dirty) = diff(&[], &memory);
+        assert!(records.is_empty());
+        assert_eq!(dirty, MAX_SNAPSHOT_BYTES / PAGE + 1);
     }
 
     #[test]

@@ -414,3 +414,66 @@ async fn native_recursion_past_the_guest_stack_is_a_typed_stack_overflow() {
     next.reset(Some(0)).await.unwrap();
     assert_eq!(next.step("100").await.unwrap().observation, "True");
 }
+
+/// A constructor that keeps `{mib}` MiB (too much to snapshot: every sandbox constructs).
+const BIG_CONSTRUCTOR: &str = r#"
+class KeepEnv:
+    def __init__(self):
+        self.blob = b'y' * ({mib} << 20)
+
+    def reset(self, seed=None):
+        return 'ready', {}
+
+    def step(self, action):
+        return 'ok', 0.0, True, False, {}
+
+    def solution(self):
+        return 'none'
+"#;
+
+#[tokio::test]
+async fn the_first_sandbox_of_a_source_costs_at_most_one_more_sandbox_of_memory() {
+    if !in_own_process(
+        "limits::the_first_sandbox_of_a_source_costs_at_most_one_more_sandbox_of_memory",
+    ) {
+        return;
+    }
+    let rt: Runtime = runtime().with_limits(Limits {
+        fuel_per_call: 10_000_000_000,
+        load_fuel: 20_000_000_000,
+        memory_limit: 512 << 20,
+        ..test_limits()
+    });
+    // A source no earlier process probed: the first sandbox probes it, diffs its memory after
+    // the constructor and finds it too changed to snapshot, then loads.
+    let source = BIG_CONSTRUCTOR.replace("{mib}", "150").replace(
+        "class KeepEnv",
+        &format!(
+            "# {} {:?}\nclass KeepEnv",
+            std::process::id(),
+            std::time::SystemTime::now()
+        ),
+    );
+    let prepared = rt.prepare(&source).await.unwrap();
+    let (first, sandbox) = peak_growth(rt.sandbox_from(&prepared, SandboxOptions::seeded(0))).await;
+    drop(sandbox.unwrap());
+    let (later, sandbox) = peak_growth(rt.sandbox_from(&prepared, SandboxOptions::seeded(0))).await;
+    drop(sandbox.unwrap());
+    // Snapshotted before the constructor: after it, the memory is too changed to keep.
+    let (_, snapshot_bytes) = rt.snapshot_size(&prepared, None).unwrap();
+    assert!(snapshot_bytes < 16 * MIB as usize, "{snapshot_bytes} bytes");
+    println!(
+        "first sandbox: peak growth {} MiB; a later one: {} MiB",
+        first / MIB,
+        later / MIB
+    );
+    // The probe is one more sandbox of the source, alive before the first one loads (plus a
+    // fresh interpreter's memory, the base of every diff, once per runtime). Copying the
+    // probe's memory out to diff it, as the host did, cost two more.
+    assert!(
+        first <= 2 * later + 64 * MIB,
+        "the first sandbox grew the host by {} MiB, a later one by {} MiB",
+        first / MIB,
+        later / MIB
+    );
+}
