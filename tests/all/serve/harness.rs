@@ -26,12 +26,18 @@ pub struct ServeProcess {
 impl ServeProcess {
     /// Starts `spade serve --bind 127.0.0.1:0 ARGS` and waits until it listens.
     pub fn start(args: &[&str]) -> ServeProcess {
+        ServeProcess::start_with_env(args, &[])
+    }
+
+    /// [`ServeProcess::start`] with environment variables `env` set for the server.
+    pub fn start_with_env(args: &[&str], env: &[(&str, &Path)]) -> ServeProcess {
         let dir = tempfile::tempdir().unwrap();
         let stderr = dir.path().join("stderr.txt");
         let mut child = Command::new(env!("CARGO_BIN_EXE_spade"))
             .arg("serve")
             .args(["--bind", "127.0.0.1:0"])
             .args(args)
+            .envs(env.iter().copied())
             .current_dir(repo_root())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

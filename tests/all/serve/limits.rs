@@ -316,3 +316,58 @@ async fn shutdown_closes_sessions_and_finishes_their_trajectories() {
     let replay = spade(&["replay", record.join("open.jsonl").to_str().unwrap()]);
     assert_eq!(replay.status.code(), Some(0), "{}", stderr(&replay));
 }
+
+/// A cache directory of the test's own that already holds every compiled guest of the
+/// default cache (hard-linked, or copied across filesystems), so the server compiles nothing.
+fn cache_with_the_compiled_guests() -> tempfile::TempDir {
+    let cache = tempfile::tempdir().unwrap();
+    let default = spade_sandbox::default_cache_dir().unwrap();
+    for entry in std::fs::read_dir(&default).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "cwasm") {
+            let target = cache.path().join(path.file_name().unwrap());
+            if std::fs::hard_link(&path, &target).is_err() {
+                std::fs::copy(&path, &target).unwrap();
+            }
+        }
+    }
+    cache
+}
+
+#[test]
+fn a_snapshot_truncated_under_a_live_server_does_not_end_it() {
+    let cache = cache_with_the_compiled_guests();
+    let mut server = ServeProcess::start_with_env(
+        &[&env_path("grid_walk")],
+        &[("SPADE_CACHE_DIR", cache.path())],
+    );
+    let reset = |server: &ServeProcess| {
+        let (status, body) = http_json(server.addr, "POST", "/reset", &[], Some(r#"{"seed": 5}"#));
+        assert_eq!(status, 200, "{body}");
+        body["observation"]["text"].clone()
+    };
+    let expected = reset(&server);
+    // The server read its snapshot and bytecode from these files (or wrote them); truncate
+    // them in place. A mapped snapshot would kill the server with SIGBUS at the next restore.
+    let mut truncated = 0;
+    for dir in ["snapshots", "code"] {
+        for entry in std::fs::read_dir(cache.path().join(dir)).unwrap() {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(entry.unwrap().path())
+                .unwrap()
+                .set_len(0)
+                .unwrap();
+            truncated += 1;
+        }
+    }
+    assert!(truncated >= 2, "the snapshot and the bytecode were cached");
+    for _ in 0..3 {
+        assert_eq!(reset(&server), expected);
+    }
+    assert_eq!(
+        http_json(server.addr, "GET", "/health", &[], None),
+        (200, json!({"status": "healthy"}))
+    );
+    assert!(server.terminate().success(), "{}", server.stderr());
+}
