@@ -5,7 +5,8 @@ use spade_model::grpo::GrpoSample;
 use spade_model::schedule::{DecayKind, LrSchedule};
 use spade_selfplay::Role;
 use spade_selfplay::credit::{
-    self, AgentBaseline, Baselines, CreditConfig, Design, Episode, Group, Trained,
+    self, AgentBaseline, Baselines, CreditConfig, Design, EmaStart, Episode, Group, Trained,
+    Validity,
 };
 use spade_selfplay::policy::Sampled;
 
@@ -27,10 +28,20 @@ fn sampled(prompt: Vec<u32>, tokens: Vec<u32>) -> Sampled {
 
 fn design(skill: &str, reward: f64) -> Design {
     Design {
+        rollout: 0,
         skill: skill.into(),
         first: sampled(vec![1, 2], vec![3, 4, 5]),
         repairs: vec![sampled(vec![1, 9], vec![6])],
+        validity: Validity::FirstAttempt,
         reward,
+    }
+}
+
+fn design_of(rollout: u64, skill: &str, validity: Validity, reward: f64) -> Design {
+    Design {
+        rollout,
+        validity,
+        ..design(skill, reward)
     }
 }
 
@@ -133,15 +144,91 @@ fn a_design_alone_in_its_skill_gets_zero_and_the_scale_is_capped_at_50() {
 }
 
 #[test]
-fn the_designer_trains_only_from_its_start_rollout_and_repairs_only_when_asked() {
-    let designs = vec![design("A", 1.0), design("A", 0.0)];
-    let off = CreditConfig {
-        train_designer: false,
+fn an_invalid_design_is_never_in_a_batch_and_a_repaired_first_attempt_gets_raw_reward_0() {
+    // Skill A: a first-attempt design whose env scored 1.0, a design saved by a repair whose
+    // env scored 0.8, and one that never validated (its 5.0 must never be read).
+    let designs = vec![
+        design_of(0, "A", Validity::FirstAttempt, 1.0),
+        design_of(0, "A", Validity::Repaired, 0.8),
+        design_of(0, "A", Validity::Invalid, 5.0),
+    ];
+    // 4 no-hint episodes / 2 trained designs * regen 4 = 8 (the invalid one does not count:
+    // with it, 4 / 3 * 4 = 5.33).
+    let episodes: Vec<Episode> = (0..4).map(|_| episode("g", false, 0.0, 1)).collect();
+    let batch = credit::assign(&designs, &episodes, &cfg(), &mut Baselines::default(), 1);
+    assert!(
+        close(batch.env_reward_scale, 8.0),
+        "{}",
+        batch.env_reward_scale
+    );
+    // Raw rewards 1.0 and 0 (repaired), mean 0.5: advantages (1 - 0.5) * 8 = 4, -4.
+    assert_eq!(batch.designer_rewards, vec![1.0, 0.0]);
+    assert_eq!(batch.designer_advantages, vec![4.0, -4.0]);
+    assert_eq!(
+        (batch.invalid_dropped, batch.repaired_first_attempts),
+        (1, 1)
+    );
+    let groups: Vec<&Group> = batch
+        .samples
+        .iter()
+        .filter(|t| t.role != Role::Agent)
+        .map(|t| &t.group)
+        .collect();
+    assert_eq!(groups, vec![&Group::Design(0), &Group::Design(1)]);
+    // An invalid design alone is never trained, whatever the scale.
+    let only_invalid = [design_of(0, "A", Validity::Invalid, 5.0)];
+    let c = CreditConfig {
+        env_reward_scale: Some(3.0),
         ..cfg()
     };
-    let batch = credit::assign(&designs, &[], &off, &mut Baselines::default(), 1);
+    let batch = credit::assign(&only_invalid, &[], &c, &mut Baselines::default(), 1);
     assert!(batch.samples.is_empty());
-    // The advantages are still reported: 0 episodes give scale 0, so both are 0 here.
+    assert_eq!(batch.invalid_dropped, 1);
+    // Off: the repaired first attempt keeps its env's 0.8 (mean 0.9: +0.1, -0.1 at scale 1).
+    let c = CreditConfig {
+        zero_repaired_first_attempts: false,
+        env_reward_scale: Some(1.0),
+        ..cfg()
+    };
+    let batch = credit::assign(&designs, &[], &c, &mut Baselines::default(), 1);
+    assert_eq!(batch.designer_rewards, vec![1.0, 0.8]);
+    assert!(close(batch.designer_advantages[0], 0.1));
+    assert!(close(batch.designer_advantages[1], -0.1));
+    // Asked for: invalid designs train with the given reward, 1, 0, -1 around mean 0.
+    let c = CreditConfig {
+        invalid_design_reward: Some(-1.0),
+        env_reward_scale: Some(1.0),
+        ..cfg()
+    };
+    let batch = credit::assign(&designs, &[], &c, &mut Baselines::default(), 1);
+    assert_eq!(batch.designer_advantages, vec![1.0, 0.0, -1.0]);
+    assert_eq!((batch.count(Role::Designer), batch.invalid_dropped), (3, 0));
+}
+
+#[test]
+fn designs_are_centred_within_their_own_rollout_and_skill() {
+    // Released together at one update: two of rollout 0 skill A (1.0, 0.0: +0.5, -0.5) and
+    // one of rollout 1 skill A, alone in its group: 0, whatever its reward.
+    let designs = vec![
+        design_of(0, "A", Validity::FirstAttempt, 1.0),
+        design_of(0, "A", Validity::FirstAttempt, 0.0),
+        design_of(1, "A", Validity::FirstAttempt, 0.9),
+    ];
+    let c = CreditConfig {
+        env_reward_scale: Some(1.0),
+        ..cfg()
+    };
+    let batch = credit::assign(&designs, &[], &c, &mut Baselines::default(), 1);
+    assert_eq!(batch.designer_advantages, vec![0.5, -0.5, 0.0]);
+    assert_eq!(batch.designer_trained_from, vec![0, 0, 1]);
+}
+
+#[test]
+fn repairs_train_only_when_asked() {
+    let designs = vec![design("A", 1.0), design("A", 0.0)];
+    let batch = credit::assign(&designs, &[], &cfg(), &mut Baselines::default(), 1);
+    assert_eq!(batch.count(Role::Repair), 0);
+    // 0 episodes give scale 0, so both advantages are 0 here.
     assert_eq!(batch.designer_advantages, vec![0.0, 0.0]);
     let with_repairs = CreditConfig {
         train_repairs: true,
@@ -173,7 +260,11 @@ fn hint_plays_are_never_in_the_batch_unless_asked() {
         episode("g", true, 1.0, 1),
         episode("g", true, 1.0, 1),
     ];
-    let batch = credit::assign(&[], &episodes, &cfg(), &mut Baselines::default(), 1);
+    let first_mean = CreditConfig {
+        ema_start: EmaStart::FirstMean,
+        ..cfg()
+    };
+    let batch = credit::assign(&[], &episodes, &first_mean, &mut Baselines::default(), 1);
     assert_eq!(batch.count(Role::Agent), 2);
     assert_eq!(batch.hint_count(), 0);
     assert!(batch.samples.iter().all(|t| !t.hint));
@@ -182,7 +273,7 @@ fn hint_plays_are_never_in_the_batch_unless_asked() {
     assert_eq!(advantages_of(&batch.samples, Role::Agent), vec![0.5, -0.5]);
     let asked = CreditConfig {
         train_hint_plays: true,
-        ..cfg()
+        ..first_mean
     };
     let batch = credit::assign(&[], &episodes, &asked, &mut Baselines::default(), 1);
     assert_eq!(batch.hint_count(), 2);
@@ -201,9 +292,10 @@ fn a_one_turn_win_and_a_25_turn_loss_get_advantages_of_equal_magnitude_per_episo
     let episodes = vec![episode("g", false, 1.0, 1), episode("g", false, 0.0, 25)];
     for (baseline, magnitude) in [(AgentBaseline::Zscore, 1.0), (AgentBaseline::Ema, 0.5)] {
         // z-score: mean 0.5, std 0.5 -> +1 and -1 (up to the 1e-6 in the denominator);
-        // EMA, first time the game is played: baseline 0.5 -> +0.5 and -0.5.
+        // EMA started at the first mean: baseline 0.5 -> +0.5 and -0.5.
         let c = CreditConfig {
             agent_baseline: baseline,
+            ema_start: EmaStart::FirstMean,
             ..cfg()
         };
         let batch = credit::assign(&[], &episodes, &c, &mut Baselines::default(), 1);
@@ -227,19 +319,34 @@ fn a_one_turn_win_and_a_25_turn_loss_get_advantages_of_equal_magnitude_per_episo
 }
 
 #[test]
-fn the_ema_baseline_carries_over_rollouts_per_game() {
+fn the_ema_baseline_starts_at_zero_and_carries_over_rollouts_per_game() {
     let mut b = Baselines::default();
     let c = cfg();
-    // Rollout 1: returns 1, 0 -> baseline starts at the mean 0.5 and stays 0.5.
+    // Rollout 1: returns 1, 0; the reference's EMA starts at 0, so advantages 1 - 0 = 1 and
+    // 0 - 0 = 0; then b = 0.5 * 0 + 0.5 * 0.5 = 0.25.
     let first = [episode("g", false, 1.0, 1), episode("g", false, 0.0, 1)];
-    credit::assign(&[], &first, &c, &mut b, 1);
-    assert_eq!(b.games["g"], 0.5);
-    // Rollout 2: returns 1, 1 -> advantages 1 - 0.5 = 0.5 each; then
-    // b = 0.5 * 0.5 + 0.5 * 1 = 0.75.
+    let batch = credit::assign(&[], &first, &c, &mut b, 1);
+    assert_eq!(advantages_of(&batch.samples, Role::Agent), vec![1.0, 0.0]);
+    assert_eq!(b.games["g"], 0.25);
+    // Rollout 2: returns 1, 1 -> advantages 1 - 0.25 = 0.75 each; then
+    // b = 0.5 * 0.25 + 0.5 * 1 = 0.625.
     let second = [episode("g", false, 1.0, 1), episode("g", false, 1.0, 1)];
     let batch = credit::assign(&[], &second, &c, &mut b, 1);
+    assert_eq!(advantages_of(&batch.samples, Role::Agent), vec![0.75, 0.75]);
+    assert_eq!(b.games["g"], 0.625);
+    // Started at the first mean: rollout 1 is centred (b = 0.5, stays 0.5), rollout 2 gives
+    // 1 - 0.5 = 0.5 each and b = 0.75.
+    let mut f = Baselines::default();
+    let fc = CreditConfig {
+        ema_start: EmaStart::FirstMean,
+        ..cfg()
+    };
+    let batch = credit::assign(&[], &first, &fc, &mut f, 1);
+    assert_eq!(advantages_of(&batch.samples, Role::Agent), vec![0.5, -0.5]);
+    assert_eq!(f.games["g"], 0.5);
+    let batch = credit::assign(&[], &second, &fc, &mut f, 1);
     assert_eq!(advantages_of(&batch.samples, Role::Agent), vec![0.5, 0.5]);
-    assert_eq!(b.games["g"], 0.75);
+    assert_eq!(f.games["g"], 0.75);
     // z-score on the same returns: a constant group gets 0, and no EMA is kept.
     let mut z = Baselines::default();
     let zc = CreditConfig {
@@ -347,7 +454,15 @@ fn zero_advantage_fraction_counts_sequences_that_move_nothing() {
         episode("mixed", false, 1.0, 1),
         episode("mixed", false, 0.0, 1),
     ];
+    // EMA from 0: "same" gives 1, 1 and "mixed" 1, 0: one of four moves nothing.
     let batch = credit::assign(&[], &episodes, &cfg(), &mut Baselines::default(), 1);
+    assert_eq!(batch.zero_advantage_fraction(), 0.25);
+    // z-score: "same" is constant (0, 0), "mixed" is +-1: two of four.
+    let z = CreditConfig {
+        agent_baseline: AgentBaseline::Zscore,
+        ..cfg()
+    };
+    let batch = credit::assign(&[], &episodes, &z, &mut Baselines::default(), 1);
     assert_eq!(batch.zero_advantage_fraction(), 0.5);
 }
 

@@ -207,7 +207,7 @@ fn learning_cfg() -> TrainConfig {
         hint_plays: 1,
         max_turns: 1,
         max_repair_attempts: 0,
-        designer_start_rollout: 0,
+        designer_delay: 0,
         lora: false,
         lr: 3e-3,
         lr_warmup_steps: 0,

@@ -533,7 +533,7 @@ async fn a_scripted_self_play_run_reports_its_envs_with_working_links() {
         plays_per_game: 2,
         hint_plays: 2,
         max_turns: 2,
-        designer_start_rollout: 0,
+        designer_delay: 0,
         max_repair_attempts: 0,
         ..TrainConfig::default()
     };

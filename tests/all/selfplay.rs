@@ -39,7 +39,7 @@ fn regret_is_hint_minus_no_hint_floored_and_zero_without_a_hint() {
     assert_eq!(rewards::regret(0.75, 0.25, true), 0.0);
     assert_eq!(rewards::regret(0.25, 0.75, false), 0.0);
     let cfg = TrainConfig::default();
-    let timeout = rewards::designer_reward(&cfg, rewards::PlayOutcome::Timeout, 0.5);
+    let timeout = rewards::designer_reward(&cfg, rewards::EnvScore::Timeout);
     assert_eq!(timeout, -0.5);
 }
 
@@ -53,13 +53,25 @@ fn blend_uses_the_plateau_and_scaled_regret() {
         designer_reward: DesignerReward::Blend,
         ..TrainConfig::default()
     };
-    let o = rewards::PlayOutcome::Played {
-        without: 0.5,
-        with: 0.65,
-        hint_ok: true,
+    let played = |regret: f64, mean_return: f64| rewards::EnvScore::Played {
+        regret,
+        mean_return,
     };
-    // 0.6 * 1 + 0.4 * 0.15 / 0.15 = 1.0
-    assert!((rewards::designer_reward(&cfg, o, 0.5) - 1.0).abs() < 1e-9);
+    // 0.6 * plateau(0.5) + 0.4 * 0.15 / 0.15 = 0.6 + 0.4 = 1.0
+    assert!((rewards::designer_reward(&cfg, played(0.15, 0.5)) - 1.0).abs() < 1e-9);
+    // The regret term saturates at 1: regret 0.6 is 4 scales, but the term stays 0.4
+    // (unclipped it would be 0.6 + 1.6 = 2.2).
+    assert!((rewards::designer_reward(&cfg, played(0.6, 0.5)) - 1.0).abs() < 1e-9);
+    assert!((rewards::blend(&cfg, 1.0, 0.5) - 1.0).abs() < 1e-9);
+    // Half a scale of regret off the plateau: plateau(0.3) = 1 - 0.1 / 0.25 = 0.6, so
+    // 0.6 * 0.6 + 0.4 * 0.5 = 0.56.
+    assert!((rewards::designer_reward(&cfg, played(0.075, 0.3)) - 0.56).abs() < 1e-9);
+    // Regret mode reads the regret alone.
+    let regret_mode = TrainConfig::default();
+    assert_eq!(
+        rewards::designer_reward(&regret_mode, played(0.6, 0.5)),
+        0.6
+    );
 }
 
 #[test]
@@ -156,8 +168,16 @@ fn config_defaults_follow_the_contract_and_round_trip() {
     assert_eq!(cfg.regen_interval, 4);
     assert_eq!(cfg.max_turns, 25);
     assert_eq!(cfg.max_doc_words, 6000);
-    assert_eq!(cfg.designer_start_rollout, 4);
+    assert_eq!(cfg.designer_delay, 4);
     assert_eq!(cfg.timeout_reward, -0.5);
+    assert_eq!(cfg.failed_play_return, -1.0);
+    assert!(!cfg.train_invalid_designs);
+    assert!(cfg.zero_repaired_first_attempts);
+    assert_eq!(cfg.tis_clamp, 2.0);
+    assert_eq!(
+        cfg.loss_aggregation,
+        spade_model::grpo::LossAggregation::SampleMean
+    );
     assert_eq!(cfg.memory_positive_examples, 2);
     assert_eq!(
         (
@@ -281,7 +301,7 @@ fn small_cfg() -> TrainConfig {
         plays_per_game: 4,
         hint_plays: 4,
         max_turns: 3,
-        designer_start_rollout: 0,
+        designer_delay: 0,
         max_repair_attempts: 1,
         max_agent_update_samples: 0,
         ..TrainConfig::default()
@@ -307,7 +327,11 @@ async fn scripted_iteration_gives_hand_computed_regret_pool_memory_and_rewards()
     assert_eq!(m.win_rate, 0.25);
     assert_eq!(m.win_rate_hint, 0.75);
     assert!((m.regret - 0.5).abs() < 1e-12);
-    assert_eq!(m.designer_rewards, vec![0.5]);
+    assert_eq!(m.designer_rewards, vec![Some(0.5)]);
+    // Released at once (delay 0): the window is this rollout, so the same 0.5.
+    assert_eq!(m.designer_trained_from, vec![0]);
+    assert_eq!(m.designer_recomputed_rewards, vec![0.5]);
+    assert_eq!(m.designer_samples_buffered, 0);
     // The one design is alone in its skill: centred, its advantage is 0 (the reference's rule).
     assert_eq!(m.designer_advantages, vec![0.0]);
     assert_eq!(m.designer_samples_trained, 1);
@@ -360,6 +384,10 @@ async fn an_invalid_design_is_repaired_or_penalised() {
         (m.designs, m.valid, m.repaired, m.repair_attempts),
         (1, 1, 1, 1)
     );
+    // The first attempt trains, saved only by the repair: raw reward 0.
+    assert_eq!(m.repaired_first_attempts, 1);
+    assert_eq!(m.designer_recomputed_rewards, vec![0.0]);
+    assert_eq!(m.designer_samples_trained, 1);
     let _ = std::fs::remove_dir_all(&dir);
 
     let dir = tmp("penalty");
@@ -370,7 +398,11 @@ async fn an_invalid_design_is_repaired_or_penalised() {
     let mut run = Run::create(&dir, small_cfg(), corpus(), runtime(), &mut policy, vec![]).unwrap();
     let m = run.rollout().await.unwrap();
     assert_eq!((m.designs, m.valid, m.repair_attempts), (1, 0, 1));
-    assert_eq!(m.designer_rewards, vec![-1.0]);
+    // Never valid: no reward and never trained (the reference drops it).
+    assert_eq!(m.designer_rewards, vec![None]);
+    assert_eq!(m.invalid_designs_dropped, 1);
+    assert_eq!(m.designer_samples_trained, 0);
+    assert!(m.designer_trained_from.is_empty());
     assert_eq!((m.games, m.pool_size), (0, 0));
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -525,7 +557,8 @@ async fn a_fuel_timeout_during_play_costs_the_designer_half_and_the_run_goes_on(
     let m = run.rollout().await.unwrap();
     assert_eq!(m.valid, 1, "{m:?}");
     assert_eq!(m.timeouts, 1);
-    assert_eq!(m.designer_rewards, vec![-0.5]);
+    assert_eq!(m.designer_rewards, vec![Some(-0.5)]);
+    assert_eq!(m.designer_recomputed_rewards, vec![-0.5]);
     assert!(run.state.pool[0].banned);
     assert_eq!(m.pool_size, 0);
     // The run continues: the next rollout designs again (pool below min_games).
@@ -555,7 +588,7 @@ fn tiny_cfg() -> TrainConfig {
         hint_plays: 2,
         max_turns: 2,
         max_repair_attempts: 1,
-        designer_start_rollout: 0,
+        designer_delay: 0,
         max_doc_words: 40,
         lr: 1e-3,
         max_agent_update_samples: 8,
@@ -616,7 +649,9 @@ async fn a_tiny_random_model_runs_a_full_rollout_with_an_update() {
     assert!(m.designed);
     assert_eq!(m.designs, 2);
     assert_eq!(m.valid, 0);
-    assert_eq!(m.designer_rewards, vec![-1.0, -1.0]);
+    assert_eq!(m.designer_rewards, vec![None, None]);
+    assert_eq!(m.invalid_designs_dropped, 2);
+    assert_eq!(m.designer_samples_trained, 0);
     assert_eq!((m.games, m.episodes), (1, 4));
     assert!(m.loss.is_some(), "{m:?}");
     assert!(m.tokens_trained > 0);

@@ -2,6 +2,12 @@
 //! caller (see `selfplay::credit`), with optional KL to a frozen reference, gradient clipping,
 //! accumulation over micro-batches, several optimiser steps per batch and a learning-rate
 //! schedule.
+//!
+//! The loss is aggregated as the SPADE reference does (slime's `loss.py`): the token mean
+//! within each sample, then the mean over samples ([`LossAggregation::SampleMean`]), and each
+//! token's policy-gradient term is weighted by truncated importance sampling,
+//! `min(clamp, exp(logp_train - logp_rollout))` ([`GrpoConfig::tis_clamp`]), which corrects for
+//! a sampler that read other weights than training, or an older policy.
 use std::ops::Range;
 
 use candle_core::Tensor;
@@ -57,11 +63,32 @@ impl GrpoSample {
     }
 }
 
+/// How per-token losses become the step's loss.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LossAggregation {
+    /// The token mean within each sample, then the mean over samples (the reference's, slime
+    /// `loss.py` with per-sample means): a 25-turn episode weighs as much as a 1-turn one.
+    #[default]
+    SampleMean,
+    /// The mean over every trained token of the step: a sample weighs by its length.
+    TokenMean,
+}
+
 /// GRPO hyper-parameters.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GrpoConfig {
-    /// Ratio clip range: the ratio is clipped to `[1 - clip_eps, 1 + clip_eps]`.
+    /// Ratio clip range, low side: the ratio is clipped to `[1 - clip_eps, 1 + clip_eps_high]`.
     pub clip_eps: f64,
+    /// Ratio clip range, high side (`None`: `clip_eps`; the reference uses 0.28 against 0.2).
+    pub clip_eps_high: Option<f64>,
+    /// How per-token losses are aggregated (default: the reference's per-sample mean).
+    pub aggregation: LossAggregation,
+    /// Truncated importance sampling: each token's policy-gradient term is weighted by
+    /// `min(tis_clamp, exp(old - rollout))`, where `old` is the training path's log-prob at
+    /// the start of the update and `rollout` the sampler's (reference: 2; 0 disables it).
+    /// Without [`Self::recompute_old_logprobs`] the two are the same and every weight is 1.
+    pub tis_clamp: f64,
     /// Weight of the KL penalty to the reference model (0 disables it).
     pub kl_coef: f64,
     /// Global gradient-norm clip (0 disables it).
@@ -89,6 +116,9 @@ impl Default for GrpoConfig {
     fn default() -> Self {
         Self {
             clip_eps: 0.2,
+            clip_eps_high: None,
+            aggregation: LossAggregation::SampleMean,
+            tis_clamp: 2.0,
             kl_coef: 0.0,
             max_grad_norm: 1.0,
             micro_batch: 4,
@@ -103,7 +133,7 @@ impl Default for GrpoConfig {
 /// What one optimiser step did.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct StepStats {
-    /// Loss (token mean).
+    /// Loss, aggregated as [`GrpoConfig::aggregation`] says.
     pub loss: f64,
     /// Mean advantage per trained token.
     pub mean_advantage: f64,
@@ -129,6 +159,10 @@ pub struct StepStats {
     /// the gap between the sampling path (quantised weights, fused kernels) and the training
     /// path.
     pub logprob_gap: f64,
+    /// Mean truncated-importance weight per scored token (1 when none was scored or TIS is off).
+    pub tis_mean: f64,
+    /// Fraction of the scored tokens whose importance weight was cut at the clamp.
+    pub tis_clamped_fraction: f64,
 }
 
 /// What [`GrpoTrainer::update`] did: one [`StepStats`] per optimiser step.
@@ -192,6 +226,22 @@ impl UpdateStats {
             .first()
             .filter(|s| s.scored_tokens > 0)
             .map(|s| s.logprob_gap)
+    }
+
+    /// The first step's mean truncated-importance weight (`None` if it scored no token).
+    pub fn tis_mean(&self) -> Option<f64> {
+        self.steps
+            .first()
+            .filter(|s| s.scored_tokens > 0)
+            .map(|s| s.tis_mean)
+    }
+
+    /// The first step's fraction of importance weights cut at the clamp.
+    pub fn tis_clamped_fraction(&self) -> Option<f64> {
+        self.steps
+            .first()
+            .filter(|s| s.scored_tokens > 0)
+            .map(|s| s.tis_clamped_fraction)
     }
 
     /// Tokens trained per step.
@@ -266,7 +316,7 @@ impl<'a> GrpoTrainer<'a> {
             }
             let batch = recomputed.as_deref().unwrap_or(samples);
             let recompute = self.cfg.recompute_old_logprobs && epoch == 0;
-            let (stats, fresh) = self.step_inner(batch, recompute)?;
+            let (stats, fresh) = self.step_inner(batch, samples, recompute)?;
             if let Some(fresh) = fresh {
                 recomputed = Some(with_old_logprobs(samples, fresh));
             }
@@ -275,10 +325,11 @@ impl<'a> GrpoTrainer<'a> {
         Ok(UpdateStats { steps })
     }
 
-    /// One optimiser step on `samples`; the loss is the token mean over the whole batch.
-    /// The samples' old log-probabilities are used as given.
+    /// One optimiser step on `samples`, the loss aggregated as [`GrpoConfig::aggregation`]
+    /// says. The samples' old log-probabilities are used as given (and are the rollout's, so
+    /// every importance weight is 1).
     pub fn step(&mut self, samples: &[GrpoSample]) -> Result<StepStats> {
-        Ok(self.step_inner(samples, false)?.0)
+        Ok(self.step_inner(samples, samples, false)?.0)
     }
 
     /// Whether `s` goes through the model: it has trained tokens and, unless a KL term is on,
@@ -289,11 +340,14 @@ impl<'a> GrpoTrainer<'a> {
         s.trained_tokens() > 0 && (kl || s.advantage != 0.0)
     }
 
-    /// [`GrpoTrainer::step`]; with `recompute`, the old log-probabilities of every scored
-    /// sample are this pass's own (detached), returned by sample index.
+    /// [`GrpoTrainer::step`]; `rollout` holds the same samples with the sampler's
+    /// log-probabilities (the importance weights' denominators). With `recompute`, the old
+    /// log-probabilities of every scored sample are this pass's own (detached), returned by
+    /// sample index.
     fn step_inner(
         &mut self,
         samples: &[GrpoSample],
+        rollout: &[GrpoSample],
         recompute: bool,
     ) -> Result<(StepStats, Option<Fresh>)> {
         let total: usize = samples.iter().map(GrpoSample::trained_tokens).sum();
@@ -302,6 +356,7 @@ impl<'a> GrpoTrainer<'a> {
                 "no completion tokens to train on".into(),
             ));
         }
+        let trained_samples = samples.iter().filter(|s| s.trained_tokens() > 0).count();
         for s in samples {
             if s.old_logprobs.len() != s.trained_tokens() {
                 return Err(ModelError::InvalidParameter(format!(
@@ -329,7 +384,11 @@ impl<'a> GrpoTrainer<'a> {
         for range in batch_bounds(&lens, self.cfg.micro_batch, self.cfg.micro_batch_tokens) {
             let chunk: Vec<(usize, &GrpoSample)> =
                 scored[range].iter().map(|&i| (i, &samples[i])).collect();
-            let lp = self.chunk(&chunk, total, recompute, &mut pass)?;
+            let norm = Norm {
+                tokens: total,
+                samples: trained_samples,
+            };
+            let lp = self.chunk(&chunk, rollout, norm, recompute, &mut pass)?;
             if recompute {
                 let mut rest = lp.as_slice();
                 for (i, s) in chunk {
@@ -375,23 +434,29 @@ impl<'a> GrpoTrainer<'a> {
             tokens: total,
             scored_tokens: n,
             logprob_gap: per_scored(pass.gap, 0.0),
+            tis_mean: per_scored(pass.tis, 1.0),
+            tis_clamped_fraction: per_scored(pass.tis_clamped, 0.0),
         };
         Ok((stats, recompute.then_some(fresh)))
     }
 
     /// Forward and backward through one micro-batch of scored samples; adds its gradients
     /// and sums to `pass` and returns its training-path log-probabilities (detached), in
-    /// order. The loss is divided by `total`, the step's trained tokens. With `recompute`,
-    /// those log-probabilities are the old ones too (the ratio is 1).
+    /// order. Each token's loss is weighted by [`token_weights`] over the step (`norm`) and
+    /// its policy-gradient term by its importance weight against `rollout[i]`'s sampled
+    /// log-probabilities. With `recompute`, the training-path log-probabilities are the old
+    /// ones too (the ratio is 1).
     fn chunk(
         &self,
         chunk: &[(usize, &GrpoSample)],
-        total: usize,
+        rollout: &[GrpoSample],
+        norm: Norm,
         recompute: bool,
         pass: &mut StepSums,
     ) -> Result<Vec<f32>> {
         let device = self.policy.device().clone();
-        let (lo, hi) = (1.0 - self.cfg.clip_eps, 1.0 + self.cfg.clip_eps);
+        let high = self.cfg.clip_eps_high.unwrap_or(self.cfg.clip_eps);
+        let (lo, hi) = (1.0 - self.cfg.clip_eps, 1.0 + high);
         let rows: Vec<Spans> = chunk
             .iter()
             .map(|(_, s)| Spans {
@@ -409,16 +474,33 @@ impl<'a> GrpoTrainer<'a> {
             .iter()
             .flat_map(|(_, s)| std::iter::repeat_n(s.advantage as f32, s.trained_tokens()))
             .collect();
+        let sampled: Vec<f32> = chunk
+            .iter()
+            .flat_map(|(i, _)| rollout[*i].old_logprobs.iter().copied())
+            .collect();
+        let weights: Vec<f32> = chunk
+            .iter()
+            .flat_map(|(_, s)| {
+                let w = token_weight(self.cfg.aggregation, s.trained_tokens(), norm);
+                std::iter::repeat_n(w as f32, s.trained_tokens())
+            })
+            .collect();
         let old = Tensor::from_vec(old, n, &device)?;
         let a = Tensor::from_vec(a, n, &device)?;
         let lp = span_logprobs(self.policy, &rows)?;
         let now = lp.detach();
         pass.gap += f64::from((&now - &old)?.abs()?.sum_all()?.to_scalar::<f32>()?);
         let old = if recompute { now.clone() } else { old };
+        let old_values: Vec<f32> = old.to_vec1()?;
+        let tis = tis_weights(&old_values, &sampled, self.cfg.tis_clamp);
+        pass.tis += tis.weights.iter().map(|&w| f64::from(w)).sum::<f64>();
+        pass.tis_clamped += tis.clamped as f64;
+        let tis = Tensor::from_vec(tis.weights, n, &device)?;
+        let weights = Tensor::from_vec(weights, n, &device)?;
         let ratio = (&lp - &old)?.exp()?;
         let surr1 = ratio.mul(&a)?;
         let surr2 = ratio.clamp(lo, hi)?.mul(&a)?;
-        let mut per_tok = surr1.minimum(&surr2)?.neg()?;
+        let mut per_tok = surr1.minimum(&surr2)?.neg()?.mul(&tis)?;
         if let (Some(reference), true) = (self.reference, self.cfg.kl_coef > 0.0) {
             let ref_lp = span_logprobs(&reference.without_grad(), &rows)?;
             // k3 estimator: exp(ref - lp) - (ref - lp) - 1 >= 0.
@@ -427,7 +509,7 @@ impl<'a> GrpoTrainer<'a> {
             pass.kl += f64::from(kl.sum_all()?.to_scalar::<f32>()?);
             per_tok = (per_tok + (kl * self.cfg.kl_coef)?)?;
         }
-        let loss = (per_tok.sum_all()? / total as f64)?;
+        let loss = per_tok.mul(&weights)?.sum_all()?;
         pass.loss += f64::from(loss.to_scalar::<f32>()?);
         let r: Vec<f32> = ratio.to_vec1()?;
         pass.ratio += r.iter().map(|&x| f64::from(x)).sum::<f64>();
@@ -455,6 +537,60 @@ impl<'a> GrpoTrainer<'a> {
 /// Recomputed old log-probabilities, by sample index.
 type Fresh = Vec<(usize, Vec<f32>)>;
 
+/// What a step's loss is normalised by: its trained tokens and the samples that have any.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Norm {
+    /// Trained tokens of the step.
+    pub tokens: usize,
+    /// Samples of the step with at least one trained token.
+    pub samples: usize,
+}
+
+/// The weight of each trained token of a sample with `tokens` trained tokens in the step's
+/// loss: `1 / norm.tokens` for [`LossAggregation::TokenMean`], `1 / (tokens * norm.samples)`
+/// for [`LossAggregation::SampleMean`] (so every sample's tokens weigh `1 / samples` in all).
+pub fn token_weight(aggregation: LossAggregation, tokens: usize, norm: Norm) -> f64 {
+    match aggregation {
+        LossAggregation::TokenMean => 1.0 / norm.tokens.max(1) as f64,
+        LossAggregation::SampleMean => 1.0 / (tokens.max(1) * norm.samples.max(1)) as f64,
+    }
+}
+
+/// Truncated importance weights of one micro-batch's tokens.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TisWeights {
+    /// `min(clamp, exp(old - rollout))` per token (all 1 when the clamp is 0: TIS off).
+    pub weights: Vec<f32>,
+    /// Tokens whose weight was cut at the clamp.
+    pub clamped: usize,
+}
+
+/// Truncated importance sampling (slime `loss.py`, `--use-tis`): per token,
+/// `exp(old - rollout)` clamped to `[0, clamp]`; `clamp = 0` turns it off (every weight 1).
+pub fn tis_weights(old: &[f32], rollout: &[f32], clamp: f64) -> TisWeights {
+    if clamp <= 0.0 {
+        return TisWeights {
+            weights: vec![1.0; old.len()],
+            clamped: 0,
+        };
+    }
+    let mut clamped = 0;
+    let weights = old
+        .iter()
+        .zip(rollout)
+        .map(|(&o, &r)| {
+            let w = (f64::from(o) - f64::from(r)).exp();
+            if w > clamp {
+                clamped += 1;
+                clamp as f32
+            } else {
+                w as f32
+            }
+        })
+        .collect();
+    TisWeights { weights, clamped }
+}
+
 /// What the micro-batches of one step add up: accumulated gradients and the statistics' sums.
 #[derive(Default)]
 struct StepSums {
@@ -464,6 +600,8 @@ struct StepSums {
     clipped: f64,
     kl: f64,
     gap: f64,
+    tis: f64,
+    tis_clamped: f64,
     scored_tokens: usize,
 }
 

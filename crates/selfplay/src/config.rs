@@ -4,10 +4,12 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 use spade_model::error::{ModelError, Result};
+use spade_model::grpo::LossAggregation;
 use spade_model::model::DecodeWeights;
 use spade_model::schedule::{DecayKind, LrSchedule};
 
-use super::credit::{AgentBaseline, CreditConfig};
+use super::credit::{AgentBaseline, CreditConfig, EmaStart};
+use super::policy::Role;
 
 /// How the designer's reward is computed from a played environment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -15,8 +17,18 @@ use super::credit::{AgentBaseline, CreditConfig};
 pub enum DesignerReward {
     /// `max(0, regret)` (the paper's default).
     Regret,
-    /// `blend_plateau_weight * plateau(win_rate) + blend_regret_weight * max(0, regret) / blend_regret_scale`.
+    /// `blend_plateau_weight * plateau(mean return) + blend_regret_weight * min(1, max(0,
+    /// regret / blend_regret_scale))`, the mean return over every no-hint play of the window.
     Blend,
+}
+
+/// A named set of settings that a config starts from; its own keys override the preset's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Preset {
+    /// The reference's game scripts (spade-rl/spade `cmd/games/train_spade_4b.sh`,
+    /// `train_spade_8b.sh`, `train_spade_tinker.py`): see [`TrainConfig::reference`].
+    Reference,
 }
 
 /// Everything `spade train` needs besides the model and corpus paths.
@@ -26,6 +38,8 @@ pub enum DesignerReward {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct TrainConfig {
+    /// The preset this config started from (`None`: the CPU defaults below).
+    pub preset: Option<Preset>,
     /// Master seed: every sampling, play and selection seed derives from it and the rollout index.
     pub seed: u64,
     /// Rollouts to run (0 = until interrupted).
@@ -49,15 +63,26 @@ pub struct TrainConfig {
     /// Corpus documents are cut to this many words (paper: 6000); the prompt is cut further
     /// to fit the model's context.
     pub max_doc_words: usize,
-    /// Repair prompts per invalid design before it is penalised (reference: "a few"; CPU
+    /// Repair prompts per invalid design before it is given up (reference: "a few"; CPU
     /// default 1: each repair is a full designer-length completion sampled alone).
     pub max_repair_attempts: usize,
-    /// Reward of a design that never validated.
+    /// Train designs that never validated, with `invalid_design_reward` (reference: no, such a
+    /// design is dropped, never trained: `spade/core/orchestrator.py`).
+    pub train_invalid_designs: bool,
+    /// Raw reward of a design that never validated, when `train_invalid_designs` is on.
     pub invalid_design_reward: f64,
+    /// A first attempt that failed validation and was saved only by a repair gets raw reward 0
+    /// (reference: yes, `env_rewards.py`, `turn1_valid`); off, it gets its environment's.
+    pub zero_repaired_first_attempts: bool,
     /// Designer reward when an environment hit a fuel or deadline limit during play (paper: -0.5).
     pub timeout_reward: f64,
-    /// Designer samples join the GRPO batch from this rollout on (paper: after 4 rollouts).
-    pub designer_start_rollout: u64,
+    /// Return of a play whose reset or step failed (an exception, a contract error, a limit):
+    /// reference -1 (`spade/core/utils/trajectory_build.py`).
+    pub failed_play_return: f64,
+    /// The designer samples of rollout K train at rollout K + this (reference: 4), with their
+    /// rewards recomputed over the window's plays; the last rollout (`rollouts`, when set)
+    /// trains whatever is still held. 0 trains them in their own rollout.
+    pub designer_delay: u64,
     /// Regret or blend.
     pub designer_reward: DesignerReward,
     /// Blend: weight of `plateau(win_rate)` (paper: 0.6).
@@ -96,8 +121,14 @@ pub struct TrainConfig {
     pub hint_max_new_tokens: usize,
     /// Agent completion budget per turn.
     pub agent_max_new_tokens: usize,
-    /// Sampling temperature.
+    /// Sampling temperature of every role without its own below.
     pub temperature: f64,
+    /// The designer's (and repairs') temperature (`None`: `temperature`; reference 0.6).
+    pub designer_temperature: Option<f64>,
+    /// The hint writer's temperature (`None`: `temperature`; reference 0.3).
+    pub hint_temperature: Option<f64>,
+    /// The agent's temperature (`None`: `temperature`; reference 0.6).
+    pub agent_temperature: Option<f64>,
     /// Nucleus mass.
     pub top_p: f64,
     /// Validation (`spade check`) episodes per probe.
@@ -117,8 +148,23 @@ pub struct TrainConfig {
     pub lora_rank: usize,
     /// LoRA alpha.
     pub lora_alpha: f64,
-    /// GRPO ratio clip.
+    /// Adam's second-moment decay (reference: 0.98; CPU default 0.999, the common default,
+    /// because with a handful of samples per step a shorter memory makes steps noisier).
+    pub adam_beta2: f64,
+    /// Decoupled weight decay (reference: 0.1, on full weights; CPU default 0: LoRA adapters
+    /// start at B = 0 and decay would pull them back to the base).
+    pub weight_decay: f64,
+    /// GRPO ratio clip, low side (and high side unless `clip_eps_high` is set; reference 0.2).
     pub clip_eps: f64,
+    /// GRPO ratio clip, high side (`None`: `clip_eps`; reference 0.28).
+    pub clip_eps_high: Option<f64>,
+    /// Loss aggregation: `sample_mean` (the reference: token mean within each sample, then
+    /// the mean over samples) or `token_mean` (over every trained token of the step).
+    pub loss_aggregation: LossAggregation,
+    /// Truncated importance sampling: each token's policy-gradient term is weighted by
+    /// `exp(logp_train - logp_rollout)` clamped to [0, this] (reference: 2, `--use-tis`);
+    /// 0 disables it. It corrects for quantised sampling and for delayed designer samples.
+    pub tis_clamp: f64,
     /// GRPO gradient-norm clip.
     pub max_grad_norm: f64,
     /// GRPO micro-batch (samples per forward/backward).
@@ -136,8 +182,8 @@ pub struct TrainConfig {
     /// cut (their prompt is the task).
     pub max_agent_train_tokens: usize,
     /// Most agent sequences per update (0 = all): whole games are kept in a seeded order,
-    /// after advantages were computed over the whole game.
-    #[serde(alias = "max_update_samples")]
+    /// after advantages were computed over the whole game. (`max_update_samples` is read as
+    /// this.)
     pub max_agent_update_samples: usize,
     /// Most designer sequences per update (0 = all), a budget of its own so agent sequences
     /// never crowd the designer out.
@@ -147,6 +193,8 @@ pub struct TrainConfig {
     pub agent_baseline: AgentBaseline,
     /// EMA decay of the `ema` baseline (reference: 0.5).
     pub agent_ema_decay: f64,
+    /// Where a game's EMA starts: `zero` (reference) or `first_mean`.
+    pub agent_ema_start: EmaStart,
     /// Train the designer's repair completions too (reference: no; repairs only salvage a
     /// valid env for the agent).
     pub train_repairs: bool,
@@ -189,6 +237,7 @@ pub struct TrainConfig {
 impl Default for TrainConfig {
     fn default() -> Self {
         Self {
+            preset: None,
             seed: 0,
             rollouts: 0,
             regen_interval: 4,
@@ -201,9 +250,12 @@ impl Default for TrainConfig {
             max_turns: 25,
             max_doc_words: 6000,
             max_repair_attempts: 1,
+            train_invalid_designs: false,
             invalid_design_reward: -1.0,
+            zero_repaired_first_attempts: true,
             timeout_reward: -0.5,
-            designer_start_rollout: 4,
+            failed_play_return: -1.0,
+            designer_delay: 4,
             designer_reward: DesignerReward::Regret,
             blend_plateau_weight: 0.6,
             blend_regret_weight: 0.4,
@@ -224,6 +276,9 @@ impl Default for TrainConfig {
             hint_max_new_tokens: 128,
             agent_max_new_tokens: 32,
             temperature: 1.0,
+            designer_temperature: None,
+            hint_temperature: None,
+            agent_temperature: None,
             top_p: 0.95,
             check_seeds: 1,
             check_max_steps: 10,
@@ -232,7 +287,12 @@ impl Default for TrainConfig {
             lora: true,
             lora_rank: 8,
             lora_alpha: 16.0,
+            adam_beta2: 0.999,
+            weight_decay: 0.0,
             clip_eps: 0.2,
+            clip_eps_high: None,
+            loss_aggregation: LossAggregation::SampleMean,
+            tis_clamp: 2.0,
             max_grad_norm: 1.0,
             micro_batch: 4,
             micro_batch_tokens: 2048,
@@ -241,6 +301,7 @@ impl Default for TrainConfig {
             max_designer_update_samples: 8,
             agent_baseline: AgentBaseline::Ema,
             agent_ema_decay: 0.5,
+            agent_ema_start: EmaStart::Zero,
             train_repairs: false,
             train_hint_plays: false,
             env_reward_scale: 0.0,
@@ -258,18 +319,123 @@ impl Default for TrainConfig {
 }
 
 impl TrainConfig {
-    /// Parses TOML (`.toml`) or JSON (anything else) text; unknown fields are errors.
+    /// The reference's script settings (`preset = "reference"`), each with where it comes
+    /// from. Everything that is the method itself (the delay buffer, invalid designs dropped,
+    /// repaired first attempts at 0, per-sample loss, TIS, a failed play at -1, the blend's
+    /// clip) is already the default; these are the scripts' choices:
+    /// - agent advantages per-game z-score, "grpo" (`cmd/games/train_spade_4b.sh`,
+    ///   `--advantage-estimator grpo`);
+    /// - designer reward blend (the games scripts' default);
+    /// - clip 0.2 low, 0.28 high (`--eps-clip 0.2 --eps-clip-high 0.28`);
+    /// - Adam beta2 0.98, weight decay 0.1 (`--adam-beta2 0.98 --weight-decay 0.1`);
+    /// - lr 1e-6 and one optimiser step per rollout (`--lr 1e-6`, the 4B/8B scripts; the
+    ///   Tinker LoRA script uses 1e-6 too), KL coefficient 0 (4B), LoRA rank 32
+    ///   (`train_spade_tinker.py`);
+    /// - temperatures designer 0.6, agent 0.6, hint 0.3;
+    /// - 24 design prompts x 1 completion per regeneration, 24 games per rollout, 16 + 16
+    ///   plays per game, designer output up to 16,384 tokens (the paper's recipe).
+    pub fn reference() -> Self {
+        Self {
+            preset: Some(Preset::Reference),
+            agent_baseline: AgentBaseline::Zscore,
+            designer_reward: DesignerReward::Blend,
+            clip_eps: 0.2,
+            clip_eps_high: Some(0.28),
+            adam_beta2: 0.98,
+            weight_decay: 0.1,
+            lr: 1e-6,
+            ppo_epochs: 1,
+            lr_warmup_steps: 0,
+            kl_coef: 0.0,
+            lora_rank: 32,
+            lora_alpha: 32.0,
+            designer_temperature: Some(0.6),
+            agent_temperature: Some(0.6),
+            hint_temperature: Some(0.3),
+            designs_per_round: 24,
+            designer_group: 1,
+            games_per_rollout: 24,
+            plays_per_game: 16,
+            hint_plays: 16,
+            designer_max_new_tokens: 16_384,
+            ..Self::default()
+        }
+    }
+
+    /// The settings a preset starts from.
+    pub fn of_preset(preset: Option<Preset>) -> Self {
+        match preset {
+            None => Self::default(),
+            Some(Preset::Reference) => Self::reference(),
+        }
+    }
+
+    /// Parses TOML (`.toml`) or JSON (anything else) text; unknown fields are errors. With
+    /// `preset = "..."`, the preset's settings come first and the text's keys override them.
     pub fn parse(text: &str, toml_format: bool) -> Result<Self> {
-        let cfg: Self = if toml_format {
-            toml::from_str(text).map_err(|e| ModelError::InvalidParameter(e.to_string()))?
+        let value: serde_json::Value = if toml_format {
+            let table: toml::Table =
+                toml::from_str(text).map_err(|e| ModelError::InvalidParameter(e.to_string()))?;
+            serde_json::to_value(table).map_err(|source| ModelError::Json {
+                context: "reading the config".into(),
+                source,
+            })?
         } else {
             serde_json::from_str(text).map_err(|source| ModelError::Json {
                 context: "parsing the config".into(),
                 source,
             })?
         };
+        let serde_json::Value::Object(mut keys) = value else {
+            return Err(ModelError::InvalidParameter(
+                "the config must be a table of settings".into(),
+            ));
+        };
+        if keys.contains_key("designer_start_rollout") {
+            return Err(ModelError::InvalidParameter(
+                "designer_start_rollout was replaced by designer_delay: designer samples are \
+                 now held and trained designer_delay rollouts after they were made (the \
+                 reference's buffer), not dropped before a start rollout"
+                    .into(),
+            ));
+        }
+        let preset: Option<Preset> = match keys.get("preset") {
+            None | Some(serde_json::Value::Null) => None,
+            Some(p) => Some(serde_json::from_value(p.clone()).map_err(|e| {
+                ModelError::InvalidParameter(format!("preset: {e} (known: \"reference\")"))
+            })?),
+        };
+        let serde_json::Value::Object(mut merged) =
+            serde_json::to_value(Self::of_preset(preset)).expect("the config serialises")
+        else {
+            unreachable!("a config serialises to an object")
+        };
+        // The one alias, under its field's name, so that it overrides the preset's value.
+        if let Some(v) = keys.remove("max_update_samples") {
+            if keys.contains_key("max_agent_update_samples") {
+                return Err(ModelError::InvalidParameter(
+                    "the config sets both max_update_samples and max_agent_update_samples \
+                     (the same setting)"
+                        .into(),
+                ));
+            }
+            keys.insert("max_agent_update_samples".into(), v);
+        }
+        merged.extend(keys);
+        let cfg: Self = serde_json::from_value(serde_json::Value::Object(merged))
+            .map_err(|e| ModelError::InvalidParameter(format!("the config: {e}")))?;
         cfg.validate()?;
         Ok(cfg)
+    }
+
+    /// The sampling temperature of `role` (repairs sample as the designer).
+    pub fn temperature_of(&self, role: Role) -> f64 {
+        let own = match role {
+            Role::Designer | Role::Repair => self.designer_temperature,
+            Role::Hint => self.hint_temperature,
+            Role::Agent => self.agent_temperature,
+        };
+        own.unwrap_or(self.temperature)
     }
 
     /// Reads a config file: TOML when the name ends in `.toml`, else JSON.
@@ -322,16 +488,54 @@ impl TrainConfig {
         if !(0.0..=1.0).contains(&self.lr_min_ratio) {
             return bad("lr_min_ratio must be in [0, 1]");
         }
+        if !(0.0..1.0).contains(&self.adam_beta2) {
+            return bad("adam_beta2 must be in [0, 1)");
+        }
+        if self.weight_decay < 0.0 || !self.weight_decay.is_finite() {
+            return bad("weight_decay must be a finite number >= 0");
+        }
+        if !(self.tis_clamp >= 0.0 && self.tis_clamp.is_finite()) {
+            return bad("tis_clamp must be a finite number >= 0 (0 disables TIS)");
+        }
+        if self
+            .clip_eps_high
+            .is_some_and(|h| !(h >= 0.0 && h.is_finite()))
+        {
+            return bad("clip_eps_high must be a finite number >= 0");
+        }
+        if !(-1.0..=1.0).contains(&self.failed_play_return) {
+            return bad("failed_play_return must be in [-1, 1], the range of a return");
+        }
+        let temps = [
+            ("temperature", Some(self.temperature)),
+            ("designer_temperature", self.designer_temperature),
+            ("hint_temperature", self.hint_temperature),
+            ("agent_temperature", self.agent_temperature),
+        ];
+        for (name, t) in temps {
+            if t.is_some_and(|t| !(t >= 0.0 && t.is_finite())) {
+                return bad(&format!("{name} must be a finite number >= 0"));
+            }
+        }
         Ok(())
     }
 
-    /// Credit assignment's settings for rollout `r` (the designer trains from
-    /// `designer_start_rollout` on).
-    pub fn credit(&self, r: u64) -> CreditConfig {
+    /// Whether rollout `r` is the run's last (`rollouts` set), which flushes the designer's
+    /// delay buffer.
+    pub fn is_last_rollout(&self, r: u64) -> bool {
+        self.rollouts > 0 && r + 1 >= self.rollouts
+    }
+
+    /// Credit assignment's settings.
+    pub fn credit(&self) -> CreditConfig {
         CreditConfig {
             agent_baseline: self.agent_baseline,
             ema_decay: self.agent_ema_decay,
-            train_designer: r >= self.designer_start_rollout,
+            ema_start: self.agent_ema_start,
+            invalid_design_reward: self
+                .train_invalid_designs
+                .then_some(self.invalid_design_reward),
+            zero_repaired_first_attempts: self.zero_repaired_first_attempts,
             train_repairs: self.train_repairs,
             train_hint_plays: self.train_hint_plays,
             env_reward_scale: (self.env_reward_scale > 0.0).then_some(self.env_reward_scale),

@@ -8,9 +8,12 @@
 //!   taken per game over its no-hint episodes (a z-score, or the return minus a per-game EMA
 //!   baseline, the reference's default), one value per *episode*, shared by all its turns.
 //! - **Designer**: the first-attempt completion is trained; repairs are inference-only unless
-//!   asked for. Its advantage is its raw reward (regret or blend) minus the mean raw reward of
-//!   its skill in the rollout, times `env_reward_scale`, used directly: each designer sample is
-//!   its own group, so nothing normalises the skill centring away.
+//!   asked for. A design that never validated is never trained (the reference resamples or
+//!   drops it); a first attempt saved only by a repair gets raw reward 0 (`turn1_valid`).
+//!   Its advantage is its raw reward (regret or blend, recomputed when it leaves the delay
+//!   buffer: [`crate::delay`]) minus the mean raw reward of its skill among the designs of its
+//!   rollout, times `env_reward_scale`, used directly: each designer sample is its own group,
+//!   so nothing normalises the skill centring away.
 //! - **Subsampling** keeps whole groups, after advantages are computed, with a budget per role,
 //!   so a long agent batch never crowds the designer out and never breaks a baseline.
 //! - **Contexts**: an episode trains as few sequences as possible, each exactly what the policy
@@ -36,8 +39,31 @@ pub enum AgentBaseline {
     Zscore,
     /// `return - b`, with `b` the game's exponential moving average of mean returns over the
     /// rollouts it was played in (the reference's default). A game played for the first time
-    /// starts at this rollout's mean; after the rollout `b <- decay * b + (1 - decay) * mean`.
+    /// starts at [`EmaStart`]; after the rollout `b <- decay * b + (1 - decay) * mean`.
     Ema,
+}
+
+/// Where a game's EMA baseline starts, the first rollout it is played in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EmaStart {
+    /// At 0 (the reference: its EMA table starts empty and reads 0).
+    #[default]
+    Zero,
+    /// At the game's first mean return (the first rollout's advantages are then centred).
+    FirstMean,
+}
+
+/// How a design fared in validation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Validity {
+    /// The first attempt validated.
+    FirstAttempt,
+    /// The first attempt failed and a repair validated.
+    Repaired,
+    /// No attempt validated.
+    Invalid,
 }
 
 /// The choices credit assignment offers (fields of [`super::TrainConfig`]).
@@ -47,8 +73,14 @@ pub struct CreditConfig {
     pub agent_baseline: AgentBaseline,
     /// EMA decay of [`AgentBaseline::Ema`] (reference: 0.5).
     pub ema_decay: f64,
-    /// Whether designer samples are trained this rollout (the reference waits 4 rollouts).
-    pub train_designer: bool,
+    /// Where a game's EMA baseline starts (reference: 0).
+    pub ema_start: EmaStart,
+    /// `Some(reward)`: designs that never validated are trained with this raw reward; `None`
+    /// (the reference): they are never trained.
+    pub invalid_design_reward: Option<f64>,
+    /// A first attempt saved only by a repair gets raw reward 0 (the reference's
+    /// `turn1_valid`); false gives it the repaired environment's reward.
+    pub zero_repaired_first_attempts: bool,
     /// Train repair completions too, with their design's advantage (reference: no).
     pub train_repairs: bool,
     /// Train the hint plays too, in their own per-game groups (reference: no).
@@ -73,7 +105,9 @@ impl Default for CreditConfig {
         Self {
             agent_baseline: AgentBaseline::Ema,
             ema_decay: 0.5,
-            train_designer: true,
+            ema_start: EmaStart::Zero,
+            invalid_design_reward: None,
+            zero_repaired_first_attempts: true,
             train_repairs: false,
             train_hint_plays: false,
             env_reward_scale: None,
@@ -86,18 +120,34 @@ impl Default for CreditConfig {
     }
 }
 
-/// One designer prompt's completion and what came of it.
+/// One designer prompt's completion and what came of it, when it is trained.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Design {
-    /// The skill the prompt asked for (the centring key).
+    /// The rollout that sampled it (with the skill, the centring key).
+    pub rollout: u64,
+    /// The skill the prompt asked for.
     pub skill: String,
     /// The first-attempt completion (what the designer is trained on).
     pub first: Sampled,
     /// Repair completions, in order (inference-only unless [`CreditConfig::train_repairs`]).
     pub repairs: Vec<Sampled>,
-    /// The raw reward: regret or blend of the environment it produced, or the invalid-design
-    /// or timeout reward.
+    /// How validation went.
+    pub validity: Validity,
+    /// The environment's raw reward (regret or blend over the window, or the timeout
+    /// reward); not read for an invalid design.
     pub reward: f64,
+}
+
+/// The raw reward a design trains with, or `None` when it is not trained: an invalid design
+/// gets [`CreditConfig::invalid_design_reward`] (none by default), a first attempt saved only
+/// by a repair 0 (with [`CreditConfig::zero_repaired_first_attempts`]), any other its
+/// environment's reward.
+pub fn design_reward(d: &Design, cfg: &CreditConfig) -> Option<f64> {
+    match d.validity {
+        Validity::Invalid => cfg.invalid_design_reward,
+        Validity::Repaired if cfg.zero_repaired_first_attempts => Some(0.0),
+        Validity::Repaired | Validity::FirstAttempt => Some(d.reward),
+    }
 }
 
 /// One played episode.
@@ -154,8 +204,17 @@ pub struct Batch {
     pub samples: Vec<Trained>,
     /// The designer reward scale used.
     pub env_reward_scale: f64,
-    /// Centred, scaled designer advantages, one per design in input order (before subsampling).
+    /// The raw rewards of the trained designs, in input order (invalid ones left out).
+    pub designer_rewards: Vec<f64>,
+    /// Centred, scaled designer advantages of the same designs (before subsampling).
     pub designer_advantages: Vec<f64>,
+    /// The rollout each of those designs was sampled in.
+    pub designer_trained_from: Vec<u64>,
+    /// Designs left out because they never validated.
+    pub invalid_dropped: usize,
+    /// Trained designs whose first attempt failed and a repair saved (raw reward 0 when
+    /// [`CreditConfig::zero_repaired_first_attempts`]).
+    pub repaired_first_attempts: usize,
     /// Trained episodes whose turns did not chain into one sequence (a prompt that does not
     /// start with the previous turn's context: a re-tokenisation or a context cut).
     pub split_episodes: usize,
@@ -200,9 +259,14 @@ pub fn env_reward_scale(
     (agent_episodes as f64 / designs as f64 * regen_interval as f64).min(cap)
 }
 
-/// Designer advantages: each raw reward minus the mean of its skill, times `scale`.
-pub fn designer_advantages(designs: &[(String, f64)], scale: f64) -> Vec<f64> {
-    rewards::centre_per_skill(designs)
+/// Designer advantages: each raw reward minus the mean of its (rollout, skill) group, times
+/// `scale`.
+pub fn designer_advantages(designs: &[(u64, String, f64)], scale: f64) -> Vec<f64> {
+    let keyed: Vec<(String, f64)> = designs
+        .iter()
+        .map(|(r, skill, reward)| (format!("{r}\u{0}{skill}"), *reward))
+        .collect();
+    rewards::centre_per_skill(&keyed)
         .into_iter()
         .map(|c| c * scale)
         .collect()
@@ -218,7 +282,8 @@ pub fn zscore(xs: &[f64]) -> Vec<f64> {
 }
 
 /// Advantages of one game's episode returns under `baseline`; with [`AgentBaseline::Ema`] the
-/// game's entry in `ema` is read (or started at this mean) and then updated.
+/// game's entry in `ema` is read and then updated (without an entry, the baseline is this
+/// mean).
 pub fn game_advantages(
     returns: &[f64],
     baseline: AgentBaseline,
@@ -323,8 +388,9 @@ pub fn subsample(items: Vec<Trained>, budget: usize, seed: u64) -> Vec<Trained> 
         .collect()
 }
 
-/// Credit assignment for one rollout: `designs` and `episodes` in, the sequences to train out.
-/// `baselines` carries the per-game EMA across rollouts; `seed` drives subsampling.
+/// Credit assignment for one update: the `designs` that leave the delay buffer now and this
+/// rollout's `episodes` in, the sequences to train out. `baselines` carries the per-game EMA
+/// across rollouts; `seed` drives subsampling.
 pub fn assign(
     designs: &[Design],
     episodes: &[Episode],
@@ -332,46 +398,50 @@ pub fn assign(
     baselines: &mut Baselines,
     seed: u64,
 ) -> Batch {
+    let kept: Vec<(usize, f64)> = designs
+        .iter()
+        .enumerate()
+        .filter_map(|(i, d)| design_reward(d, cfg).map(|r| (i, r)))
+        .collect();
     let no_hint = episodes.iter().filter(|e| !e.hint).count();
     let scale = cfg.env_reward_scale.unwrap_or_else(|| {
         env_reward_scale(
             no_hint,
-            designs.len(),
+            kept.len(),
             cfg.regen_interval,
             cfg.env_reward_scale_cap,
         )
     });
-    let raw: Vec<(String, f64)> = designs
+    let raw: Vec<(u64, String, f64)> = kept
         .iter()
-        .map(|d| (d.skill.clone(), d.reward))
+        .map(|&(i, r)| (designs[i].rollout, designs[i].skill.clone(), r))
         .collect();
     let designer_adv = designer_advantages(&raw, scale);
     let mut designer = Vec::new();
-    if cfg.train_designer {
-        for (i, (d, &adv)) in designs.iter().zip(&designer_adv).enumerate() {
-            let repairs = if cfg.train_repairs {
-                &d.repairs[..]
-            } else {
-                &[]
-            };
-            let parts = std::iter::once((Role::Designer, &d.first))
-                .chain(repairs.iter().map(|r| (Role::Repair, r)));
-            for (role, s) in parts {
-                if s.tokens.is_empty() {
-                    continue;
-                }
-                designer.push(Trained {
-                    role,
-                    group: Group::Design(i),
-                    hint: false,
-                    sample: GrpoSample::new(
-                        s.prompt.clone(),
-                        s.tokens.clone(),
-                        s.logprobs.clone(),
-                        adv,
-                    ),
-                });
+    for (&(i, _), &adv) in kept.iter().zip(&designer_adv) {
+        let d = &designs[i];
+        let repairs = if cfg.train_repairs {
+            &d.repairs[..]
+        } else {
+            &[]
+        };
+        let parts = std::iter::once((Role::Designer, &d.first))
+            .chain(repairs.iter().map(|r| (Role::Repair, r)));
+        for (role, s) in parts {
+            if s.tokens.is_empty() {
+                continue;
             }
+            designer.push(Trained {
+                role,
+                group: Group::Design(i),
+                hint: false,
+                sample: GrpoSample::new(
+                    s.prompt.clone(),
+                    s.tokens.clone(),
+                    s.logprobs.clone(),
+                    adv,
+                ),
+            });
         }
     }
     let (agent, split_episodes) = agent_sequences(episodes, cfg, baselines);
@@ -380,7 +450,17 @@ pub fn assign(
     Batch {
         samples,
         env_reward_scale: scale,
+        designer_rewards: raw.iter().map(|(_, _, r)| *r).collect(),
         designer_advantages: designer_adv,
+        designer_trained_from: raw.iter().map(|(r, _, _)| *r).collect(),
+        invalid_dropped: designs
+            .iter()
+            .filter(|d| d.validity == Validity::Invalid && cfg.invalid_design_reward.is_none())
+            .count(),
+        repaired_first_attempts: kept
+            .iter()
+            .filter(|&&(i, _)| designs[i].validity == Validity::Repaired)
+            .count(),
         split_episodes,
     }
 }
@@ -412,10 +492,11 @@ fn agent_sequences(
         // Only the no-hint plays keep an EMA: it is the agent's own baseline.
         let advs = match &group {
             Group::Game { env, hint: false } if cfg.agent_baseline == AgentBaseline::Ema => {
-                let slot = baselines
-                    .games
-                    .entry(env.clone())
-                    .or_insert_with(|| rewards::mean(&returns));
+                let start = match cfg.ema_start {
+                    EmaStart::Zero => 0.0,
+                    EmaStart::FirstMean => rewards::mean(&returns),
+                };
+                let slot = baselines.games.entry(env.clone()).or_insert(start);
                 game_advantages(&returns, cfg.agent_baseline, cfg.ema_decay, Some(slot))
             }
             _ => game_advantages(&returns, cfg.agent_baseline, cfg.ema_decay, None),

@@ -44,8 +44,9 @@ impl Role {
     }
 }
 
-/// One sampled completion with what training needs.
-#[derive(Debug, Clone, PartialEq)]
+/// One sampled completion with what training needs (kept in the run state while a designer
+/// sample waits in the delay buffer).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Sampled {
     /// Prompt token ids (the rendered chat).
     pub prompt: Vec<u32>,
@@ -127,7 +128,8 @@ pub struct CandlePolicy {
     optimizer: Option<AdamW>,
     adam: AdamWConfig,
     grpo: GrpoConfig,
-    temperature: f64,
+    /// Sampling temperature of each role (the config's per-role ones, else `temperature`).
+    temperatures: RoleTemperatures,
     top_p: f64,
     prefixes: PrefixCache,
     token_hook: Option<TokenHook>,
@@ -152,6 +154,32 @@ fn sorted_vars(varmap: &VarMap) -> Vec<(String, Var)> {
     let mut vars: Vec<(String, Var)> = data.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
     vars.sort_by(|a, b| a.0.cmp(&b.0));
     vars
+}
+
+/// The sampling temperature of each role.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct RoleTemperatures {
+    designer: f64,
+    hint: f64,
+    agent: f64,
+}
+
+impl RoleTemperatures {
+    fn of(cfg: &TrainConfig) -> Self {
+        Self {
+            designer: cfg.temperature_of(Role::Designer),
+            hint: cfg.temperature_of(Role::Hint),
+            agent: cfg.temperature_of(Role::Agent),
+        }
+    }
+
+    fn get(&self, role: Role) -> f64 {
+        match role {
+            Role::Designer | Role::Repair => self.designer,
+            Role::Hint => self.hint,
+            Role::Agent => self.agent,
+        }
+    }
 }
 
 const OPT_FILE: &str = "optimizer.safetensors";
@@ -181,6 +209,8 @@ impl CandlePolicy {
         let decode = model.model.set_decode_weights(decode_weights)?;
         let adam = AdamWConfig {
             lr: cfg.lr,
+            beta2: cfg.adam_beta2,
+            weight_decay: cfg.weight_decay,
             ..AdamWConfig::default()
         };
         let mut p = Self {
@@ -191,6 +221,9 @@ impl CandlePolicy {
             adam,
             grpo: GrpoConfig {
                 clip_eps: cfg.clip_eps,
+                clip_eps_high: cfg.clip_eps_high,
+                aggregation: cfg.loss_aggregation,
+                tis_clamp: cfg.tis_clamp,
                 kl_coef: cfg.kl_coef,
                 max_grad_norm: cfg.max_grad_norm,
                 micro_batch: cfg.micro_batch,
@@ -199,7 +232,7 @@ impl CandlePolicy {
                 schedule: Some(cfg.lr_schedule()),
                 recompute_old_logprobs: cfg.recompute_old_logprobs,
             },
-            temperature: cfg.temperature,
+            temperatures: RoleTemperatures::of(cfg),
             top_p: cfg.top_p,
             prefixes: PrefixCache::new(PREFIX_CACHE_TOKENS),
             token_hook: None,
@@ -301,7 +334,7 @@ impl CandlePolicy {
 impl Policy for CandlePolicy {
     fn sample(
         &mut self,
-        _role: Role,
+        role: Role,
         messages: &[Message],
         n: usize,
         max_new_tokens: usize,
@@ -309,7 +342,7 @@ impl Policy for CandlePolicy {
     ) -> Result<Vec<Sampled>> {
         let (prompt, max_new) = self.prompt_ids(messages, max_new_tokens)?;
         let params = SamplingParams {
-            temperature: self.temperature,
+            temperature: self.temperatures.get(role),
             top_p: self.top_p,
             top_k: 0,
             max_new_tokens: max_new,
@@ -352,7 +385,7 @@ impl Policy for CandlePolicy {
             prompts.push(prompt);
         }
         let params = SamplingParams {
-            temperature: self.temperature,
+            temperature: self.temperatures.get(role),
             top_p: self.top_p,
             top_k: 0,
             max_new_tokens: max_new,

@@ -25,17 +25,16 @@ pub fn mean(xs: &[f64]) -> f64 {
     }
 }
 
-/// How an environment's plays went, for its designer.
+/// What a designer's environment scored, for its raw reward.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum PlayOutcome {
-    /// Played: returns without and with the hint; `hint_ok` false when the hint failed.
+pub enum EnvScore {
+    /// Played: the regret measured in its design rollout and the mean no-hint return of every
+    /// play of it in the window (the blend's plateau reads it).
     Played {
-        /// Mean return without the hint.
-        without: f64,
-        /// Mean return with the hint.
-        with: f64,
-        /// Whether a hint was produced.
-        hint_ok: bool,
+        /// `max(0, mean(with hint) - mean(without))`, 0 when the hint failed.
+        regret: f64,
+        /// Mean no-hint return over the window's plays.
+        mean_return: f64,
     },
     /// A step ran out of fuel or hit the deadline.
     Timeout,
@@ -65,30 +64,31 @@ pub fn plateau(w: f64, low: f64, high: f64, ramp: f64) -> f64 {
     (1.0 - d / ramp).max(0.0)
 }
 
+/// The blend (docs/environment-contract.md section 3):
+/// `plateau_weight * plateau(mean_return) + regret_weight * min(1, max(0, regret / scale))`;
+/// the regret term saturates at 1.
+pub fn blend(cfg: &TrainConfig, regret: f64, mean_return: f64) -> f64 {
+    let p = plateau(
+        mean_return,
+        cfg.plateau_low,
+        cfg.plateau_high,
+        cfg.plateau_ramp,
+    );
+    let r = (regret / cfg.blend_regret_scale).clamp(0.0, 1.0);
+    cfg.blend_plateau_weight * p + cfg.blend_regret_weight * r
+}
+
 /// The designer's raw reward for an environment (before centring per skill).
-pub fn designer_reward(cfg: &TrainConfig, outcome: PlayOutcome, win_rate: f64) -> f64 {
-    match outcome {
-        PlayOutcome::Timeout => cfg.timeout_reward,
-        PlayOutcome::Played {
-            without,
-            with,
-            hint_ok,
-        } => {
-            let r = regret(without, with, hint_ok);
-            match cfg.designer_reward {
-                DesignerReward::Regret => r,
-                DesignerReward::Blend => {
-                    cfg.blend_plateau_weight
-                        * plateau(
-                            win_rate,
-                            cfg.plateau_low,
-                            cfg.plateau_high,
-                            cfg.plateau_ramp,
-                        )
-                        + cfg.blend_regret_weight * r / cfg.blend_regret_scale
-                }
-            }
-        }
+pub fn designer_reward(cfg: &TrainConfig, score: EnvScore) -> f64 {
+    match score {
+        EnvScore::Timeout => cfg.timeout_reward,
+        EnvScore::Played {
+            regret,
+            mean_return,
+        } => match cfg.designer_reward {
+            DesignerReward::Regret => regret,
+            DesignerReward::Blend => blend(cfg, regret, mean_return),
+        },
     }
 }
 

@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use spade_model::error::{ModelError, Result};
 
 use super::credit::Baselines;
+use super::delay::DesignerBuffer;
 use super::memory::EnvMemory;
 use super::prompts::Variant;
 
@@ -55,6 +56,9 @@ pub struct RunState {
     /// Per-game agent baselines carried between rollouts (EMA credit assignment).
     #[serde(default)]
     pub baselines: Baselines,
+    /// Designer samples held until they train, with their environments' plays so far.
+    #[serde(default)]
+    pub designer_buffer: DesignerBuffer,
 }
 
 /// Writes `bytes` to `path` through a temporary file and a rename.

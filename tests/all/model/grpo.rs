@@ -1,12 +1,16 @@
 //! GRPO on a toy task, LoRA freezing, advantages, and the fused AdamW.
 use candle_core::{Device, Tensor};
 use candle_nn::VarMap;
-use spade_model::grpo::{GrpoConfig, GrpoSample, GrpoTrainer, micro_batches};
+use spade_model::grpo::{
+    GrpoConfig, GrpoSample, GrpoTrainer, LossAggregation, Norm, micro_batches, tis_weights,
+    token_weight,
+};
 use spade_model::logprob::{Pair, Spans, completion_logprobs, span_logprobs};
 use spade_model::model::{Decoder, LoraConfig, lora};
 use spade_model::optim::{AdamW, AdamWConfig};
 use spade_model::sample::{Sampler, SamplingParams};
-use spade_selfplay::credit::zscore;
+use spade_selfplay::credit::{episode_sequences, zscore};
+use spade_selfplay::policy::Sampled;
 
 use super::common::{tiny_llama_with_vocab, tiny_tokenizer};
 
@@ -384,7 +388,7 @@ fn micro_batches_accumulate_to_the_full_batch_update() {
         sample(b[1]),
         sample(b[2]),
     ];
-    let run = |micro: usize| {
+    let run = |micro: usize, aggregation: LossAggregation| {
         let (model, vm) = Decoder::random(&cfg, 1, 0.3, &Device::Cpu).unwrap();
         let opt = AdamW::new(
             vm.all_vars(),
@@ -396,6 +400,7 @@ fn micro_batches_accumulate_to_the_full_batch_update() {
         .unwrap();
         let grpo = GrpoConfig {
             micro_batch: micro,
+            aggregation,
             ..GrpoConfig::default()
         };
         let stats = GrpoTrainer::new(&model, None, opt, grpo)
@@ -404,21 +409,29 @@ fn micro_batches_accumulate_to_the_full_batch_update() {
             .unwrap();
         (stats, snapshot(&vm))
     };
-    let (whole, w) = run(5);
-    for micro in [1, 2] {
-        let (stats, m) = run(micro);
-        assert!(
-            (stats.loss - whole.loss).abs() < 1e-5,
-            "{stats:?} vs {whole:?}"
-        );
-        assert!((stats.grad_norm - whole.grad_norm).abs() < 1e-4 * whole.grad_norm);
-        for ((name, a), (_, b)) in w.iter().zip(&m) {
-            let d = a
-                .iter()
-                .zip(b)
-                .map(|(x, y)| (x - y).abs())
-                .fold(0.0f32, f32::max);
-            assert!(d < 1e-5, "micro-batch {micro}: {name} differs by {d}");
+    // Adam's first step moves a weight by about lr * sign(g), so a gradient near Adam's eps
+    // turns summation-order rounding into up to a few thousandths of lr (1e-2 here): the
+    // bound is 1% of lr.
+    for aggregation in [LossAggregation::TokenMean, LossAggregation::SampleMean] {
+        let (whole, w) = run(5, aggregation);
+        for micro in [1, 2] {
+            let (stats, m) = run(micro, aggregation);
+            assert!(
+                (stats.loss - whole.loss).abs() < 1e-5,
+                "{stats:?} vs {whole:?}"
+            );
+            assert!((stats.grad_norm - whole.grad_norm).abs() < 1e-4 * whole.grad_norm);
+            for ((name, a), (_, b)) in w.iter().zip(&m) {
+                let d = a
+                    .iter()
+                    .zip(b)
+                    .map(|(x, y)| (x - y).abs())
+                    .fold(0.0f32, f32::max);
+                assert!(
+                    d < 1e-4,
+                    "{aggregation:?}, micro-batch {micro}: {name} differs by {d}"
+                );
+            }
         }
     }
 }
@@ -570,6 +583,12 @@ fn recomputed_old_logprobs_replace_the_sampled_ones_and_the_gap_is_reported() {
     let with = run(true);
     // The gap is measured against the sampled log-probs either way.
     assert!((with.logprob_gap().unwrap() - 0.5).abs() < 1e-5, "{with:?}");
+    // Each token's importance weight is exp(0.5) = 1.65, under the clamp of 2.
+    assert!(
+        (with.tis_mean().unwrap() - 0.5f64.exp()).abs() < 1e-4,
+        "{with:?}"
+    );
+    assert_eq!(with.tis_clamped_fraction(), Some(0.0));
     // Recomputed: the first step compares the training path with itself.
     assert_eq!(with.steps[0].mean_ratio, 1.0);
     assert_eq!(with.steps[0].clip_fraction, 0.0);
@@ -588,7 +607,7 @@ fn recomputed_old_logprobs_replace_the_sampled_ones_and_the_gap_is_reported() {
 }
 
 #[test]
-fn a_zero_advantage_sample_adds_no_gradient_but_counts_in_the_token_mean() {
+fn a_zero_advantage_sample_adds_no_gradient_but_counts_in_the_mean() {
     let cfg = tiny_llama_with_vocab();
     let scored = |model: &Decoder| {
         let (prompt, completion) = (vec![5u32, 60, 70], vec![8u32, 9, 10, 11]);
@@ -603,13 +622,14 @@ fn a_zero_advantage_sample_adds_no_gradient_but_counts_in_the_token_mean() {
         vec![-1000.0; 6],
         0.0,
     );
-    let step = |batch: &[GrpoSample]| {
+    let step = |batch: &[GrpoSample], aggregation: LossAggregation| {
         let (model, vm) = Decoder::random(&cfg, 1, 0.3, &Device::Cpu).unwrap();
         let mut batch = batch.to_vec();
         batch[0] = scored(&model);
         let opt = AdamW::new(vm.all_vars(), AdamWConfig::default()).unwrap();
         let grpo = GrpoConfig {
             max_grad_norm: 0.0,
+            aggregation,
             ..GrpoConfig::default()
         };
         GrpoTrainer::new(&model, None, opt, grpo)
@@ -618,23 +638,123 @@ fn a_zero_advantage_sample_adds_no_gradient_but_counts_in_the_token_mean() {
             .unwrap()
     };
     let placeholder = sample(1.0);
-    let alone = step(std::slice::from_ref(&placeholder));
-    let both = step(&[placeholder.clone(), idle.clone()]);
-    assert_eq!((alone.tokens, alone.scored_tokens), (4, 4));
-    assert_eq!((both.tokens, both.scored_tokens), (10, 4));
-    // The loss is the mean over all 10 trained tokens, so the scored sample's gradient is
-    // divided by 10 instead of 4.
-    assert!(alone.grad_norm > 0.0);
-    let expected = alone.grad_norm * 4.0 / 10.0;
-    assert!(
-        (both.grad_norm - expected).abs() < 1e-4 * expected,
-        "{} vs {expected}",
-        both.grad_norm
+    // Token mean: over all 10 trained tokens, so the scored sample's gradient is divided by
+    // 10 instead of 4. Sample mean: over 2 samples instead of 1, so divided by 2.
+    for (aggregation, factor) in [
+        (LossAggregation::TokenMean, 4.0 / 10.0),
+        (LossAggregation::SampleMean, 1.0 / 2.0),
+    ] {
+        let alone = step(std::slice::from_ref(&placeholder), aggregation);
+        let both = step(&[placeholder.clone(), idle.clone()], aggregation);
+        assert_eq!((alone.tokens, alone.scored_tokens), (4, 4));
+        assert_eq!((both.tokens, both.scored_tokens), (10, 4));
+        assert!(alone.grad_norm > 0.0);
+        let expected = alone.grad_norm * factor;
+        assert!(
+            (both.grad_norm - expected).abs() < 1e-4 * expected,
+            "{aggregation:?}: {} vs {expected}",
+            both.grad_norm
+        );
+        assert!(
+            (both.loss - alone.loss * factor).abs() < 1e-6,
+            "{aggregation:?}"
+        );
+        // The ratio and gap figures are over the scored tokens: on-policy, exactly 1 and 0.
+        assert!((both.mean_ratio - 1.0).abs() < 1e-5, "{both:?}");
+        assert!(both.logprob_gap < 1e-5, "{both:?}");
+    }
+}
+
+#[test]
+fn per_sample_weights_give_every_sample_the_same_total_weight() {
+    // A 1-token and a 25-token sample in one step.
+    let norm = Norm {
+        tokens: 26,
+        samples: 2,
+    };
+    // Sample mean: 1 / (1 * 2) per token of the short one, 1 / (25 * 2) of the long one;
+    // each sums to 1/2.
+    assert_eq!(token_weight(LossAggregation::SampleMean, 1, norm), 0.5);
+    assert_eq!(token_weight(LossAggregation::SampleMean, 25, norm), 0.02);
+    // Token mean: 1/26 each, so the long sample weighs 25 times the short one.
+    assert_eq!(
+        token_weight(LossAggregation::TokenMean, 1, norm),
+        1.0 / 26.0
     );
-    assert!((both.loss - alone.loss * 4.0 / 10.0).abs() < 1e-6);
-    // The ratio and gap figures are over the scored tokens: on-policy, exactly 1 and 0.
-    assert!((both.mean_ratio - 1.0).abs() < 1e-5, "{both:?}");
-    assert!(both.logprob_gap < 1e-5, "{both:?}");
+    assert_eq!(
+        token_weight(LossAggregation::TokenMean, 25, norm),
+        1.0 / 26.0
+    );
+}
+
+/// An episode of `turns` turns whose contexts chain (one completion token per turn, one
+/// observation token between turns), as credit assignment trains it.
+fn chained_episode(turns: usize, advantage: f64) -> GrpoSample {
+    let mut out = Vec::new();
+    let mut ctx: Vec<u32> = vec![5, 6];
+    for k in 0..turns {
+        let tokens = vec![8 + (k % 20) as u32];
+        out.push(Sampled {
+            prompt: ctx.clone(),
+            tokens: tokens.clone(),
+            logprobs: vec![-1.0],
+            text: String::new(),
+        });
+        ctx.extend(tokens);
+        ctx.push(40);
+    }
+    let seqs = episode_sequences(&out, advantage, 0);
+    assert_eq!(seqs.len(), 1);
+    assert_eq!(seqs[0].trained_tokens(), turns);
+    seqs.into_iter().next().unwrap()
+}
+
+#[test]
+fn a_one_turn_win_and_a_25_turn_loss_cancel_under_the_per_sample_mean() {
+    let cfg = tiny_llama_with_vocab();
+    let batch = vec![chained_episode(1, 1.0), chained_episode(25, -1.0)];
+    let loss = |aggregation: LossAggregation| {
+        let (model, vm) = Decoder::random(&cfg, 1, 0.3, &Device::Cpu).unwrap();
+        let opt = AdamW::new(vm.all_vars(), AdamWConfig::default()).unwrap();
+        // On-policy (old log-probs recomputed, ratio exactly 1) and TIS off, so each token's
+        // loss is -advantage: -1 for the win's token, +1 for each of the loss's 25.
+        let grpo = GrpoConfig {
+            aggregation,
+            recompute_old_logprobs: true,
+            tis_clamp: 0.0,
+            epochs: 1,
+            ..GrpoConfig::default()
+        };
+        let stats = GrpoTrainer::new(&model, None, opt, grpo)
+            .unwrap()
+            .update(&batch)
+            .unwrap();
+        assert_eq!(stats.steps[0].mean_ratio, 1.0);
+        stats.steps[0].loss
+    };
+    // Per sample: (-1) / 2 + 25 * (1 / 25) / 2 = 0.
+    let per_sample = loss(LossAggregation::SampleMean);
+    assert!(per_sample.abs() < 1e-6, "{per_sample}");
+    // Per token: (-1 + 25) / 26, the loss outweighing the win 25 to 1.
+    let per_token = loss(LossAggregation::TokenMean);
+    assert!((per_token - 24.0 / 26.0).abs() < 1e-5, "{per_token}");
+}
+
+#[test]
+fn truncated_importance_weights_are_exp_of_the_gap_clamped() {
+    // Gaps 0, 0.5, 1, -0.3: weights 1, e^0.5, min(2, e) = 2, e^-0.3 (below 1 is kept).
+    let w = tis_weights(&[0.0, 0.0, 0.0, -0.3], &[0.0, -0.5, -1.0, 0.0], 2.0);
+    let want = [1.0, 0.5f32.exp(), 2.0, (-0.3f32).exp()];
+    for (g, w) in w.weights.iter().zip(want) {
+        assert!((g - w).abs() < 1e-6, "{g} vs {w}");
+    }
+    assert_eq!(w.clamped, 1);
+    // A huge gap (a stale or mis-sampled token) is cut, never infinite.
+    let huge = tis_weights(&[0.0], &[-1000.0], 2.0);
+    assert_eq!((huge.weights, huge.clamped), (vec![2.0], 1));
+    // Clamp 0: off, every weight 1.
+    let off = tis_weights(&[0.0, 0.0], &[-0.5, -5.0], 0.0);
+    assert_eq!((off.weights, off.clamped), (vec![1.0, 1.0], 0));
 }
 
 #[test]
@@ -678,4 +798,46 @@ fn with_a_kl_term_a_zero_advantage_sample_is_scored() {
     let mut t = GrpoTrainer::new(&model, Some(&base), opt, grpo).unwrap();
     let s = t.step(&[sample(0.0)]).unwrap();
     assert_eq!((s.tokens, s.scored_tokens), (1, 1));
+}
+
+#[test]
+fn the_importance_weight_scales_each_tokens_loss_and_is_cut_at_the_clamp() {
+    let cfg = tiny_llama_with_vocab();
+    let (prompt, completion) = (vec![5u32, 60, 70], vec![8u32, 9, 10, 11]);
+    // The sampler's log-probs lie `shift` below the training path's on every token.
+    let run = |shift: f32, tis_clamp: f64| {
+        let (model, vm) = Decoder::random(&cfg, 1, 0.3, &Device::Cpu).unwrap();
+        let own = own_logprobs(&model, &prompt, &completion);
+        let sampled: Vec<f32> = own.iter().map(|x| x - shift).collect();
+        let batch = vec![GrpoSample::new(
+            prompt.clone(),
+            completion.clone(),
+            sampled,
+            1.0,
+        )];
+        let opt = AdamW::new(vm.all_vars(), AdamWConfig::default()).unwrap();
+        let grpo = GrpoConfig {
+            epochs: 1,
+            recompute_old_logprobs: true,
+            tis_clamp,
+            ..GrpoConfig::default()
+        };
+        GrpoTrainer::new(&model, None, opt, grpo)
+            .unwrap()
+            .update(&batch)
+            .unwrap()
+    };
+    // On the training path the ratio is 1, so each token's loss is -1 times its weight.
+    let off = run(0.5, 0.0);
+    assert!((off.steps[0].loss + 1.0).abs() < 1e-5, "{off:?}");
+    assert_eq!(off.tis_mean(), Some(1.0));
+    // Gap 0.5: weight e^0.5 on every token, none cut.
+    let half = run(0.5, 2.0);
+    assert!((half.steps[0].loss + 0.5f64.exp()).abs() < 1e-4, "{half:?}");
+    assert_eq!(half.tis_clamped_fraction(), Some(0.0));
+    // Gap 1: e^1 = 2.72 is cut to 2 on every token.
+    let cut = run(1.0, 2.0);
+    assert!((cut.steps[0].loss + 2.0).abs() < 1e-5, "{cut:?}");
+    assert_eq!(cut.tis_mean(), Some(2.0));
+    assert_eq!(cut.tis_clamped_fraction(), Some(1.0));
 }

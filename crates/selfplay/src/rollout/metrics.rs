@@ -42,11 +42,22 @@ pub struct Metrics {
     pub hint_failures: usize,
     /// Per played env: id, win rate, regret.
     pub envs: Vec<EnvMetrics>,
-    /// Designer rewards before centring, in sample order.
-    pub designer_rewards: Vec<f64>,
-    /// Designer advantages (raw reward minus its skill's mean, times `env_reward_scale`), in
-    /// sample order, whether or not the designer trains this rollout.
+    /// This rollout's designer rewards at design time (regret or blend over this rollout's
+    /// plays), in sample order; `null` for a design that never validated.
+    pub designer_rewards: Vec<Option<f64>>,
+    /// Designer samples that left the delay buffer this rollout: the rollout each was made in.
+    pub designer_trained_from: Vec<u64>,
+    /// Their raw rewards, recomputed over the window (repaired first attempts at 0).
+    pub designer_recomputed_rewards: Vec<f64>,
+    /// Their advantages (raw reward minus its rollout and skill's mean, times
+    /// `env_reward_scale`), before subsampling.
     pub designer_advantages: Vec<f64>,
+    /// Designer samples still held in the buffer after this rollout.
+    pub designer_samples_buffered: usize,
+    /// Released designs left out because they never validated.
+    pub invalid_designs_dropped: usize,
+    /// Released designs whose first attempt was saved only by a repair.
+    pub repaired_first_attempts: usize,
     /// The designer reward scale used.
     pub env_reward_scale: f64,
     /// First-attempt designer sequences in the update.
@@ -90,6 +101,10 @@ pub struct Metrics {
     /// kernels) and the training path, measured by the update's first forward pass (absent
     /// when no token was scored).
     pub logprob_gap: Option<f64>,
+    /// Mean truncated-importance weight of the first step's scored tokens (absent when none).
+    pub tis_mean: Option<f64>,
+    /// Fraction of those weights cut at `tis_clamp`.
+    pub tis_clamped_fraction: Option<f64>,
     /// What sampling read: the decode weights, the formats, bytes per token and the kernel
     /// (`quant/avx2`, `quant/portable`, `f32/avx2-fma`, `f32/portable`). A run resumed on a
     /// CPU with another kernel samples other tokens from the same seed; this says why.

@@ -1,7 +1,9 @@
 //! The self-play loop, one rollout as a list of phases, one file each: design
 //! ([`design`]), validate and repair ([`validate`]), hint ([`hint`]), play with and without the
-//! hint ([`play`]), score (regret, memory, designer rewards: [`score`]), update (credit
-//! assignment and GRPO: [`update`]) and persist (metrics line and checkpoint: [`persist`]).
+//! hint ([`play`]), score (regret, memory, what each game scored: [`score`]), delay (the
+//! designer samples due now leave the buffer with rewards recomputed over their window:
+//! [`delay`]), update (credit assignment and GRPO: [`update`]) and persist (metrics line and
+//! checkpoint: [`persist`]).
 use std::collections::HashMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -18,6 +20,7 @@ use super::progress::{Progress, Silent};
 use super::seeds::derive;
 use super::state::{self, PoolEnv, RunState};
 
+mod delay;
 mod design;
 mod hint;
 mod metrics;
@@ -200,8 +203,9 @@ impl<'p> Run<'p> {
         self.hint_phase(r, &designs, &mut m)?;
         let games = self.choose_games(r, &designs);
         let episodes = self.play(r, &games, &mut m).await?;
-        let rewards = self.score(&games, &episodes, &designs, &mut m);
-        self.update(r, designs, rewards, episodes, &mut m)?;
+        let scores = self.score(&games, &episodes, &designs, &mut m);
+        let released = self.delay(r, designs, &scores, &mut m);
+        self.update(r, released, episodes, &mut m)?;
         m.pool_size = self.playable();
         m.time.total = t0.elapsed().as_secs_f64();
         self.persist(r, &m)?;

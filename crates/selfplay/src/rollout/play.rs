@@ -23,7 +23,7 @@ pub(super) struct Played {
     pub pool: usize,
     /// Whether its first observation carried the hint.
     pub hint: bool,
-    /// Its return.
+    /// Its return (`failed_play_return` when a call failed).
     pub ret: f64,
     /// The error kind of a call that failed (reset or step), if one did.
     pub failure: Option<ErrorKind>,
@@ -92,7 +92,7 @@ impl Run<'_> {
                             played.push(Played {
                                 pool: pi,
                                 hint,
-                                ret: 0.0,
+                                ret: self.cfg.failed_play_return,
                                 failure: Some(failure),
                                 turns: Vec::new(),
                             });
@@ -133,7 +133,12 @@ impl Run<'_> {
         m.time.play_sandbox += times.env;
         m.tokens_sampled += times.tokens;
         for (e, (pi, hint)) in live.into_iter().zip(origin) {
-            let (ret, failure) = (e.ret(), e.failure);
+            // A failed play scores `failed_play_return` (the reference: -1).
+            let failure = e.failure;
+            let ret = match failure {
+                Some(_) => self.cfg.failed_play_return,
+                None => e.ret(),
+            };
             let (rec, turns) = e.into_parts();
             if let Some(rec) = rec {
                 finish(rec)?;

@@ -1,12 +1,24 @@
 //! Phase 5, score: per game, win rates and mean returns with and without the hint, regret
-//! (docs/environment-contract.md section 3), the environment memory, and each design's raw reward.
+//! (docs/environment-contract.md section 3), the environment memory, and what each game
+//! scored for its designer (the delay buffer recomputes the reward over its window).
 use std::collections::BTreeMap;
 
 use super::play::Played;
 use super::validate::DesignResult;
 use super::{EnvMetrics, Metrics, Run};
 use crate::memory::MemoryRecord;
-use crate::rewards::{self, PlayOutcome};
+use crate::rewards::{self, EnvScore};
+
+/// What one game scored this rollout, for the designer that made it.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct GameScore {
+    /// Regret (0 after a timeout, or when the hint failed).
+    pub regret: f64,
+    /// The no-hint returns of this rollout's plays.
+    pub returns: Vec<f64>,
+    /// Whether a play ran out of fuel or past its deadline.
+    pub timed_out: bool,
+}
 
 /// Fraction of `returns` that are wins.
 fn win_rate(returns: &[f64]) -> f64 {
@@ -18,17 +30,18 @@ fn win_rate(returns: &[f64]) -> f64 {
 }
 
 impl Run<'_> {
-    /// Scores every game (bans those that timed out, records them in memory) and returns each
-    /// design's raw reward, in `designs` order.
+    /// Scores every game (bans those that timed out, records them in memory) and returns
+    /// each game's score by pool index; `m.designer_rewards` gets each design's reward as of
+    /// this rollout.
     pub(super) fn score(
         &mut self,
         games: &[usize],
         episodes: &[Played],
         designs: &[DesignResult],
         m: &mut Metrics,
-    ) -> Vec<f64> {
+    ) -> BTreeMap<usize, GameScore> {
         let cfg = self.cfg.clone();
-        let mut outcome: BTreeMap<usize, (PlayOutcome, f64)> = BTreeMap::new();
+        let mut scores: BTreeMap<usize, GameScore> = BTreeMap::new();
         let (mut wins, mut wins_h, mut rets, mut rets_h) = (vec![], vec![], vec![], vec![]);
         for &pi in games {
             let eps: Vec<&Played> = episodes.iter().filter(|e| e.pool == pi).collect();
@@ -41,26 +54,23 @@ impl Run<'_> {
                 m.hint_failures += 1;
             }
             let timeout = eps.iter().any(|e| e.timed_out());
-            let o = if timeout {
+            if timeout {
                 env.banned = true;
                 m.timeouts += 1;
-                PlayOutcome::Timeout
+            }
+            let regret = if timeout {
+                0.0
             } else {
-                PlayOutcome::Played {
-                    without: rewards::mean(&without),
-                    with: rewards::mean(&with),
-                    hint_ok,
-                }
+                rewards::regret(rewards::mean(&without), rewards::mean(&with), hint_ok)
             };
-            let regret = match o {
-                PlayOutcome::Played {
-                    without,
-                    with,
-                    hint_ok,
-                } => rewards::regret(without, with, hint_ok),
-                PlayOutcome::Timeout => 0.0,
-            };
-            outcome.insert(pi, (o, w));
+            scores.insert(
+                pi,
+                GameScore {
+                    regret,
+                    returns: without.clone(),
+                    timed_out: timeout,
+                },
+            );
             wins.push(w);
             wins_h.push(wh);
             rets.extend(&without);
@@ -90,17 +100,21 @@ impl Run<'_> {
         m.mean_return = rewards::mean(&rets);
         m.mean_return_hint = rewards::mean(&rets_h);
         m.regret = rewards::mean(&m.envs.iter().map(|e| e.regret).collect::<Vec<_>>());
-        let raw: Vec<f64> = designs
+        m.designer_rewards = designs
             .iter()
-            .map(|d| match d.env {
-                None => cfg.invalid_design_reward,
-                Some(pi) => match outcome.get(&pi) {
-                    Some((o, w)) => rewards::designer_reward(&cfg, *o, *w),
-                    None => 0.0,
-                },
+            .map(|d| {
+                let s = scores.get(&d.env?)?;
+                let score = if s.timed_out {
+                    EnvScore::Timeout
+                } else {
+                    EnvScore::Played {
+                        regret: s.regret,
+                        mean_return: rewards::mean(&s.returns),
+                    }
+                };
+                Some(rewards::designer_reward(&cfg, score))
             })
             .collect();
-        m.designer_rewards = raw.clone();
-        raw
+        scores
     }
 }

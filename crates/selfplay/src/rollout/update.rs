@@ -1,12 +1,11 @@
-//! Phase 6, update: credit assignment ([`crate::credit`]) turns the rollout's designs
-//! and no-hint episodes into sequences with advantages, and the policy takes `ppo_epochs`
-//! GRPO steps on them.
+//! Phase 7, update: credit assignment ([`crate::credit`]) turns the designs that left the
+//! delay buffer and this rollout's no-hint episodes into sequences with advantages, and the
+//! policy takes `ppo_epochs` GRPO steps on them.
 use std::time::Instant;
 
 use spade_model::error::Result;
 
 use super::play::Played;
-use super::validate::DesignResult;
 use super::{Metrics, Run};
 use crate::credit::{self, Design, Episode};
 use crate::policy::Role;
@@ -16,21 +15,10 @@ impl Run<'_> {
     pub(super) fn update(
         &mut self,
         r: u64,
-        designs: Vec<DesignResult>,
-        rewards: Vec<f64>,
+        designs: Vec<Design>,
         played: Vec<Played>,
         m: &mut Metrics,
     ) -> Result<()> {
-        let designs: Vec<Design> = designs
-            .into_iter()
-            .zip(rewards)
-            .map(|(d, reward)| Design {
-                skill: d.skill,
-                first: d.first,
-                repairs: d.repairs,
-                reward,
-            })
-            .collect();
         let episodes: Vec<Episode> = played
             .into_iter()
             .map(|p| Episode {
@@ -40,10 +28,14 @@ impl Run<'_> {
                 turns: p.turns,
             })
             .collect();
-        let cfg = self.cfg.credit(r);
+        let cfg = self.cfg.credit();
         let seed = self.seed("subsample", &[r]);
         let batch = credit::assign(&designs, &episodes, &cfg, &mut self.state.baselines, seed);
+        m.designer_trained_from = batch.designer_trained_from.clone();
+        m.designer_recomputed_rewards = batch.designer_rewards.clone();
         m.designer_advantages = batch.designer_advantages.clone();
+        m.invalid_designs_dropped = batch.invalid_dropped;
+        m.repaired_first_attempts = batch.repaired_first_attempts;
         m.env_reward_scale = batch.env_reward_scale;
         m.designer_samples_trained = batch.count(Role::Designer);
         m.repair_samples_trained = batch.count(Role::Repair);
@@ -77,6 +69,8 @@ impl Run<'_> {
             m.tokens_trained = stats.tokens();
             m.tokens_scored = stats.scored_tokens();
             m.logprob_gap = stats.logprob_gap();
+            m.tis_mean = stats.tis_mean();
+            m.tis_clamped_fraction = stats.tis_clamped_fraction();
         }
         m.time.update = tu.elapsed().as_secs_f64();
         Ok(())
