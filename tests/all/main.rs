@@ -7,6 +7,7 @@ mod check;
 mod cli;
 mod common;
 mod credit;
+mod delay;
 mod determinism;
 mod envs;
 mod fidelity;
