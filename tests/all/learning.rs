@@ -218,7 +218,15 @@ fn learning_cfg() -> TrainConfig {
 
 #[tokio::test]
 async fn the_designer_learns_to_write_the_environment_with_positive_regret() {
-    let cfg = learning_cfg();
+    // Through the delay buffer (each rollout trains the designs of two rollouts before), with
+    // LoRA adapters and a sampler that reads Q8_0 weights (TIS corrects for it).
+    let cfg = TrainConfig {
+        designer_delay: 2,
+        lora: true,
+        lr: 1e-2,
+        decode_weights: spade_model::model::DecodeWeights::Q8_0,
+        ..learning_cfg()
+    };
     let dir = tmp("designer");
     let model = CandlePolicy::new(small_model(21), &cfg).unwrap();
     let mut policy = Chooser {
@@ -229,21 +237,26 @@ async fn the_designer_learns_to_write_the_environment_with_positive_regret() {
     let msgs = designer_messages();
     let before = choice_rate(&mut policy.model, Role::Designer, &msgs, 3);
     let mut run = Run::create(&dir, cfg, corpus(), runtime(), &mut policy, vec![]).unwrap();
-    let metrics = run.run(12).await.unwrap();
+    let metrics = run.run(20).await.unwrap();
     drop(run);
     print_times(&metrics);
     let after = choice_rate(&mut policy.model, Role::Designer, &msgs, 3);
     eprintln!("P(regret-positive template): {before:.3} -> {after:.3}");
-    // Every rollout trained its designer samples with non-zero advantages.
+    // Rollouts 0 and 1 train no designer sample; every later one trains the 8 of two
+    // rollouts before.
     for m in &metrics {
-        assert_eq!(m.designer_samples_trained, 8, "{m:?}");
+        let trained = if m.rollout < 2 { 0 } else { 8 };
+        assert_eq!(m.designer_samples_trained, trained, "{m:?}");
+        let from = (m.rollout >= 2).then(|| m.rollout - 2);
+        assert_eq!(m.designer_trained_from, from.map_or(vec![], |r| vec![r; 8]));
         assert_eq!(m.agent_samples_trained, 0);
     }
     let first_regret = metrics[0].regret;
     let last = &metrics[metrics.len() - 1];
     eprintln!("mean regret {first_regret:.3} -> {:.3}", last.regret);
+    // Measured: 0.43 -> 0.81 as written; 0.43 -> 0.67 with the designer's centring removed.
     assert!(
-        after > before + 0.25,
+        after > before + 0.3,
         "the designer did not learn: P(template with regret) {before:.3} -> {after:.3}"
     );
     let _ = std::fs::remove_dir_all(&dir);
