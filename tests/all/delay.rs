@@ -73,7 +73,10 @@ fn designs_of_rollout_k_leave_at_k_plus_4_with_the_reward_of_the_windows_plays()
     assert!(close(designs[0].reward, 0.44));
     assert_eq!(designs[1].validity, Validity::Invalid);
     // The invalid one is never trained.
-    assert_eq!(credit::design_reward(&designs[1], &CreditConfig::default()), None);
+    assert_eq!(
+        credit::design_reward(&designs[1], &CreditConfig::default()),
+        None
+    );
     assert_eq!(b.len(), 1);
     assert_eq!(b.plays.keys().collect::<Vec<_>>(), vec!["e1"]);
     // Rollout 5: rollout 1's sample leaves; e1 never won, so plateau(0) = 0 and regret 0.
@@ -169,8 +172,11 @@ fn the_reference_preset_sets_the_scripts_choices_and_keys_override_it() {
         (d.designer_delay, d.tis_clamp, d.failed_play_return)
     );
     // A key beside the preset overrides it, in TOML and JSON alike.
-    let t = TrainConfig::parse("preset = \"reference\"\nlr = 2e-6\nplays_per_game = 4\n", true)
-        .unwrap();
+    let t = TrainConfig::parse(
+        "preset = \"reference\"\nlr = 2e-6\nplays_per_game = 4\n",
+        true,
+    )
+    .unwrap();
     assert_eq!((t.lr, t.plays_per_game, t.hint_plays), (2e-6, 4, 16));
     let j = TrainConfig::parse("{\"preset\": \"reference\", \"lr\": 2e-6}", false).unwrap();
     assert_eq!((j.lr, j.agent_baseline), (2e-6, AgentBaseline::Zscore));
@@ -190,8 +196,11 @@ fn bad_presets_and_retired_keys_are_refused_with_the_way_forward() {
     );
     let err = TrainConfig::parse("designer_start_rollout = 4\n", true).unwrap_err();
     assert!(err.to_string().contains("designer_delay"), "{err}");
-    let err = TrainConfig::parse("max_update_samples = 3\nmax_agent_update_samples = 4\n", true)
-        .unwrap_err();
+    let err = TrainConfig::parse(
+        "max_update_samples = 3\nmax_agent_update_samples = 4\n",
+        true,
+    )
+    .unwrap_err();
     assert!(err.to_string().contains("both"), "{err}");
     let old = TrainConfig::parse("max_update_samples = 3\n", true).unwrap();
     assert_eq!(old.max_agent_update_samples, 3);

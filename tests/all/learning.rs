@@ -250,7 +250,13 @@ async fn the_designer_learns_to_write_the_environment_with_positive_regret() {
         let from = (m.rollout >= 2).then(|| m.rollout - 2);
         assert_eq!(m.designer_trained_from, from.map_or(vec![], |r| vec![r; 8]));
         assert_eq!(m.agent_samples_trained, 0);
+        // Q8_0 sampling and the older policy of a delayed sample: weights off 1, within the
+        // clamp.
+        if let Some(t) = m.tis_mean {
+            assert!(t > 0.0 && t <= 2.0 && t != 1.0, "{m:?}");
+        }
     }
+    assert!(metrics.iter().any(|m| m.tis_mean.is_some()));
     let first_regret = metrics[0].regret;
     let last = &metrics[metrics.len() - 1];
     eprintln!("mean regret {first_regret:.3} -> {:.3}", last.regret);
@@ -264,11 +270,15 @@ async fn the_designer_learns_to_write_the_environment_with_positive_regret() {
 
 #[tokio::test]
 async fn the_agent_learns_the_winning_action_of_a_one_step_env() {
+    // With LoRA adapters and a sampler that reads Q8_0 weights (TIS corrects for it).
     let cfg = TrainConfig {
         designs_per_round: 0,
         games_per_rollout: 1,
         plays_per_game: 8,
         min_games: 1,
+        lora: true,
+        lr: 1e-2,
+        decode_weights: spade_model::model::DecodeWeights::Q8_0,
         ..learning_cfg()
     };
     let dir = tmp("agent");

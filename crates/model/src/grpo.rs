@@ -151,7 +151,7 @@ pub struct StepStats {
     pub tokens: usize,
     /// Trained tokens that went through the model. Without a KL term, a sample whose
     /// advantage is 0 has a surrogate of exactly 0 and no gradient, so it is left out of the
-    /// forward and backward passes (it still counts in the loss's token mean); the ratio,
+    /// forward and backward passes (it still counts in the loss's mean); the ratio,
     /// clip and gap figures are over these tokens.
     pub scored_tokens: usize,
     /// Mean |training-path log-prob - the sample's old log-prob| per scored token (0 when
