@@ -435,3 +435,60 @@ async fn a_resumed_run_with_nonzero_advantages_matches_an_uninterrupted_one() {
     let _ = std::fs::remove_dir_all(straight);
     let _ = std::fs::remove_dir_all(resumed);
 }
+
+#[tokio::test]
+async fn both_roles_learn_together_at_the_computed_designer_scale() {
+    // Both roles choose with one model and train in the same updates, the designer through
+    // the default delay of 4. The designer's advantages are scaled by env_reward_scale
+    // (8 no-hint episodes / 8 designs * regen 1 = 1 here) against the agent's; a scale far off
+    // lets one role's gradient drown the other's in the shared weights. Measured: with the
+    // computed scale both rise (~0.60/0.60 here); with the scale multiplied by 100 neither
+    // rises and this test fails. A scale 100 times too small still passes (the clipped
+    // gradient norm and Adam hide it), so the credit unit tests pin the formula itself.
+    let cfg = TrainConfig {
+        lora: true,
+        lr: 1e-2,
+        designer_delay: 4,
+        max_grad_norm: 1.0,
+        decode_weights: spade_model::model::DecodeWeights::Q8_0,
+        ..learning_cfg()
+    };
+    let dir = tmp("both");
+    let mut policy = both_choose(23, &cfg);
+    let msgs = designer_messages();
+    let designer_before = choice_rate(&mut policy.model, Role::Designer, &msgs, 3);
+    let source = secret_env("HiddenEnv", "7", "Guess the hidden number.");
+    let mut sb = runtime()
+        .sandbox(&source, spade_sandbox::SandboxOptions::seeded(5))
+        .await
+        .unwrap();
+    let obs = sb.reset(Some(5)).await.unwrap().observation;
+    let agent_msgs = vec![
+        Message::new("system", prompts::agent_system(false)),
+        Message::new("user", obs),
+    ];
+    let agent_before = choice_rate(&mut policy.model, Role::Agent, &agent_msgs, 3);
+    let mut run = Run::create(&dir, cfg, corpus(), runtime(), &mut policy, vec![]).unwrap();
+    let metrics = run.run(24).await.unwrap();
+    drop(run);
+    print_times(&metrics);
+    let designer_after = choice_rate(&mut policy.model, Role::Designer, &msgs, 3);
+    let agent_after = choice_rate(&mut policy.model, Role::Agent, &agent_msgs, 3);
+    eprintln!(
+        "P(regret-positive template) {designer_before:.3} -> {designer_after:.3}; \
+         P(winning action) {agent_before:.3} -> {agent_after:.3}; scales {:?}",
+        metrics
+            .iter()
+            .map(|m| m.env_reward_scale)
+            .collect::<Vec<_>>()
+    );
+    assert!(
+        designer_after > designer_before + 0.2,
+        "the designer did not learn: {designer_before:.3} -> {designer_after:.3}"
+    );
+    assert!(
+        agent_after > agent_before + 0.2,
+        "the agent did not learn: {agent_before:.3} -> {agent_after:.3}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
