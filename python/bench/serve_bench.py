@@ -39,7 +39,13 @@ def start(command):
     if "listening on " not in line:
         process.kill()
         raise SystemExit(f"{command[0]} did not start: {line!r}")
-    return process, line.split("listening on ")[1].split()[0]
+    url = line.split("listening on ")[1].split()[0]
+    if line.startswith("spade serve:"):
+        # spade's port opens before its start-up checks end: wait for them.
+        for line in process.stdout:
+            if "environments checked" in line:
+                break
+    return process, url
 
 
 async def session_loop(url, actions, deadline, seed, latencies, counts):

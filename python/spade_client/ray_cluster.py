@@ -17,6 +17,7 @@ killed or `stop()` is called. Ray does the placement; there is no cluster manage
 
 from __future__ import annotations
 
+import ipaddress
 import subprocess
 from dataclasses import dataclass
 from typing import List, Optional, Sequence
@@ -27,6 +28,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from .client import SpadeEnv
 
 READY_PREFIX = "spade serve: listening on "
+CHECKED = "environments checked"
 
 
 @ray.remote(num_cpus=0)
@@ -41,6 +43,13 @@ class SpadeServerActor:
             self._process.kill()
             raise RuntimeError(f"spade serve did not start ({command}): first line {line!r}")
         self._url = line[len(READY_PREFIX):].split()[0]
+        # The port opens before the start-up checks end; wait until every environment is checked.
+        for line in self._process.stdout:
+            if CHECKED in line:
+                break
+        else:
+            self._process.kill()
+            raise RuntimeError(f"spade serve exited before its start-up checks ended ({command})")
 
     def url(self) -> str:
         return self._url
@@ -80,21 +89,33 @@ def start_servers(
     host: Optional[str] = None,
     token_file: Optional[str] = None,
     extra_args: Sequence[str] = (),
+    insecure_no_auth: bool = False,
 ) -> List[Server]:
-    """Starts `per_node` servers on every alive Ray node and waits until they listen.
+    """Starts `per_node` servers on every alive Ray node and waits until they listen and have
+    checked their environments.
 
-    `host` defaults to loopback on a one-node cluster and to each node's IP otherwise (then
-    pass `token_file`, a path readable on every node).
+    `host` defaults to loopback on a one-node cluster and to each node's IP otherwise. A server
+    on an address other than loopback needs `token_file` (a path readable on every node):
+    without one, anyone who can reach the node could run code on it, so this raises
+    `ValueError` unless `insecure_no_auth=True` is given for a network you trust.
     """
     nodes = [n for n in ray.nodes() if n.get("Alive")]
     if not nodes:
         raise RuntimeError("the Ray cluster has no alive nodes")
+    binds = [host or ("127.0.0.1" if len(nodes) == 1 else node["NodeManagerAddress"]) for node in nodes]
+    exposed = [b for b in binds if not _is_loopback(b)]
+    if exposed and token_file is None and not insecure_no_auth:
+        raise ValueError(
+            f"refusing to start spade serve on {exposed[0]} without a token: pass token_file= "
+            "(a file readable on every node), or insecure_no_auth=True on a trusted network"
+        )
     args = list(extra_args)
     if token_file is not None:
         args += ["--token-file", token_file]
+    elif insecure_no_auth:
+        args += ["--insecure-no-auth"]
     actors = []
-    for node in nodes:
-        bind = host or ("127.0.0.1" if len(nodes) == 1 else node["NodeManagerAddress"])
+    for node, bind in zip(nodes, binds):
         for _ in range(per_node):
             strategy = NodeAffinitySchedulingStrategy(node_id=node["NodeID"], soft=False)
             actors.append(
@@ -104,6 +125,13 @@ def start_servers(
     pids = ray.get([a.pid.remote() for a in actors])
     node_ids = ray.get([a.node_id.remote() for a in actors])
     return [Server(a, u, p, n) for a, u, p, n in zip(actors, urls, pids, node_ids)]
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 def stop_servers(servers: Sequence[Server]) -> List[int]:

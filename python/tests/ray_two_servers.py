@@ -25,6 +25,12 @@ ray.init(
     configure_logging=False,
 )
 try:
+    # A node address without a token is refused before any server starts.
+    try:
+        start_servers(spade_bin, [env_file], host="10.255.255.1")
+        refused = None
+    except ValueError as err:
+        refused = str(err)
     servers = start_servers(spade_bin, [env_file], per_node=2)
     spreader = SessionSpreader([s.url for s in servers])
 
@@ -52,6 +58,7 @@ try:
         "per_server": per_server,
         "results": {str(i): [h, t] for i, _, h, t in played},
         "exit_codes": stop_servers(servers),
+        "refused_without_token": refused,
     }
     print(json.dumps(out))
 finally:

@@ -9,7 +9,8 @@ use anyhow::{Context as _, bail};
 use clap::Args;
 use spade_envtools::check::CheckOptions;
 use spade_sandbox::{Config, Pool, Runtime};
-use spade_serve::{Registry, ServeConfig, Server};
+use spade_serve::admission::{default_budget, parse_size, sessions_within, show_bytes};
+use spade_serve::{Registry, RegistryLimits, ServeConfig, Server};
 
 use super::{executor, read_text};
 
@@ -20,12 +21,36 @@ pub struct ServeArgs {
     /// Environment sources to check and register at start. The id is the file stem (the folder
     /// name for `<name>/env.py`). With exactly one registered, a reset without `env_id` uses it.
     pub envs: Vec<PathBuf>,
-    /// Address to listen on (loopback by default; anything else should use --token-file).
+    /// Address to listen on (loopback by default; anything else needs --token-file or
+    /// --insecure-no-auth).
     #[arg(long, default_value = "127.0.0.1:8000")]
     pub bind: SocketAddr,
-    /// Most WebSocket sessions open at once; one more gets OpenEnv's CAPACITY_REACHED error.
-    #[arg(long, default_value_t = 256)]
-    pub max_sessions: usize,
+    /// Serve on a non-loopback address without a token: anyone who can reach the port can run
+    /// code on this machine. Only for a network you trust.
+    #[arg(long)]
+    pub insecure_no_auth: bool,
+    /// Most sessions at once (WebSocket sessions plus HTTP /reset and /step calls in flight);
+    /// one more gets OpenEnv's CAPACITY_REACHED at once. Default: as many as fit in the memory
+    /// budget, at most 256.
+    #[arg(long)]
+    pub max_sessions: Option<usize>,
+    /// Memory that every sandbox the server may run at once must fit in: (2 per session +
+    /// check workers) x --memory-limit (for example 16G). Default: 3/4 of the machine's memory.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub memory_budget: Option<u64>,
+    /// Largest linear memory of one sandbox (for example 256M). Default: the runtime's, 512 MiB.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub memory_limit: Option<u64>,
+    /// Most environments registered with POST /envs; past it, the least recently used one
+    /// that no episode is playing is evicted.
+    #[arg(long, default_value_t = RegistryLimits::default().max_registrations, value_name = "N")]
+    pub max_registrations: usize,
+    /// Most source bytes over all POST /envs registrations (for example 64M).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub max_registered_bytes: Option<u64>,
+    /// Checks of registered sources that run at once (each holds one sandbox).
+    #[arg(long, default_value_t = RegistryLimits::default().check_workers, value_name = "N")]
+    pub check_workers: usize,
     /// Close a session after this many seconds without a message (0: never).
     #[arg(long, default_value_t = 300.0, value_name = "S")]
     pub session_idle_timeout: f64,
@@ -51,14 +76,18 @@ pub struct ServeArgs {
 /// Pool slots beyond one per session: checks of registered sources and snapshot probes.
 const CHECK_SLOTS: u32 = 64;
 
+/// Sandboxes one session can hold (see `spade_serve::admission`).
+const SANDBOXES_PER_SESSION: u64 = spade_serve::admission::SANDBOXES_PER_SESSION;
+
 impl ServeArgs {
     pub fn execute(self) -> anyhow::Result<std::process::ExitCode> {
-        let config = self.config()?;
+        let limits = self.registry_limits()?;
+        let config = self.config(&limits)?;
         let sources = self.sources()?;
         // One slot per session, and room for the short-lived sandboxes that check sources and
         // take snapshots.
         let pool = Pool {
-            sandboxes: u32::try_from(self.max_sessions)
+            sandboxes: u32::try_from(config.max_sessions as u64 * SANDBOXES_PER_SESSION)
                 .unwrap_or(u32::MAX)
                 .saturating_add(CHECK_SLOTS)
                 .max(Pool::default().sandboxes),
@@ -69,40 +98,101 @@ impl ServeArgs {
             ..Config::default()
         })
         .context("starting the sandbox runtime")?;
+        let mut sandbox_limits = runtime.limits().clone();
         if let Some(fuel) = self.fuel {
             if fuel == 0 {
                 bail!("--fuel must be positive");
             }
-            let mut limits = runtime.limits().clone();
-            limits.fuel_per_call = fuel;
-            runtime = runtime.with_limits(limits);
+            sandbox_limits.fuel_per_call = fuel;
         }
+        sandbox_limits.memory_limit = self.memory_limit_bytes()? as usize;
+        runtime = runtime.with_limits(sandbox_limits);
         let check = CheckOptions {
             fuel_budget: Some(self.validation_fuel),
             ..CheckOptions::default()
         };
         executor()?.block_on(async move {
-            let registry = Arc::new(Registry::new(runtime.clone(), check));
-            register_all(&registry, sources).await?;
+            let registry = Arc::new(Registry::with_limits(runtime.clone(), check, limits));
+            registry.expect_startup(sources.iter().map(|(id, _)| id.clone()));
             warn_if_exposed(&config);
-            let server = Server::bind(runtime, registry, config.clone())
-                .await
-                .with_context(|| format!("cannot listen on {}", config.bind))?;
+            let server = Server::bind(runtime, registry.clone(), config.clone()).await?;
             let addr = server.local_addr()?;
-            say!("spade serve: listening on http://{addr} (WebSocket sessions at ws://{addr}/ws)");
-            server
-                .run(Box::pin(shutdown_signal()), Duration::from_secs(35))
-                .await
-                .context("serving")?;
+            say!(
+                "spade serve: listening on http://{addr} (WebSocket sessions at ws://{addr}/ws; {} sessions at most)",
+                config.max_sessions
+            );
+            // The port is open while the start-up checks run, concurrently; each environment is
+            // playable as soon as its check passes (`/health` counts them).
+            let (served, ()) = tokio::join!(
+                server.run(Box::pin(shutdown_signal()), Duration::from_secs(35)),
+                register_all(&registry, sources),
+            );
+            served.context("serving")?;
             eprintln!("spade serve: shut down");
             Ok(std::process::ExitCode::SUCCESS)
         })
     }
 
-    fn config(&self) -> anyhow::Result<ServeConfig> {
-        if self.max_sessions == 0 {
+    fn registry_limits(&self) -> anyhow::Result<RegistryLimits> {
+        if self.check_workers == 0 {
+            bail!("--check-workers must be at least 1");
+        }
+        let defaults = RegistryLimits::default();
+        Ok(RegistryLimits {
+            max_registrations: self.max_registrations,
+            max_source_bytes: self
+                .max_registered_bytes
+                .map(|b| usize::try_from(b).unwrap_or(usize::MAX))
+                .unwrap_or(defaults.max_source_bytes),
+            check_workers: self.check_workers,
+        })
+    }
+
+    fn memory_limit_bytes(&self) -> anyhow::Result<u64> {
+        let limit = self
+            .memory_limit
+            .unwrap_or(spade_sandbox::Limits::default().memory_limit as u64);
+        if limit < 64 << 20 {
+            bail!(
+                "--memory-limit {} is too small: the interpreter alone needs tens of MiB; give at least 64M",
+                show_bytes(limit)
+            );
+        }
+        if limit > 4 << 30 {
+            bail!(
+                "--memory-limit {} is over 4 GiB, the most a 32-bit WebAssembly memory can hold",
+                show_bytes(limit)
+            );
+        }
+        Ok(limit)
+    }
+
+    fn config(&self, limits: &RegistryLimits) -> anyhow::Result<ServeConfig> {
+        if self.max_sessions == Some(0) {
             bail!("--max-sessions must be at least 1");
         }
+        let memory_limit = self.memory_limit_bytes()?;
+        let budget = match self.memory_budget.or_else(default_budget) {
+            Some(budget) => budget,
+            None => bail!(
+                "cannot read the machine's memory (/proc/meminfo) for the default memory budget; give --memory-budget"
+            ),
+        };
+        let max_sessions = match self.max_sessions {
+            Some(n) => n,
+            None => {
+                let fit = sessions_within(budget, memory_limit, limits.check_workers);
+                if fit == 0 {
+                    bail!(
+                        "not one session fits in the memory budget of {}: a session needs 2 sandboxes of {} plus {} for the check workers; give a larger --memory-budget or a smaller --memory-limit",
+                        show_bytes(budget),
+                        show_bytes(memory_limit),
+                        show_bytes(memory_limit * limits.check_workers as u64)
+                    );
+                }
+                fit.min(256) as usize
+            }
+        };
         if !(self.session_idle_timeout.is_finite() && self.session_idle_timeout >= 0.0) {
             bail!("--session-idle-timeout must be a number of seconds, 0 or more");
         }
@@ -128,7 +218,9 @@ impl ServeArgs {
         };
         Ok(ServeConfig {
             bind: self.bind,
-            max_sessions: self.max_sessions,
+            max_sessions,
+            memory_budget: Some(budget),
+            insecure_no_auth: self.insecure_no_auth,
             idle_timeout: (self.session_idle_timeout > 0.0)
                 .then(|| Duration::from_secs_f64(self.session_idle_timeout)),
             token,
@@ -176,32 +268,52 @@ fn env_id(path: &Path) -> String {
     stem
 }
 
-async fn register_all(registry: &Registry, sources: Vec<(String, String)>) -> anyhow::Result<()> {
+/// Checks and registers the command-line environments concurrently (at most
+/// `--check-workers` at once), reporting each, then prints one line when all are done.
+async fn register_all(registry: &Arc<Registry>, sources: Vec<(String, String)>) {
+    let total = sources.len();
+    let mut checks = tokio::task::JoinSet::new();
     for (id, source) in sources {
-        let registration = registry
-            .register(Some(&id), &source)
-            .await
-            .with_context(|| format!("registering '{id}'"))?;
-        let class = registration
-            .class_name
-            .as_deref()
-            .unwrap_or("no environment class");
-        if registration.accepted {
-            eprintln!("spade serve: registered {id} ({class}): accepted");
-        } else {
-            eprintln!(
-                "spade serve: registered {id} ({class}): REJECTED by spade check ({}); it cannot be played",
-                registration.error_codes.join(", ")
-            );
+        let registry = registry.clone();
+        checks.spawn(async move {
+        let result = registry.register_startup(&id, &source).await;
+        match &result {
+            Ok(r) => {
+                let class = r.class_name.as_deref().unwrap_or("no environment class");
+                if r.accepted {
+                    eprintln!("spade serve: registered {id} ({class}): accepted");
+                } else {
+                    eprintln!(
+                        "spade serve: registered {id} ({class}): REJECTED by spade check ({}); it cannot be played",
+                        r.error_codes.join(", ")
+                    );
+                }
+            }
+            Err(err) => {
+                eprintln!("spade serve: registering {id} FAILED: {err}; it cannot be played")
+            }
+        }
+        result.map(|r| r.accepted).unwrap_or(false)
+        });
+    }
+    let mut accepted = 0;
+    while let Some(done) = checks.join_next().await {
+        match done {
+            Ok(true) => accepted += 1,
+            Ok(false) => {}
+            Err(err) => eprintln!("spade serve: a start-up check failed: {err}"),
         }
     }
-    Ok(())
+    say!(
+        "spade serve: {total} environments checked ({accepted} accepted, {} not playable)",
+        total - accepted
+    );
 }
 
 fn warn_if_exposed(config: &ServeConfig) {
     if !config.bind.ip().is_loopback() && config.token.is_none() {
         eprintln!(
-            "spade serve: warning: listening on {} without --token-file: anyone who can reach it can run sessions",
+            "spade serve: warning: listening on {} without a token (--insecure-no-auth): anyone who can reach it can run sessions",
             config.bind
         );
     }

@@ -11,6 +11,7 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
 
+use crate::admission::AtCapacity;
 use crate::protocol::{ResetFields, SpadeAction, check_id, type_name};
 use crate::registry::RegistryError;
 use crate::server::AppState;
@@ -32,9 +33,26 @@ fn plain_error(status: StatusCode, message: impl Into<String>) -> Response {
     error(status, message, Map::new())
 }
 
-/// `GET /health`.
-pub async fn health() -> Response {
-    axum::Json(json!({"status": "healthy"})).into_response()
+/// `GET /health`: OpenEnv's `{"status": "healthy"}`, with how many environments are ready,
+/// rejected and still being checked (the port opens before the start-up checks end) and the
+/// sessions in use.
+pub async fn health(State(state): State<Arc<AppState>>) -> Response {
+    let envs = state.sessions.registry.readiness();
+    axum::Json(json!({
+        "status": "healthy",
+        "envs": {"ready": envs.ready, "rejected": envs.rejected, "checking": envs.checking},
+        "sessions": {"active": state.admission.active(), "max": state.admission.max()},
+    }))
+    .into_response()
+}
+
+/// OpenEnv's capacity refusal over HTTP: 503 with the code and the counts.
+fn at_capacity(full: AtCapacity) -> Response {
+    let mut extra = Map::new();
+    extra.insert("code".to_owned(), json!("CAPACITY_REACHED"));
+    extra.insert("active_sessions".to_owned(), json!(full.active));
+    extra.insert("max_sessions".to_owned(), json!(full.max));
+    error(StatusCode::SERVICE_UNAVAILABLE, full.message(), extra)
 }
 
 /// `GET /metadata`: OpenEnv's `EnvironmentMetadata`.
@@ -131,17 +149,25 @@ fn session_error(err: SessionError) -> Response {
         extra.insert("kind".to_owned(), json!(kind.as_str()));
     }
     let status = match &err {
-        SessionError::Invalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
+        SessionError::Invalid(_) | SessionError::NoEpisodeYet(_) => {
+            StatusCode::UNPROCESSABLE_ENTITY
+        }
         _ => StatusCode::INTERNAL_SERVER_ERROR,
     };
     error(status, err.to_string(), extra)
 }
 
-/// `POST /reset`: a fresh environment, reset, returned, dropped (OpenEnv's semantics).
+/// `POST /reset`: a fresh environment, reset, returned, dropped (OpenEnv's semantics). It
+/// takes a session slot while it runs. The episode is not recorded; an `episode_id` given is
+/// the one the answer names.
 pub async fn reset(
     State(state): State<Arc<AppState>>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
+    let _slot = match state.admission.admit() {
+        Ok(slot) => slot,
+        Err(full) => return at_capacity(full),
+    };
     let object = match body_object(body, true) {
         Ok(object) => object,
         Err(response) => return *response,
@@ -150,20 +176,20 @@ pub async fn reset(
         Ok(fields) => fields,
         Err(message) => return plain_error(StatusCode::UNPROCESSABLE_ENTITY, message),
     };
-    let fields = ResetFields {
-        episode_id: None,
-        ..fields
-    };
     let mut session = Session::new(state.new_session_id(), state.sessions_without_recording());
     outcome_response(session.reset(fields).await)
 }
 
 /// `POST /step`: `{"action": {"message": ...}, "env_id"?, "seed"?}` on a fresh environment
-/// (OpenEnv's semantics: no reset first).
+/// (OpenEnv's semantics: no reset first). It takes a session slot while it runs.
 pub async fn step(
     State(state): State<Arc<AppState>>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
+    let _slot = match state.admission.admit() {
+        Ok(slot) => slot,
+        Err(full) => return at_capacity(full),
+    };
     let object = match body_object(body, false) {
         Ok(object) => object,
         Err(response) => return *response,
@@ -219,10 +245,21 @@ pub async fn get_env(State(state): State<Arc<AppState>>, Path(id): Path<String>)
     }
 }
 
+/// `DELETE /envs/{id}`: removes a registration (running episodes of it go on).
+pub async fn delete_env(State(state): State<Arc<AppState>>, Path(id): Path<String>) -> Response {
+    match state.sessions.registry.delete(&id) {
+        Ok(r) => axum::Json(json!({"deleted": r.id, "sha256": r.sha256})).into_response(),
+        Err(err) => registry_error(err),
+    }
+}
+
 fn registry_error(err: RegistryError) -> Response {
     let status = match &err {
         RegistryError::Unknown { .. } | RegistryError::None => StatusCode::NOT_FOUND,
         RegistryError::Conflict { .. } => StatusCode::CONFLICT,
+        RegistryError::Checking { .. } => StatusCode::SERVICE_UNAVAILABLE,
+        RegistryError::Full { .. } => StatusCode::INSUFFICIENT_STORAGE,
+        RegistryError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
         _ => StatusCode::UNPROCESSABLE_ENTITY,
     };
     plain_error(status, err.to_string())
@@ -262,15 +299,14 @@ pub async fn register_env(
             "the request has no 'source' (send {\"source\": \"<python>\", \"id\": \"<optional id>\"})",
         );
     };
-    let known = state.sessions.registry.list().len();
     match state
         .sessions
         .registry
         .register(id.as_deref(), &source)
         .await
     {
-        Ok(r) => {
-            let status = if state.sessions.registry.list().len() > known {
+        Ok((r, new)) => {
+            let status = if new {
                 StatusCode::CREATED
             } else {
                 StatusCode::OK

@@ -8,6 +8,7 @@
 //! recorded as trajectory files that `spade replay` reproduces (`/trajectories/{id}`).
 //! See [`protocol`] for the message formats.
 
+pub mod admission;
 pub mod http;
 pub mod protocol;
 mod registry;
@@ -15,6 +16,6 @@ mod server;
 mod session;
 mod ws;
 
-pub use registry::{Registration, Registry, RegistryError};
-pub use server::{AppState, ServeConfig, Server};
+pub use registry::{Origin, Readiness, Registration, Registry, RegistryError, RegistryLimits};
+pub use server::{AppState, BindError, ServeConfig, Server};
 pub use session::{Outcome, Session, SessionContext, SessionError};

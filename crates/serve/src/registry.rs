@@ -1,7 +1,10 @@
 //! Registered environments: each source is checked with `spade check` once; only accepted ones
-//! are playable.
+//! are playable. Registrations over HTTP are bounded in number and in source bytes; unused ones
+//! are evicted (least recently used first) to make room, and any can be deleted. Checks run
+//! concurrently, at most [`RegistryLimits::check_workers`] at once.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use serde_json::{Value, json};
@@ -29,6 +32,21 @@ pub struct Registration {
     pub report: Value,
     /// The source, compiled (only for accepted sources).
     pub source: Option<EnvSource>,
+    /// Where it came from: the command line (never evicted) or `POST /envs`.
+    pub origin: Origin,
+    /// Source bytes, counted against [`RegistryLimits::max_source_bytes`].
+    pub bytes: usize,
+    /// The registry's clock when it was last registered or played (for eviction).
+    last_used: AtomicU64,
+}
+
+/// Where a registration came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// Named on the `spade serve` command line: not counted against the limits, never evicted.
+    CommandLine,
+    /// Registered with `POST /envs`.
+    Http,
 }
 
 impl Registration {
@@ -55,6 +73,38 @@ impl Registration {
     }
 }
 
+/// Bounds on what `POST /envs` may hold. Registrations from the command line are not counted.
+#[derive(Debug, Clone)]
+pub struct RegistryLimits {
+    /// Most registrations over HTTP. Default 256: far more than a rollout's working set, and
+    /// at most 256 x 1 MiB of sources (the default body limit).
+    pub max_registrations: usize,
+    /// Most source bytes over all HTTP registrations. Default 64 MiB.
+    pub max_source_bytes: usize,
+    /// Checks running at once (each is one sandbox, CPU-bound and bounded by the check's fuel
+    /// budget). Default 2: a hostile source cannot hold every other registration up, and
+    /// checks cannot take every core from running sessions.
+    pub check_workers: usize,
+}
+
+impl Default for RegistryLimits {
+    fn default() -> Self {
+        RegistryLimits {
+            max_registrations: 256,
+            max_source_bytes: 64 << 20,
+            check_workers: 2,
+        }
+    }
+}
+
+/// How many environments are ready, rejected and still being checked (for `/health`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Readiness {
+    pub ready: usize,
+    pub rejected: usize,
+    pub checking: usize,
+}
+
 /// Why an environment could not be registered or found.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum RegistryError {
@@ -68,8 +118,18 @@ pub enum RegistryError {
     Ambiguous { ids: Vec<String> },
     #[error("environment '{id}' was rejected by spade check ({}) and cannot be played", .codes.join(", "))]
     Rejected { id: String, codes: Vec<String> },
+    #[error("environment '{id}' is still being checked; GET /health says how many are ready")]
+    Checking { id: String },
     #[error("environment id '{id}' is already registered with a different source")]
     Conflict { id: String },
+    #[error(
+        "the registry is full: {what}, and every registration is in use by a running episode; DELETE /envs/{{id}} one that is no longer needed"
+    )]
+    Full { what: String },
+    #[error(
+        "a source of {bytes} bytes is over the registry's limit of {max} bytes (--max-registered-bytes)"
+    )]
+    TooLarge { bytes: usize, max: usize },
     #[error("{0}")]
     Invalid(String),
 }
@@ -82,33 +142,118 @@ fn list(ids: &[String]) -> String {
     }
 }
 
+/// What the registry holds, under one lock.
+#[derive(Default)]
+struct Entries {
+    envs: BTreeMap<String, Arc<Registration>>,
+    /// Ids whose check is running, with the source's sha256.
+    checking: BTreeMap<String, String>,
+    /// Ids of the command-line environments not yet checked (for `/health`).
+    pending_startup: BTreeSet<String>,
+    /// HTTP registrations and their bytes, including the ones being checked.
+    http_count: usize,
+    http_bytes: usize,
+}
+
+impl Entries {
+    /// Ids being checked or waiting for their start-up check, each counted once.
+    fn checking_count(&self) -> usize {
+        let running = self.checking.keys();
+        running
+            .filter(|id| !self.pending_startup.contains(*id))
+            .count()
+            + self.pending_startup.len()
+    }
+}
+
 /// The environments a server knows, by id (sorted, so listings are stable).
 pub struct Registry {
     runtime: Runtime,
     options: CheckOptions,
-    envs: RwLock<BTreeMap<String, Arc<Registration>>>,
-    /// Checks run one at a time: a check is CPU-bound and bounded by fuel, not by time.
+    limits: RegistryLimits,
+    entries: RwLock<Entries>,
     checks: Semaphore,
+    clock: AtomicU64,
 }
 
 impl Registry {
-    /// An empty registry whose checks run in `runtime` with `options`.
+    /// An empty registry whose checks run in `runtime` with `options`, under default limits.
     pub fn new(runtime: Runtime, options: CheckOptions) -> Registry {
+        Registry::with_limits(runtime, options, RegistryLimits::default())
+    }
+
+    /// An empty registry with `limits`.
+    pub fn with_limits(
+        runtime: Runtime,
+        options: CheckOptions,
+        limits: RegistryLimits,
+    ) -> Registry {
+        let workers = limits.check_workers.max(1);
         Registry {
             runtime,
             options,
-            envs: RwLock::new(BTreeMap::new()),
-            checks: Semaphore::new(1),
+            limits,
+            entries: RwLock::new(Entries::default()),
+            checks: Semaphore::new(workers),
+            clock: AtomicU64::new(0),
         }
     }
 
-    /// Checks `source` and registers it under `id` (default `env-<first 12 hex of its sha256>`).
-    /// Registering the same source under the same id again returns the first verdict.
+    /// The limits in force.
+    pub fn limits(&self) -> &RegistryLimits {
+        &self.limits
+    }
+
+    /// Announces command-line environments before they are checked, so that `/health` counts
+    /// them and a reset of one says it is still being checked.
+    pub fn expect_startup(&self, ids: impl IntoIterator<Item = String>) {
+        self.write().pending_startup.extend(ids);
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Entries> {
+        self.entries.write().expect("registry lock")
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Entries> {
+        self.entries.read().expect("registry lock")
+    }
+
+    fn tick(&self) -> u64 {
+        self.clock.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// Checks `source` and registers it under `id` (default `env-<first 12 hex of its sha256>`),
+    /// evicting the least recently used unused HTTP registration when the limits are reached.
+    /// Registering the same source under the same id again returns the first verdict. The
+    /// flag says whether the registration is new.
     pub async fn register(
         &self,
         id: Option<&str>,
         source: &str,
+    ) -> Result<(Arc<Registration>, bool), RegistryError> {
+        self.register_from(Origin::Http, id, source).await
+    }
+
+    /// [`Registry::register`] for a source named on the command line (not counted against
+    /// the limits, never evicted).
+    pub async fn register_startup(
+        &self,
+        id: &str,
+        source: &str,
     ) -> Result<Arc<Registration>, RegistryError> {
+        let result = self
+            .register_from(Origin::CommandLine, Some(id), source)
+            .await;
+        self.write().pending_startup.remove(id);
+        result.map(|(registration, _)| registration)
+    }
+
+    async fn register_from(
+        &self,
+        origin: Origin,
+        id: Option<&str>,
+        source: &str,
+    ) -> Result<(Arc<Registration>, bool), RegistryError> {
         if source.trim().is_empty() {
             return Err(RegistryError::Invalid(
                 "the environment source is empty".to_owned(),
@@ -122,68 +267,174 @@ impl Registry {
             }
             None => format!("env-{}", &sha256[..12]),
         };
-        if let Some(existing) = self.lookup(&id, &sha256)? {
-            return Ok(existing);
+        if let Some(existing) = self.reserve(origin, &id, &sha256, source.len())? {
+            return Ok((existing, false));
         }
+        // From here the id is in `checking` and its bytes are reserved; both are released
+        // whatever happens.
+        let result = self.check_and_compile(&id, source).await;
+        let mut entries = self.write();
+        entries.checking.remove(&id);
+        let registration = match result {
+            Ok((report, compiled)) => {
+                let error_codes = report
+                    .findings
+                    .iter()
+                    .filter(|f| f.severity == spade_envtools::Severity::Error)
+                    .map(|f| f.code.clone())
+                    .collect();
+                Arc::new(Registration {
+                    id: id.clone(),
+                    sha256,
+                    accepted: report.accepted,
+                    class_name: report.class_name.clone(),
+                    error_codes,
+                    report: serde_json::to_value(&report).expect("check reports serialise"),
+                    source: compiled,
+                    origin,
+                    bytes: source.len(),
+                    last_used: AtomicU64::new(self.tick()),
+                })
+            }
+            Err(err) => {
+                if origin == Origin::Http {
+                    entries.http_count -= 1;
+                    entries.http_bytes -= source.len();
+                }
+                return Err(err);
+            }
+        };
+        entries.envs.insert(id, registration.clone());
+        Ok((registration, true))
+    }
+
+    /// Looks `id` up and, when it is new, marks it as being checked and reserves room for it
+    /// (evicting unused HTTP registrations if needed). `Some`: already registered.
+    fn reserve(
+        &self,
+        origin: Origin,
+        id: &str,
+        sha256: &str,
+        bytes: usize,
+    ) -> Result<Option<Arc<Registration>>, RegistryError> {
+        let mut entries = self.write();
+        match entries.envs.get(id) {
+            Some(existing) if existing.sha256 == sha256 => {
+                existing.last_used.store(self.tick(), Ordering::Relaxed);
+                return Ok(Some(existing.clone()));
+            }
+            Some(_) => return Err(RegistryError::Conflict { id: id.to_owned() }),
+            None => {}
+        }
+        if entries.checking.contains_key(id) {
+            // The same id is being checked right now, with this source or another one.
+            return Err(match entries.checking[id] == sha256 {
+                true => RegistryError::Checking { id: id.to_owned() },
+                false => RegistryError::Conflict { id: id.to_owned() },
+            });
+        }
+        if origin == Origin::Http {
+            if bytes > self.limits.max_source_bytes {
+                return Err(RegistryError::TooLarge {
+                    bytes,
+                    max: self.limits.max_source_bytes,
+                });
+            }
+            while entries.http_count + 1 > self.limits.max_registrations
+                || entries.http_bytes + bytes > self.limits.max_source_bytes
+            {
+                if !evict_one(&mut entries) {
+                    let what = if entries.http_count + 1 > self.limits.max_registrations {
+                        format!(
+                            "{} of {} registrations are taken",
+                            entries.http_count, self.limits.max_registrations
+                        )
+                    } else {
+                        format!(
+                            "{} of {} source bytes are taken and this source has {bytes}",
+                            entries.http_bytes, self.limits.max_source_bytes
+                        )
+                    };
+                    return Err(RegistryError::Full { what });
+                }
+            }
+            entries.http_count += 1;
+            entries.http_bytes += bytes;
+        }
+        entries.checking.insert(id.to_owned(), sha256.to_owned());
+        Ok(None)
+    }
+
+    async fn check_and_compile(
+        &self,
+        id: &str,
+        source: &str,
+    ) -> Result<(spade_envtools::check::CheckReport, Option<EnvSource>), RegistryError> {
         let _permit = self.checks.acquire().await.expect("never closed");
-        if let Some(existing) = self.lookup(&id, &sha256)? {
-            return Ok(existing);
-        }
         let report = check(&self.runtime, source, &self.options).await;
         let compiled = if report.accepted {
             match self.runtime.prepare(source).await {
                 Ok(prepared) => Some(prepared),
                 Err(err) => {
                     return Err(RegistryError::Invalid(format!(
-                        "the accepted source failed to compile again: {err}"
+                        "the accepted source of '{id}' failed to compile again: {err}"
                     )));
                 }
             }
         } else {
             None
         };
-        let error_codes = report
-            .findings
-            .iter()
-            .filter(|f| f.severity == spade_envtools::Severity::Error)
-            .map(|f| f.code.clone())
-            .collect();
-        let registration = Arc::new(Registration {
-            id: id.clone(),
-            sha256,
-            accepted: report.accepted,
-            class_name: report.class_name.clone(),
-            error_codes,
-            report: serde_json::to_value(&report).expect("check reports serialise"),
-            source: compiled,
-        });
-        self.envs
-            .write()
-            .expect("registry lock")
-            .insert(id, registration.clone());
-        Ok(registration)
+        Ok((report, compiled))
     }
 
-    /// The registration under `id`, `None` if absent, an error if `id` holds another source.
-    fn lookup(&self, id: &str, sha256: &str) -> Result<Option<Arc<Registration>>, RegistryError> {
-        match self.envs.read().expect("registry lock").get(id) {
-            Some(existing) if existing.sha256 == sha256 => Ok(Some(existing.clone())),
-            Some(_) => Err(RegistryError::Conflict { id: id.to_owned() }),
-            None => Ok(None),
+    /// Removes registration `id`. Episodes that are running it go on; new resets cannot
+    /// name it.
+    pub fn delete(&self, id: &str) -> Result<Arc<Registration>, RegistryError> {
+        let mut entries = self.write();
+        if entries.checking.contains_key(id) {
+            return Err(RegistryError::Checking { id: id.to_owned() });
         }
+        let Some(removed) = entries.envs.remove(id) else {
+            return Err(RegistryError::Unknown {
+                id: id.to_owned(),
+                known: entries.envs.keys().cloned().collect(),
+            });
+        };
+        if removed.origin == Origin::Http {
+            entries.http_count -= 1;
+            entries.http_bytes -= removed.bytes;
+        }
+        Ok(removed)
     }
 
     /// The registration `id`, or the only one when `id` is `None`.
     pub fn resolve(&self, id: Option<&str>) -> Result<Arc<Registration>, RegistryError> {
-        let envs = self.envs.read().expect("registry lock");
+        let entries = self.read();
+        let envs = &entries.envs;
         match id {
-            Some(id) => envs.get(id).cloned().ok_or_else(|| RegistryError::Unknown {
-                id: id.to_owned(),
-                known: envs.keys().cloned().collect(),
+            Some(id) => envs.get(id).cloned().ok_or_else(|| {
+                if entries.checking.contains_key(id) || entries.pending_startup.contains(id) {
+                    RegistryError::Checking { id: id.to_owned() }
+                } else {
+                    RegistryError::Unknown {
+                        id: id.to_owned(),
+                        known: envs.keys().cloned().collect(),
+                    }
+                }
             }),
-            None => match envs.len() {
-                0 => Err(RegistryError::None),
-                1 => Ok(envs.values().next().cloned().expect("one entry")),
+            None => match (envs.len(), entries.checking_count()) {
+                (0, 0) => Err(RegistryError::None),
+                (1, 0) => Ok(envs.values().next().cloned().expect("one entry")),
+                (0, _) => {
+                    let id = entries
+                        .checking
+                        .keys()
+                        .chain(entries.pending_startup.iter())
+                        .next()
+                        .cloned()
+                        .unwrap_or_default();
+                    Err(RegistryError::Checking { id })
+                }
                 _ => Err(RegistryError::Ambiguous {
                     ids: envs.keys().cloned().collect(),
                 }),
@@ -191,7 +442,7 @@ impl Registry {
         }
     }
 
-    /// The playable source of `id` (or of the only environment).
+    /// The playable source of `id` (or of the only environment); marks it as used.
     pub fn playable(&self, id: Option<&str>) -> Result<Arc<Registration>, RegistryError> {
         let registration = self.resolve(id)?;
         if registration.source.is_none() {
@@ -200,16 +451,41 @@ impl Registry {
                 codes: registration.error_codes.clone(),
             });
         }
+        registration.last_used.store(self.tick(), Ordering::Relaxed);
         Ok(registration)
     }
 
     /// Every registration, by id.
     pub fn list(&self) -> Vec<Arc<Registration>> {
-        self.envs
-            .read()
-            .expect("registry lock")
-            .values()
-            .cloned()
-            .collect()
+        self.read().envs.values().cloned().collect()
     }
+
+    /// How many are ready, rejected and still being checked.
+    pub fn readiness(&self) -> Readiness {
+        let entries = self.read();
+        let ready = entries.envs.values().filter(|r| r.accepted).count();
+        Readiness {
+            ready,
+            rejected: entries.envs.len() - ready,
+            checking: entries.checking_count(),
+        }
+    }
+}
+
+/// Evicts the least recently used HTTP registration that no running episode holds.
+/// `false`: there is none.
+fn evict_one(entries: &mut Entries) -> bool {
+    let victim = entries
+        .envs
+        .values()
+        .filter(|r| r.origin == Origin::Http && Arc::strong_count(r) == 1)
+        .min_by_key(|r| r.last_used.load(Ordering::Relaxed))
+        .map(|r| r.id.clone());
+    let Some(id) = victim else {
+        return false;
+    };
+    let removed = entries.envs.remove(&id).expect("the victim is registered");
+    entries.http_count -= 1;
+    entries.http_bytes -= removed.bytes;
+    true
 }

@@ -20,8 +20,9 @@ use serde_json::Map;
 use sha2::{Digest, Sha256};
 use spade_sandbox::Runtime;
 use tokio::net::TcpListener;
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::watch;
 
+use crate::admission::{Admission, check_budget, default_budget};
 use crate::http;
 use crate::registry::Registry;
 use crate::session::SessionContext;
@@ -32,8 +33,17 @@ use crate::ws;
 pub struct ServeConfig {
     /// Address to listen on. Default `127.0.0.1:8000` (loopback only).
     pub bind: SocketAddr,
-    /// Most WebSocket sessions open at once; one more gets `CAPACITY_REACHED`. Default 256.
+    /// Most sessions at once: WebSocket sessions and HTTP `/reset` and `/step` calls in
+    /// flight; one more gets `CAPACITY_REACHED` at once. Default 256, and it must fit in
+    /// `memory_budget` (see [`crate::admission`]).
     pub max_sessions: usize,
+    /// Bytes that every sandbox the server may run at once, at its memory limit, must fit in.
+    /// `None`: three quarters of the machine's memory. The server does not start when
+    /// `max_sessions` does not fit.
+    pub memory_budget: Option<u64>,
+    /// Allow a bind to an address other than loopback without a token. Default `false`: such a
+    /// server would run any code that anyone who can reach it sends.
+    pub insecure_no_auth: bool,
     /// A session with no message for this long is closed (`SESSION_ERROR`). Default 300 s.
     pub idle_timeout: Option<Duration>,
     /// With a token, every request needs `Authorization: Bearer <token>` or gets 401.
@@ -51,11 +61,55 @@ impl Default for ServeConfig {
         ServeConfig {
             bind: SocketAddr::from(([127, 0, 0, 1], 8000)),
             max_sessions: 256,
+            memory_budget: None,
+            insecure_no_auth: false,
             idle_timeout: Some(Duration::from_secs(300)),
             token: None,
             record_dir: None,
             max_message_bytes: 1 << 20,
         }
+    }
+}
+
+/// Why a server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum BindError {
+    /// The configuration is refused (budget, security); the message says what to change.
+    #[error("{0}")]
+    Config(String),
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("cannot create the record directory '{}': {source}", .dir.display())]
+    RecordDir {
+        dir: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+impl ServeConfig {
+    /// Refuses a configuration that is unsafe or over the memory budget: a non-loopback bind
+    /// without a token (unless `insecure_no_auth`), and `max_sessions` that do not fit in the
+    /// budget with sandboxes of `memory_limit` bytes and `check_workers` checks.
+    pub fn validate(&self, memory_limit: u64, check_workers: usize) -> Result<(), BindError> {
+        if self.token.is_none() && !self.bind.ip().is_loopback() && !self.insecure_no_auth {
+            return Err(BindError::Config(format!(
+                "refusing to serve on {} without a token: anyone who can reach it could run code and fill its memory; give --token-file FILE, bind to 127.0.0.1, or pass --insecure-no-auth if the network is trusted",
+                self.bind
+            )));
+        }
+        let budget = match self.memory_budget.or_else(default_budget) {
+            Some(budget) => budget,
+            None => {
+                return Err(BindError::Config(
+                    "cannot read the machine's memory (/proc/meminfo) for the default memory budget; give --memory-budget".to_owned(),
+                ));
+            }
+        };
+        check_budget(self.max_sessions, check_workers, memory_limit, budget)
+            .map_err(BindError::Config)
     }
 }
 
@@ -65,7 +119,8 @@ pub struct AppState {
     pub sessions: Arc<SessionContext>,
     /// The same context with recording off (for OpenEnv's stateless HTTP endpoints).
     stateless: Arc<SessionContext>,
-    slots: Arc<Semaphore>,
+    /// The session slots every sandbox-creating request takes.
+    pub admission: Admission,
     pub shutdown: watch::Receiver<bool>,
     token_sha256: Option<[u8; 32]>,
     next_session: AtomicU64,
@@ -84,10 +139,6 @@ impl AppState {
     pub fn sessions_without_recording(&self) -> Arc<SessionContext> {
         self.stateless.clone()
     }
-
-    fn active_sessions(&self) -> usize {
-        self.config.max_sessions - self.slots.available_permits()
-    }
 }
 
 /// A bound server, ready to run.
@@ -98,16 +149,30 @@ pub struct Server {
 }
 
 impl Server {
-    /// Binds `config.bind` and prepares a server over `registry`.
+    /// Checks `config` against the runtime's limits and the registry's, binds `config.bind`
+    /// and prepares a server over `registry`.
     pub async fn bind(
         runtime: Runtime,
         registry: Arc<Registry>,
         config: ServeConfig,
-    ) -> std::io::Result<Server> {
+    ) -> Result<Server, BindError> {
+        config.validate(
+            runtime.limits().memory_limit as u64,
+            registry.limits().check_workers,
+        )?;
         if let Some(dir) = &config.record_dir {
-            std::fs::create_dir_all(dir)?;
+            std::fs::create_dir_all(dir).map_err(|source| BindError::RecordDir {
+                dir: dir.clone(),
+                source,
+            })?;
         }
-        let listener = TcpListener::bind(config.bind).await?;
+        let listener =
+            TcpListener::bind(config.bind)
+                .await
+                .map_err(|source| BindError::Listen {
+                    addr: config.bind,
+                    source,
+                })?;
         let (shutdown_tx, shutdown) = watch::channel(false);
         let sessions = Arc::new(SessionContext {
             registry: registry.clone(),
@@ -122,7 +187,7 @@ impl Server {
         let token_sha256 = config.token.as_deref().map(digest);
         let id_prefix = process_prefix();
         let state = Arc::new(AppState {
-            slots: Arc::new(Semaphore::new(config.max_sessions)),
+            admission: Admission::new(config.max_sessions),
             config,
             sessions,
             stateless,
@@ -164,7 +229,7 @@ impl Server {
         });
         let result = serve.await;
         let deadline = tokio::time::Instant::now() + drain;
-        while state.active_sessions() > 0 && tokio::time::Instant::now() < deadline {
+        while state.admission.active() > 0 && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         result
@@ -181,7 +246,7 @@ fn router(state: Arc<AppState>) -> Router {
         .route("/reset", post(http::reset))
         .route("/step", post(http::step))
         .route("/envs", get(http::list_envs).post(http::register_env))
-        .route("/envs/{id}", get(http::get_env))
+        .route("/envs/{id}", get(http::get_env).delete(http::delete_env))
         .route("/trajectories/{id}", get(http::trajectory))
         .route("/ws", get(websocket))
         .fallback(http::not_found)
@@ -193,13 +258,9 @@ fn router(state: Arc<AppState>) -> Router {
 async fn websocket(State(state): State<Arc<AppState>>, upgrade: WebSocketUpgrade) -> Response {
     let hard_cap = state.config.max_message_bytes.saturating_mul(4);
     let upgrade = upgrade.max_message_size(hard_cap).max_frame_size(hard_cap);
-    match state.slots.clone().try_acquire_owned() {
+    match state.admission.admit() {
         Ok(permit) => upgrade.on_upgrade(move |socket| ws::run(socket, state, permit)),
-        Err(_) => {
-            let active = state.active_sessions();
-            let max = state.config.max_sessions;
-            upgrade.on_upgrade(move |socket| ws::refuse(socket, active, max))
-        }
+        Err(full) => upgrade.on_upgrade(move |socket| ws::refuse(socket, full)),
     }
 }
 

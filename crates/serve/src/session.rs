@@ -10,12 +10,12 @@ use std::sync::Arc;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use spade_envtools::trajectory::{RecordError, RecordMeta, Recorder};
-use spade_sandbox::{CallError, ErrorKind, Runtime, Sandbox, SandboxOptions};
+use spade_sandbox::{CallError, EnvSource, ErrorKind, Runtime, Sandbox, SandboxOptions};
 
 use crate::protocol::{
     ObservationMeta, ObservationPayload, ResetFields, SpadeAction, SpadeObservation,
 };
-use crate::registry::Registry;
+use crate::registry::{Registration, Registry};
 
 /// What every session of a server shares.
 pub struct SessionContext {
@@ -37,6 +37,10 @@ pub enum SessionError {
     /// The sandbox hit a host limit and is dead; the session ends.
     #[error("{message}")]
     Dead { kind: ErrorKind, message: String },
+    /// A step in a session that never had an episode: usually a client that reconnected
+    /// after its session was closed (idle timeout, server restart) and lost its episode.
+    #[error("{0}")]
+    NoEpisodeYet(String),
     /// The server could not write the trajectory.
     #[error("{0}")]
     Internal(String),
@@ -66,6 +70,21 @@ impl SessionError {
                 kind,
                 message: format!("{call} failed: {kind}: {}", err.detail()),
             }
+        }
+    }
+
+    /// A failure of a reset's new sandbox: the session and its current episode go on, even
+    /// when the new sandbox died (it was never the session's).
+    fn for_failed_reset(self) -> SessionError {
+        match self {
+            SessionError::Dead { kind, message } => SessionError::Env {
+                kind,
+                message: message.replace(
+                    "; this session is closed",
+                    "; the reset failed and the session's current episode, if any, goes on",
+                ),
+            },
+            other => other,
         }
     }
 
@@ -147,6 +166,8 @@ impl Driver {
 struct Episode {
     id: String,
     env_id: String,
+    /// Held so that the registry does not evict an environment while it is played.
+    _registration: Arc<Registration>,
     seed: u64,
     steps: u64,
     /// Why the episode is over, once it is.
@@ -179,9 +200,11 @@ impl Session {
         &self.id
     }
 
-    /// Ends the current episode (if any) in a fresh sandbox, then resets `env_id` with `seed`.
+    /// Resets `env_id` with `seed` in a fresh sandbox; once that succeeded, ends the current
+    /// episode (if any) and makes the new one current. A reset that fails (a bad request, an
+    /// unknown or rejected environment, an exception in the environment, a sandbox limit)
+    /// leaves the current episode as it was.
     pub async fn reset(&mut self, fields: ResetFields) -> Result<Outcome, SessionError> {
-        self.finish()?;
         let registration = self
             .ctx
             .registry
@@ -196,55 +219,13 @@ impl Session {
             seed,
             max_turns: fields.max_turns,
         };
-        let episode_id = match fields.episode_id {
-            Some(id) => id,
+        let episode_id = match &fields.episode_id {
+            Some(id) => id.clone(),
             None => format!("{}-{}", self.id, self.episodes),
         };
         self.episodes += 1;
-        let mut driver = match &self.ctx.record_dir {
-            None => Driver::Plain(Box::new(
-                self.ctx
-                    .runtime
-                    .sandbox_from(&source, options)
-                    .await
-                    .map_err(|e| SessionError::from_call(e, "load"))?,
-            )),
-            Some(dir) => {
-                let path = dir.join(format!("{episode_id}.jsonl"));
-                let file = OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .open(&path)
-                    .map_err(|err| match err.kind() {
-                        io::ErrorKind::AlreadyExists => SessionError::Invalid(format!(
-                            "episode id '{episode_id}' is already used by a recorded trajectory"
-                        )),
-                        _ => SessionError::Internal(format!(
-                            "cannot create the trajectory file '{}': {err}",
-                            path.display()
-                        )),
-                    })?;
-                let meta = RecordMeta {
-                    hint: fields.hint.clone(),
-                    ..RecordMeta::default()
-                };
-                let recorder = Recorder::start(
-                    &self.ctx.runtime,
-                    source.text(),
-                    options,
-                    meta,
-                    BufWriter::new(file),
-                )
-                .await
-                .map_err(|e| SessionError::Internal(format!("writing the trajectory: {e}")))?;
-                if let Err(err) = recorder.info() {
-                    let err = SessionError::from_call(err.clone(), "load");
-                    let _ = recorder.finish();
-                    return Err(err);
-                }
-                Driver::Recorded(Box::new(recorder))
-            }
-        };
+        let ctx = self.ctx.clone();
+        let mut driver = start_driver(&ctx, &source, options, &episode_id, &fields).await?;
         let result = match &mut driver {
             Driver::Plain(s) => s
                 .reset(Some(seed))
@@ -255,24 +236,25 @@ impl Session {
                 .await
                 .map_err(|e| SessionError::from_record(e, "reset")),
         };
+        let reset = match result {
+            Ok(reset) => reset,
+            Err(err) => {
+                // The new episode never started: its trajectory (if recorded) is finished
+                // with the failure, and the current episode goes on.
+                let _ = driver.finish();
+                return Err(err.for_failed_reset());
+            }
+        };
         let fuel = driver.fuel();
-        let mut episode = Episode {
+        let finished = self.finish();
+        let episode = Episode {
             id: episode_id,
             env_id: registration.id.clone(),
+            _registration: registration,
             seed,
             steps: 0,
             ended: None,
             driver: Some(driver),
-        };
-        let reset = match result {
-            Ok(reset) => reset,
-            Err(err) => {
-                if matches!(err, SessionError::Dead { .. }) {
-                    episode.end("dead")?;
-                }
-                self.episode = Some(episode);
-                return Err(err);
-            }
         };
         let text = match &fields.hint {
             Some(hint) if !hint.is_empty() => format!("{}\n\nHINT: {hint}", reset.observation),
@@ -290,6 +272,7 @@ impl Session {
             step_count: 0,
         };
         self.episode = Some(episode);
+        finished?;
         Ok(outcome)
     }
 
@@ -297,6 +280,12 @@ impl Session {
     /// the episode terminates or is truncated; later steps are errors until the next reset.
     pub async fn step(&mut self, action: SpadeAction) -> Result<Outcome, SessionError> {
         let Some(episode) = &mut self.episode else {
+            if self.episodes == 0 {
+                return Err(SessionError::NoEpisodeYet(format!(
+                    "session '{}' is new and has no episode: send reset before step (a client that reconnected after its session was closed, for example after the idle timeout, is in a new session)",
+                    self.id
+                )));
+            }
             return Err(SessionError::Invalid(
                 "no episode is running: send reset before step".to_owned(),
             ));
@@ -370,6 +359,57 @@ impl Session {
         }
         Ok(())
     }
+}
+
+/// A fresh sandbox for a new episode, recorded when the server records.
+async fn start_driver(
+    ctx: &SessionContext,
+    source: &EnvSource,
+    options: SandboxOptions,
+    episode_id: &str,
+    fields: &ResetFields,
+) -> Result<Driver, SessionError> {
+    let Some(dir) = &ctx.record_dir else {
+        let sandbox = ctx
+            .runtime
+            .sandbox_from(source, options)
+            .await
+            .map_err(|e| SessionError::from_call(e, "load").for_failed_reset())?;
+        return Ok(Driver::Plain(Box::new(sandbox)));
+    };
+    let path = dir.join(format!("{episode_id}.jsonl"));
+    let file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&path)
+        .map_err(|err| match err.kind() {
+            io::ErrorKind::AlreadyExists => SessionError::Invalid(format!(
+                "episode id '{episode_id}' is already used by a recorded trajectory"
+            )),
+            _ => SessionError::Internal(format!(
+                "cannot create the trajectory file '{}': {err}",
+                path.display()
+            )),
+        })?;
+    let meta = RecordMeta {
+        hint: fields.hint.clone(),
+        ..RecordMeta::default()
+    };
+    let recorder = Recorder::start(
+        &ctx.runtime,
+        source.text(),
+        options,
+        meta,
+        BufWriter::new(file),
+    )
+    .await
+    .map_err(|e| SessionError::Internal(format!("writing the trajectory: {e}")))?;
+    if let Err(err) = recorder.info() {
+        let err = SessionError::from_call(err.clone(), "load").for_failed_reset();
+        let _ = recorder.finish();
+        return Err(err);
+    }
+    Ok(Driver::Recorded(Box::new(recorder)))
 }
 
 impl Episode {

@@ -8,6 +8,7 @@ use axum::extract::ws::{CloseFrame, Message, WebSocket, close_code};
 use serde_json::{Map, Value, json};
 use tokio::sync::OwnedSemaphorePermit;
 
+use crate::admission::AtCapacity;
 use crate::protocol::{
     ErrorCode, ResetFields, SpadeAction, error_frame, observation_frame, state_frame, type_name,
 };
@@ -22,13 +23,11 @@ enum Next {
 }
 
 /// Refuses a connection when the server is full: OpenEnv's capacity error, then a close.
-pub async fn refuse(mut socket: WebSocket, active: usize, max: usize) {
+pub async fn refuse(mut socket: WebSocket, full: AtCapacity) {
     let mut extra = Map::new();
-    extra.insert("active_sessions".to_owned(), json!(active));
-    extra.insert("max_sessions".to_owned(), json!(max));
-    let message = format!(
-        "Server at capacity: {active}/{max} sessions active. Cannot accept new connections."
-    );
+    extra.insert("active_sessions".to_owned(), json!(full.active));
+    extra.insert("max_sessions".to_owned(), json!(full.max));
+    let message = full.message();
     let _ = socket
         .send(Message::Text(
             error_frame(ErrorCode::CapacityReached, &message, extra).into(),
@@ -68,6 +67,12 @@ pub async fn run(mut socket: WebSocket, state: Arc<AppState>, _permit: OwnedSema
                 break Next::Close(close_code::NORMAL, "idle timeout".to_owned());
             }
             Received::Gone => break Next::Continue,
+            Received::TooBig => {
+                break Next::Close(
+                    close_code::SIZE,
+                    "message over 4x --max-message-bytes".to_owned(),
+                );
+            }
             Received::Text(text) => text,
             Received::Binary => {
                 let message =
@@ -116,8 +121,10 @@ enum Received {
     Text(String),
     Binary,
     Idle,
-    /// The client closed the connection or it broke (including a frame over the hard size cap).
+    /// The client closed the connection or it broke.
     Gone,
+    /// A message over the hard size cap (4x the limit): the connection is closed with 1009.
+    TooBig,
 }
 
 async fn recv(socket: &mut WebSocket, idle: Option<Duration>) -> Received {
@@ -133,9 +140,19 @@ async fn recv(socket: &mut WebSocket, idle: Option<Duration>) -> Received {
             Some(Ok(Message::Text(text))) => return Received::Text(text.as_str().to_owned()),
             Some(Ok(Message::Binary(_))) => return Received::Binary,
             Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
+            Some(Err(err)) if is_capacity(&err) => return Received::TooBig,
             Some(Ok(Message::Close(_))) | Some(Err(_)) | None => return Received::Gone,
         }
     }
+}
+
+/// Whether a receive failed on a message or frame over the size cap.
+fn is_capacity(err: &axum::Error) -> bool {
+    let inner = std::error::Error::source(err);
+    matches!(
+        inner.and_then(|e| e.downcast_ref::<tungstenite::Error>()),
+        Some(tungstenite::Error::Capacity(_))
+    )
 }
 
 async fn send(socket: &mut WebSocket, text: String) {
@@ -282,6 +299,7 @@ fn answer(result: Result<crate::session::Outcome, SessionError>) -> (Option<Stri
             }
             let code = match &err {
                 SessionError::Invalid(_) => ErrorCode::ValidationError,
+                SessionError::NoEpisodeYet(_) => ErrorCode::SessionError,
                 _ => ErrorCode::ExecutionError,
             };
             let frame = error_frame(code, &err.to_string(), extra);

@@ -47,6 +47,44 @@ fn bad_command_lines_are_clear_errors() {
         1,
         "is empty",
     );
+    // Secure by default: a non-loopback bind needs a token or an explicit opt-out.
+    fails_with(
+        &["serve", "--bind", "0.0.0.0:0"],
+        None,
+        1,
+        "refusing to serve on 0.0.0.0:0 without a token: anyone who can reach it could run code and fill its memory; give --token-file FILE, bind to 127.0.0.1, or pass --insecure-no-auth if the network is trusted",
+    );
+    // The memory budget: (2 x 4 sessions + 2 check workers) x 512 MiB = 5 GiB > 4 GiB.
+    fails_with(
+        &["serve", "--max-sessions", "4", "--memory-budget", "4G"],
+        None,
+        1,
+        "4 sessions do not fit in the memory budget: (2 sandboxes x 4 sessions + 2 check workers) x 512 MiB memory limit = 5 GiB > 4 GiB budget; use at most 3 sessions (--max-sessions), a smaller --memory-limit or a larger --memory-budget",
+    );
+    fails_with(
+        &["serve", "--memory-budget", "1G"],
+        None,
+        1,
+        "not one session fits in the memory budget of 1 GiB: a session needs 2 sandboxes of 512 MiB plus 1 GiB for the check workers",
+    );
+    fails_with(
+        &["serve", "--memory-limit", "1M"],
+        None,
+        1,
+        "--memory-limit 1 MiB is too small",
+    );
+    fails_with(
+        &["serve", "--memory-budget", "lots"],
+        None,
+        1,
+        "'lots' is not a size: write bytes, or a number with K, M, G or T",
+    );
+    fails_with(
+        &["serve", "--check-workers", "0"],
+        None,
+        1,
+        "--check-workers must be at least 1",
+    );
     fails_with(
         &["serve", "--bind", "nowhere"],
         None,

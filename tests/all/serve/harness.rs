@@ -20,17 +20,28 @@ pub struct ServeProcess {
     child: Child,
     pub addr: SocketAddr,
     stderr: PathBuf,
+    /// The server's standard output, line by line (a thread drains it, so the server never
+    /// sees a closed pipe).
+    stdout: std::sync::mpsc::Receiver<String>,
     _dir: tempfile::TempDir,
 }
 
 impl ServeProcess {
-    /// Starts `spade serve --bind 127.0.0.1:0 ARGS` and waits until it listens.
+    /// Starts `spade serve --bind 127.0.0.1:0 ARGS` and waits until it listens and its
+    /// start-up checks are done.
     pub fn start(args: &[&str]) -> ServeProcess {
         ServeProcess::start_with_env(args, &[])
     }
 
     /// [`ServeProcess::start`] with environment variables `env` set for the server.
     pub fn start_with_env(args: &[&str], env: &[(&str, &Path)]) -> ServeProcess {
+        let server = ServeProcess::start_listening(args, env);
+        server.wait_for_checks();
+        server
+    }
+
+    /// Starts the server and returns as soon as it listens (its start-up checks may still run).
+    pub fn start_listening(args: &[&str], env: &[(&str, &Path)]) -> ServeProcess {
         let dir = tempfile::tempdir().unwrap();
         let stderr = dir.path().join("stderr.txt");
         let mut child = Command::new(env!("CARGO_BIN_EXE_spade"))
@@ -44,10 +55,16 @@ impl ServeProcess {
             .stderr(std::fs::File::create(&stderr).unwrap())
             .spawn()
             .expect("spawning spade serve");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
+        let out = BufReader::new(child.stdout.take().unwrap());
+        let (tx, stdout) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in out.lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        let line = stdout
+            .recv_timeout(Duration::from_secs(120))
+            .unwrap_or_default();
         let Some(rest) = line.strip_prefix("spade serve: listening on http://") else {
             let _ = child.wait();
             panic!(
@@ -60,7 +77,22 @@ impl ServeProcess {
             child,
             addr,
             stderr,
+            stdout,
             _dir: dir,
+        }
+    }
+
+    /// Waits for the line that says every start-up check is done, and returns it.
+    pub fn wait_for_checks(&self) -> String {
+        loop {
+            match self.stdout.recv_timeout(Duration::from_secs(300)) {
+                Ok(line) if line.contains("environments checked") => return line,
+                Ok(_) => continue,
+                Err(err) => panic!(
+                    "spade serve did not finish its start-up checks ({err}):\n{}",
+                    self.stderr()
+                ),
+            }
         }
     }
 

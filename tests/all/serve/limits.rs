@@ -366,8 +366,8 @@ fn a_snapshot_truncated_under_a_live_server_does_not_end_it() {
         assert_eq!(reset(&server), expected);
     }
     assert_eq!(
-        http_json(server.addr, "GET", "/health", &[], None),
-        (200, json!({"status": "healthy"}))
+        http_json(server.addr, "GET", "/health", &[], None).1["status"],
+        "healthy"
     );
     assert!(server.terminate().success(), "{}", server.stderr());
 }

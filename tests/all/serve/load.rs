@@ -105,6 +105,11 @@ async fn sessions_256_at_once_each_match_their_spade_run_trace() {
     args.extend([
         "--max-sessions",
         "300",
+        // (300 sessions x 2 sandboxes + 2 check workers) x 512 MiB: the worst case is over
+        // this machine's memory, so the test states its own budget (these sandboxes touch a
+        // few MiB each). The default memory limit keeps the traces equal to `spade run`'s.
+        "--memory-budget",
+        "301G",
         "--record-dir",
         record.to_str().unwrap(),
     ]);

@@ -1,12 +1,14 @@
 //! `spade serve`: the OpenEnv wire protocol on loopback, driven by real clients (the stock
 //! `openenv` client and `spade_client` in Python, a raw WebSocket/HTTP client in Rust).
 
+mod admission;
 mod cli;
 mod harness;
 mod limits;
 mod load;
 mod protocol;
 mod python;
+mod registrations;
 
 /// The fixtures with actions that `spade check` accepts (the ones a session can play).
 pub const PLAYABLE: &[&str] = &[
@@ -40,4 +42,19 @@ pub fn serve_fixture(name: &str) -> String {
 /// `tests/envs/<name>/env.py`, relative to the repository root (where the server runs).
 pub fn env_path(name: &str) -> String {
     format!("tests/envs/{name}/env.py")
+}
+
+/// The sessions `spade serve` allows by default with sandboxes of `memory_limit` bytes, from
+/// the rule in docs/serve.md: a budget of 3/4 of the machine's memory holds 2 sandboxes per
+/// session plus 2 check workers, and at most 256 sessions.
+pub fn max_sessions_fitting(memory_limit: u64) -> u64 {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
+    let kib: u64 = meminfo
+        .lines()
+        .find(|l| l.starts_with("MemTotal:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|n| n.parse().ok())
+        .unwrap();
+    let budget = kib * 1024 / 4 * 3;
+    ((budget / memory_limit).saturating_sub(2) / 2).min(256)
 }

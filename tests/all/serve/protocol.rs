@@ -241,10 +241,12 @@ async fn malformed_messages_get_the_protocol_errors_and_the_session_goes_on() {
         "VALIDATION_ERROR",
         "must be a JSON object with a 'type', not an array",
     );
+    // A step in a session that never had an episode: a session error, so that a client that
+    // reconnected after its session was reaped can tell what happened.
     assert_error(
         &ws_call(&mut ws, json!({"type": "step", "data": {"message": "x"}})).await,
-        "VALIDATION_ERROR",
-        "no episode is running: send reset before step",
+        "SESSION_ERROR",
+        "is new and has no episode: send reset before step (a client that reconnected after its session was closed, for example after the idle timeout, is in a new session)",
     );
     assert_error(
         &ws_call(
@@ -327,7 +329,7 @@ async fn malformed_messages_get_the_protocol_errors_and_the_session_goes_on() {
         .await
         .unwrap();
     let closed = super::harness::ws_next(&mut ws).await;
-    assert!(matches!(closed, Err(Some(1009)) | Err(None)), "{closed:?}");
+    assert_eq!(closed, Err(Some(1009)));
     let step = ws_call(
         &mut other,
         json!({"type": "step", "data": {"message": "\\boxed{right}"}}),
@@ -353,9 +355,17 @@ async fn malformed_messages_get_the_protocol_errors_and_the_session_goes_on() {
 fn http_endpoints_follow_openenv() {
     let server = ServeProcess::start(&[&env_path("grid_walk"), "--max-message-bytes", "2048"]);
     let addr = server.addr;
+    let sessions = super::max_sessions_fitting(512 << 20);
     assert_eq!(
         http_json(addr, "GET", "/health", &[], None),
-        (200, json!({"status": "healthy"}))
+        (
+            200,
+            json!({
+                "status": "healthy",
+                "envs": {"ready": 1, "rejected": 0, "checking": 0},
+                "sessions": {"active": 0, "max": sessions},
+            })
+        )
     );
     let (status, meta) = http_json(addr, "GET", "/metadata", &[], None);
     assert_eq!(status, 200);

@@ -152,4 +152,8 @@ fn two_servers_under_a_local_ray_cluster_share_the_sessions() {
         assert_eq!(r[1].as_f64().unwrap(), want_total, "session {i}");
     }
     assert_eq!(result["exit_codes"], json!([0, 0]));
+    assert_eq!(
+        result["refused_without_token"],
+        "refusing to start spade serve on 10.255.255.1 without a token: pass token_file= (a file readable on every node), or insecure_no_auth=True on a trusted network"
+    );
 }

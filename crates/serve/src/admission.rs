@@ -1,0 +1,203 @@
+//! Admission: one path that every sandbox a request can create goes through, and the memory
+//! budget that bounds them.
+//!
+//! A WebSocket session, an HTTP `POST /reset` and an HTTP `POST /step` each take one session
+//! slot for as long as their sandbox lives; one more is refused at once with OpenEnv's
+//! `CAPACITY_REACHED`. A session holds at most two sandboxes: the running episode's and, while
+//! a reset runs, the new one (a reset that fails leaves the running episode as it was). A
+//! check of a registered source holds one. So the worst case is
+//! `(2 x sessions + check workers) x memory limit`, and the server does not start when that is
+//! over the memory budget.
+
+use std::sync::Arc;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// Sandboxes one session can hold at once (the running episode's and a reset's new one).
+pub const SANDBOXES_PER_SESSION: u64 = 2;
+
+/// The session slots.
+pub struct Admission {
+    slots: Arc<Semaphore>,
+    max: usize,
+}
+
+/// A refusal: every slot is taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AtCapacity {
+    pub active: usize,
+    pub max: usize,
+}
+
+impl AtCapacity {
+    /// OpenEnv's capacity message.
+    pub fn message(&self) -> String {
+        format!(
+            "Server at capacity: {}/{} sessions active. Cannot accept new connections.",
+            self.active, self.max
+        )
+    }
+}
+
+impl Admission {
+    /// `max` session slots.
+    pub fn new(max: usize) -> Admission {
+        Admission {
+            slots: Arc::new(Semaphore::new(max)),
+            max,
+        }
+    }
+
+    /// A slot, held until the permit is dropped, or the refusal.
+    pub fn admit(&self) -> Result<OwnedSemaphorePermit, AtCapacity> {
+        self.slots
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| AtCapacity {
+                active: self.active(),
+                max: self.max,
+            })
+    }
+
+    /// Slots taken now.
+    pub fn active(&self) -> usize {
+        self.max - self.slots.available_permits()
+    }
+
+    /// Slots in all.
+    pub fn max(&self) -> usize {
+        self.max
+    }
+}
+
+/// The most sessions that fit in `budget` bytes with `check_workers` checks running and each
+/// sandbox allowed `memory_limit` bytes.
+pub fn sessions_within(budget: u64, memory_limit: u64, check_workers: usize) -> u64 {
+    let sandboxes = budget / memory_limit.max(1);
+    sandboxes.saturating_sub(check_workers as u64) / SANDBOXES_PER_SESSION
+}
+
+/// Checks that `sessions` fit in `budget`; the error says by how much they do not and what to
+/// change.
+pub fn check_budget(
+    sessions: usize,
+    check_workers: usize,
+    memory_limit: u64,
+    budget: u64,
+) -> Result<(), String> {
+    let sandboxes = SANDBOXES_PER_SESSION * sessions as u64 + check_workers as u64;
+    let worst = sandboxes.saturating_mul(memory_limit);
+    if worst <= budget {
+        return Ok(());
+    }
+    Err(format!(
+        "{sessions} sessions do not fit in the memory budget: (2 sandboxes x {sessions} sessions + {check_workers} check workers) x {} memory limit = {} > {} budget; use at most {} sessions (--max-sessions), a smaller --memory-limit or a larger --memory-budget",
+        show_bytes(memory_limit),
+        show_bytes(worst),
+        show_bytes(budget),
+        sessions_within(budget, memory_limit, check_workers)
+    ))
+}
+
+/// The machine's memory, from `/proc/meminfo` (`MemTotal`); `None` where it cannot be read.
+pub fn machine_memory() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}
+
+/// The default budget: three quarters of the machine's memory, leaving the rest to the
+/// server's own process, the compiled guest and the operating system.
+pub fn default_budget() -> Option<u64> {
+    machine_memory().map(|m| m / 4 * 3)
+}
+
+/// Bytes as a person reads them: a whole binary unit when exact (`9 GiB`), else the bytes
+/// with an approximation (`9663676415 bytes (9.0 GiB)`).
+pub fn show_bytes(bytes: u64) -> String {
+    const UNITS: [(&str, u64); 4] = [
+        ("TiB", 1 << 40),
+        ("GiB", 1 << 30),
+        ("MiB", 1 << 20),
+        ("KiB", 1 << 10),
+    ];
+    for (unit, size) in UNITS {
+        if bytes >= size {
+            if bytes.is_multiple_of(size) {
+                return format!("{} {unit}", bytes / size);
+            }
+            return format!("{bytes} bytes ({:.1} {unit})", bytes as f64 / size as f64);
+        }
+    }
+    format!("{bytes} bytes")
+}
+
+/// Parses a size: a number of bytes, or a number with `K`, `M`, `G` or `T` (binary: 1K is
+/// 1024 bytes), optionally followed by `iB` or `B` (`512M`, `8GiB`, `1073741824`).
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let trimmed = text.trim();
+    let lower = trimmed.to_ascii_lowercase();
+    let body = lower
+        .strip_suffix("ib")
+        .or_else(|| lower.strip_suffix('b'))
+        .unwrap_or(&lower);
+    let (digits, shift) = match body.chars().last() {
+        Some('k') => (&body[..body.len() - 1], 10),
+        Some('m') => (&body[..body.len() - 1], 20),
+        Some('g') => (&body[..body.len() - 1], 30),
+        Some('t') => (&body[..body.len() - 1], 40),
+        _ => (body, 0),
+    };
+    let bad = || {
+        format!(
+            "'{trimmed}' is not a size: write bytes, or a number with K, M, G or T (for example 512M or 8GiB)"
+        )
+    };
+    let number: u64 = digits.trim().parse().map_err(|_| bad())?;
+    number.checked_mul(1u64 << shift).ok_or_else(bad)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_in_binary_units() {
+        assert_eq!(parse_size("1024"), Ok(1024));
+        assert_eq!(parse_size("512M"), Ok(512 << 20));
+        assert_eq!(parse_size("8GiB"), Ok(8 << 30));
+        assert_eq!(parse_size("2g"), Ok(2 << 30));
+        assert_eq!(parse_size("64KB"), Ok(64 << 10));
+        assert!(
+            parse_size("lots")
+                .unwrap_err()
+                .contains("'lots' is not a size")
+        );
+        assert!(parse_size("99999999999T").is_err());
+    }
+
+    #[test]
+    fn the_budget_counts_two_sandboxes_per_session_and_the_checks() {
+        // (2 x 8 + 2) x 512 MiB = 9 GiB.
+        assert_eq!(check_budget(8, 2, 512 << 20, 9 << 30), Ok(()));
+        let err = check_budget(8, 2, 512 << 20, (9 << 30) - 1).unwrap_err();
+        assert!(err.contains("= 9 GiB >"), "{err}");
+        assert!(err.contains("use at most 7 sessions"), "{err}");
+        assert_eq!(sessions_within(9 << 30, 512 << 20, 2), 8);
+        assert_eq!(sessions_within(1 << 30, 512 << 20, 2), 0);
+    }
+
+    #[test]
+    fn admission_refuses_past_the_slots_and_frees_them() {
+        let admission = Admission::new(2);
+        let a = admission.admit().unwrap();
+        let _b = admission.admit().unwrap();
+        assert_eq!(
+            admission.admit().unwrap_err(),
+            AtCapacity { active: 2, max: 2 }
+        );
+        drop(a);
+        assert!(admission.admit().is_ok());
+    }
+}

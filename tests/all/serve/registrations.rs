@@ -1,0 +1,152 @@
+//! Registrations are bounded: a cap on their number and bytes with least-recently-used
+//! eviction of unused ones, `DELETE /envs/{id}`, checks that run concurrently, and start-up
+//! checks that run after the port opened.
+
+use serde_json::{Value, json};
+
+use super::harness::{ServeProcess, assert_error, http_json, ws_call, ws_connect};
+use super::{env_path, serve_fixture};
+
+/// grid_walk's source with a comment that makes it a distinct source.
+fn variant(n: u32) -> String {
+    let source =
+        std::fs::read_to_string(crate::common::repo_root().join(env_path("grid_walk"))).unwrap();
+    format!("{source}\n# variant {n}\n")
+}
+
+fn register(server: &ServeProcess, id: &str, source: &str) -> (u16, Value) {
+    let body = json!({"source": source, "id": id}).to_string();
+    http_json(server.addr, "POST", "/envs", &[], Some(&body))
+}
+
+fn ids(server: &ServeProcess) -> Vec<String> {
+    let (_, list) = http_json(server.addr, "GET", "/envs", &[], None);
+    list["envs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn registrations_are_capped_unused_ones_evicted_and_deletable() {
+    let server = ServeProcess::start(&["--max-registrations", "2"]);
+    assert_eq!(register(&server, "a", &variant(1)).0, 201);
+    assert_eq!(register(&server, "b", &variant(2)).0, 201);
+    // Registering "a" again counts as a use, so "b" is now the least recently used.
+    assert_eq!(register(&server, "a", &variant(1)).0, 200);
+    assert_eq!(register(&server, "c", &variant(3)).0, 201);
+    assert_eq!(ids(&server), ["a", "c"], "b was evicted");
+
+    // Environments that running episodes play are not evicted.
+    let mut on_a = ws_connect(server.addr, None).await.unwrap();
+    let mut on_c = ws_connect(server.addr, None).await.unwrap();
+    for (ws, id) in [(&mut on_a, "a"), (&mut on_c, "c")] {
+        let reset = ws_call(ws, json!({"type": "reset", "data": {"env_id": id}})).await;
+        assert_eq!(reset["type"], "observation", "{reset}");
+    }
+    let (status, full) = register(&server, "d", &variant(4));
+    assert_eq!(status, 507, "{full}");
+    assert_eq!(
+        full["detail"],
+        "the registry is full: 2 of 2 registrations are taken, and every registration is in use by a running episode; DELETE /envs/{id} one that is no longer needed"
+    );
+
+    // Deleting one makes room; its running episode goes on, new resets cannot name it.
+    let (status, deleted) = http_json(server.addr, "DELETE", "/envs/a", &[], None);
+    assert_eq!(
+        (status, &deleted["deleted"]),
+        (200, &json!("a")),
+        "{deleted}"
+    );
+    let step = json!({"type": "step", "data": {"message": "\\boxed{down}"}});
+    assert_eq!(ws_call(&mut on_a, step).await["type"], "observation");
+    let again = ws_call(&mut on_a, json!({"type": "reset", "data": {"env_id": "a"}})).await;
+    assert_error(&again, "VALIDATION_ERROR", "unknown environment id 'a'");
+    assert_eq!(register(&server, "d", &variant(4)).0, 201);
+    assert_eq!(ids(&server), ["c", "d"]);
+    let (status, missing) = http_json(server.addr, "DELETE", "/envs/a", &[], None);
+    assert_eq!(status, 404);
+    assert_eq!(
+        missing["detail"],
+        "unknown environment id 'a' (registered: c, d)"
+    );
+}
+
+#[test]
+fn registered_bytes_are_capped() {
+    let server = ServeProcess::start(&["--max-registered-bytes", "6K"]);
+    let source = variant(1);
+    assert!(
+        source.len() > 3 << 10 && source.len() < 6 << 10,
+        "{}",
+        source.len()
+    );
+    assert_eq!(register(&server, "a", &source).0, 201);
+    // A second one does not fit beside the first, so the unused first one is evicted.
+    assert_eq!(register(&server, "b", &variant(2)).0, 201);
+    assert_eq!(ids(&server), ["b"]);
+    let big = format!("{source}\n# {}\n", "x".repeat(6 << 10));
+    let (status, full) = register(&server, "big", &big);
+    assert_eq!(status, 413);
+    assert_eq!(
+        full["detail"],
+        format!(
+            "a source of {} bytes is over the registry's limit of 6144 bytes (--max-registered-bytes)",
+            big.len()
+        )
+    );
+}
+
+#[test]
+fn a_slow_check_holds_up_neither_the_port_nor_other_registrations() {
+    let slow = serve_fixture("slow_check.py");
+    let server = ServeProcess::start_listening(&[&slow], &[]);
+    // The port is open while the start-up check runs (it takes seconds).
+    let (status, health) = http_json(server.addr, "GET", "/health", &[], None);
+    assert_eq!(status, 200);
+    assert_eq!(health["status"], "healthy");
+    assert_eq!(
+        health["envs"],
+        json!({"ready": 0, "rejected": 0, "checking": 1})
+    );
+    let (status, early) = http_json(
+        server.addr,
+        "POST",
+        "/reset",
+        &[],
+        Some(r#"{"env_id": "slow_check"}"#),
+    );
+    assert_eq!(status, 422);
+    assert_eq!(
+        early["detail"],
+        "environment 'slow_check' is still being checked; GET /health says how many are ready"
+    );
+    // Another registration checks and answers while the slow one still runs.
+    let (status, fast) = register(&server, "fast", &variant(1));
+    assert_eq!((status, &fast["accepted"]), (201, &json!(true)), "{fast}");
+    let (_, health) = http_json(server.addr, "GET", "/health", &[], None);
+    assert_eq!(
+        health["envs"],
+        json!({"ready": 1, "rejected": 0, "checking": 1}),
+        "the slow check is still running after the fast one"
+    );
+    assert_eq!(
+        server.wait_for_checks(),
+        "spade serve: 1 environments checked (1 accepted, 0 not playable)"
+    );
+    let (_, health) = http_json(server.addr, "GET", "/health", &[], None);
+    assert_eq!(
+        health["envs"],
+        json!({"ready": 2, "rejected": 0, "checking": 0})
+    );
+    let (status, reset) = http_json(
+        server.addr,
+        "POST",
+        "/reset",
+        &[],
+        Some(r#"{"env_id": "slow_check"}"#),
+    );
+    assert_eq!(status, 200, "{reset}");
+}
