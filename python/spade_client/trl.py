@@ -1,13 +1,17 @@
-"""A TRL-style environment class: `GRPOTrainer(environment_factory=SpadeToolEnv.factory(url))`.
+"""A TRL environment class: `GRPOTrainer(environment_factory=SpadeToolEnv.factory(url))`.
 
-TRL creates one instance per rollout, calls `reset(**row)` with the dataset row's columns and
-exposes the public methods (here one: `reply`) to the model as tools, read from their
-signatures and docstrings. A reward function reads `env.reward` of each environment.
+TRL (1.16) creates instances from the factory, pools them, calls `reset(**row)` with the dataset
+row's columns before each rollout, and exposes every public method of the class except `reset`
+and `get_reward` to the model as a tool, read from its signature and docstring. Here that is
+one tool, `reply`. TRL reads the rollout's reward from `get_reward()`. It never calls `close`,
+so the session is released when TRL drops the instance (or at `close()`, or on leaving a
+`with` block).
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+import weakref
+from typing import Any, Callable, List, Optional
 
 from .client import SpadeAction, SpadeEnv, SpadeServerError
 
@@ -28,7 +32,9 @@ class SpadeToolEnv:
         self._base_url = base_url
         self._token = token
         self._default_env_id = env_id
-        self._client = None
+        # The connected client, in a holder the finalizer can close without holding `self`.
+        self._holder: List[Any] = [None]
+        self._finalizer = weakref.finalize(self, _close_holder, self._holder)
         self.reward = 0.0
         self.total_reward = 0.0
         self.done = False
@@ -41,10 +47,11 @@ class SpadeToolEnv:
         return lambda: cls(base_url, token=token, env_id=env_id)
 
     def _connect(self):
-        if self._client is None:
-            self._client = SpadeEnv(base_url=self._base_url, token=self._token).sync()
-            self._client.connect()
-        return self._client
+        if self._holder[0] is None:
+            client = SpadeEnv(base_url=self._base_url, token=self._token).sync()
+            client.connect()
+            self._holder[0] = client
+        return self._holder[0]
 
     def reset(self, **kwargs: Any) -> str:
         fields = {k: kwargs[k] for k in self.RESET_FIELDS if kwargs.get(k) is not None}
@@ -81,7 +88,30 @@ class SpadeToolEnv:
         self.done = bool(result.done)
         return result.observation.text
 
-    def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
-            self._client = None
+    def get_reward(self) -> float:
+        """The return of the current episode so far (the sum of its rewards), as TRL reads it."""
+        return self.total_reward
+
+    def _close(self) -> None:
+        _close_holder(self._holder)
+
+    # A property, not a method, so that TRL does not offer `close` to the model as a tool.
+    @property
+    def close(self) -> Callable[[], None]:
+        """`env.close()` ends the session (its slot on the server is free again)."""
+        return self._close
+
+    def __enter__(self) -> "SpadeToolEnv":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._close()
+
+
+def _close_holder(holder: List[Any]) -> None:
+    client, holder[0] = holder[0], None
+    if client is not None:
+        try:
+            client.close()
+        except Exception:  # noqa: BLE001 - the connection may already be gone
+            pass

@@ -6,8 +6,14 @@ expected.json: {"env_id", "seed", "actions", "texts", "rewards", "faulty_source"
 Exits non-zero with a message on the first mismatch; prints "ok" at the end.
 """
 
+import gc
+import inspect
 import json
 import sys
+import time
+import urllib.request
+
+from transformers.utils import get_json_schema
 
 from spade_client import SpadeAction, SpadeEnv, SpadeServerError, SpadeToolEnv, list_envs, register_env
 
@@ -78,5 +84,41 @@ for i, action in enumerate(exp["actions"]):
 check(tool_env.done and tool_env.reward == exp["rewards"][-1], f"tool env reward {tool_env.reward}")
 check(abs(tool_env.total_reward - sum(exp["rewards"])) < 1e-9, "tool env total reward")
 check(tool_env.reply("more") == "The episode is over.", "tool env after the end")
+check(tool_env.get_reward() == tool_env.total_reward, "get_reward is the episode's return")
 tool_env.close()
+
+# What TRL 1.16's GRPOTrainer does with an environment class (grpo_trainer.py): every function
+# on the class except reset and get_reward whose name does not start with "_" becomes a tool,
+# its JSON schema built from the docstring by transformers.utils.get_json_schema.
+members = [name for name, _ in inspect.getmembers(SpadeToolEnv, predicate=inspect.isfunction)]
+tools = [m for m in members if m not in ("reset", "get_reward") and not m.startswith("_")]
+check(tools == ["reply"], f"the tools TRL would expose: {tools}")
+check("reset" in members and "get_reward" in members, f"TRL needs reset and get_reward: {members}")
+schema = get_json_schema(SpadeToolEnv(url).reply)
+check(schema["function"]["name"] == "reply", f"tool schema {schema}")
+check(list(schema["function"]["parameters"]["properties"]) == ["message"], f"tool parameters {schema}")
+
+
+def active_sessions():
+    with urllib.request.urlopen(f"{url}/health") as answer:
+        return json.load(answer)["sessions"]["active"]
+
+
+# TRL never calls close: the session is released when the instance is dropped.
+base = active_sessions()
+dropped = SpadeToolEnv.factory(url)()
+dropped.reset(env_id=exp["env_id"], seed=exp["seed"])
+check(active_sessions() == base + 1, "the tool env holds a session")
+del dropped
+gc.collect()
+deadline = time.time() + 10
+while active_sessions() != base and time.time() < deadline:
+    time.sleep(0.05)
+check(active_sessions() == base, f"a dropped tool env released its session ({active_sessions()} != {base})")
+with SpadeToolEnv(url) as scoped:
+    scoped.reset(env_id=exp["env_id"], seed=exp["seed"])
+deadline = time.time() + 10
+while active_sessions() != base and time.time() < deadline:
+    time.sleep(0.05)
+check(active_sessions() == base, "leaving a with block released the session")
 print("ok")
