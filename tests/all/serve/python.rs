@@ -157,3 +157,59 @@ fn two_servers_under_a_local_ray_cluster_share_the_sessions() {
         "refusing to start spade serve on 10.255.255.1 without a token: pass token_file= (a file readable on every node), or insecure_no_auth=True on a trusted network"
     );
 }
+
+#[test]
+fn trl_grpo_trainer_trains_through_spade_tool_env_unchanged() {
+    // TRL 1.16's GRPOTrainer with `environment_factory=SpadeToolEnv.factory(url)` and nothing
+    // patched: one GRPO step on a tiny model the script writes, through a real server that
+    // records every episode. The rewards TRL logs must be the environment's: trl_echo scores
+    // 0.75 for a reply with \boxed{} and 0.25 otherwise, and an episode the model never
+    // replied in scores 0.
+    let dir = tempfile::tempdir().unwrap();
+    let record = dir.path().join("traj");
+    let server = ServeProcess::start(&[
+        &super::serve_fixture("trl_echo.py"),
+        "--record-dir",
+        record.to_str().unwrap(),
+    ]);
+    let out = run_python(
+        "tests/trl_grpo_step.py",
+        &[
+            &server.url(),
+            "trl_echo",
+            dir.path().join("out").to_str().unwrap(),
+        ],
+    );
+    let result: Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    let episodes = result["episodes"].as_array().unwrap();
+    assert_eq!(episodes.len(), 4, "one episode per rollout: {result}");
+    // The script has exited, so its sessions are closed and every trajectory has its footer.
+    let mut totals = Vec::new();
+    for episode in episodes {
+        let path = record.join(format!("{}.jsonl", episode.as_str().unwrap()));
+        let mut footer = Value::Null;
+        for _ in 0..200 {
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            if let Some(last) = text.lines().last()
+                && let Ok(line) = serde_json::from_str::<Value>(last)
+                && line["type"] == "footer"
+            {
+                footer = line;
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let total = footer["total_reward"]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{}: no footer", path.display()));
+        assert!([0.0, 0.25, 0.75].contains(&total), "{total}");
+        totals.push(total);
+    }
+    let mean = totals.iter().sum::<f64>() / totals.len() as f64;
+    assert!(mean > 0.0, "no rollout called the tool: {totals:?}");
+    let logged = result["reward_mean"].as_f64().unwrap();
+    assert!(
+        (logged - mean).abs() < 1e-6,
+        "TRL logged a mean reward of {logged}, the environment gave {totals:?}"
+    );
+}
