@@ -92,7 +92,13 @@ def main():
     counts = [int(n) for n in args.sessions.split(",")]
     most = max(counts) + 8
 
-    spade, spade_url = start([args.spade, "serve", args.env, "--bind", "127.0.0.1:0", "--max-sessions", str(most)])
+    # The worst case of `most` sessions at the default 512 MiB memory limit is over a small
+    # machine's default budget; grid_walk's sandboxes touch a few MiB, so the benchmark states
+    # the budget the worst case needs: (2 per session + 2 check workers) x 512 MiB.
+    budget = f"{(2 * most + 2) * 512}M"
+    spade, spade_url = start(
+        [args.spade, "serve", args.env, "--bind", "127.0.0.1:0", "--max-sessions", str(most), "--memory-budget", budget]
+    )
     port = free_port()
     openenv, openenv_url = start([sys.executable, os.path.join(HERE, "openenv_exec_server.py"), args.env, str(port), str(most)])
     rows = []

@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
 
 use crate::admission::AtCapacity;
-use crate::protocol::{ResetFields, SpadeAction, check_id, type_name};
+use crate::protocol::{FieldError, ResetFields, SpadeAction, check_id, type_name};
 use crate::registry::RegistryError;
 use crate::server::AppState;
 use crate::session::{Outcome, Session, SessionError, stateless_step};
@@ -31,6 +31,17 @@ pub fn error(
 
 fn plain_error(status: StatusCode, message: impl Into<String>) -> Response {
     error(status, message, Map::new())
+}
+
+/// FastAPI's answer to a request body that does not validate: 422 with `detail` a list of
+/// `{type, loc, msg}`, each `loc` starting at `body`.
+fn invalid_body(err: FieldError) -> Response {
+    let detail = json!([err.under("body").to_json()]);
+    (
+        StatusCode::UNPROCESSABLE_ENTITY,
+        axum::Json(json!({ "detail": detail })),
+    )
+        .into_response()
 }
 
 /// `GET /health`: OpenEnv's `{"status": "healthy"}`, with how many environments are ready,
@@ -92,9 +103,14 @@ pub async fn schema() -> Response {
     axum::Json(crate::protocol::schema()).into_response()
 }
 
-/// `GET /state`: the state of a fresh environment, as OpenEnv's stateless endpoint.
+/// `GET /state`: the state of a fresh environment, as OpenEnv's stateless endpoint, in the
+/// shape `/schema` advertises (no episode, no session).
 pub async fn state() -> Response {
-    axum::Json(json!({"episode_id": null, "step_count": 0})).into_response()
+    axum::Json(json!({
+        "episode_id": null, "step_count": 0, "env_id": null, "seed": null, "done": false,
+        "session_id": null,
+    }))
+    .into_response()
 }
 
 /// Parses a request body as a JSON object (empty body: `{}` when `empty_ok`).
@@ -118,21 +134,17 @@ fn body_object(
     if empty_ok && bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok(Map::new());
     }
-    let value: Value = serde_json::from_slice(&bytes).map_err(|err| {
-        plain_error(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            format!("Invalid JSON: {err}"),
-        )
-    })?;
+    let value: Value = serde_json::from_slice(&bytes)
+        .map_err(|err| invalid_body(FieldError::at(&[], format!("Invalid JSON: {err}"))))?;
     match value {
         Value::Object(object) => Ok(object),
-        other => Err(Box::new(plain_error(
-            StatusCode::UNPROCESSABLE_ENTITY,
+        other => Err(Box::new(invalid_body(FieldError::at(
+            &[],
             format!(
                 "the request body must be a JSON object, not {}",
                 type_name(&other)
             ),
-        ))),
+        )))),
     }
 }
 
@@ -174,7 +186,7 @@ pub async fn reset(
     };
     let fields = match ResetFields::parse(&object) {
         Ok(fields) => fields,
-        Err(message) => return plain_error(StatusCode::UNPROCESSABLE_ENTITY, message),
+        Err(err) => return invalid_body(err),
     };
     let mut session = Session::new(state.new_session_id(), state.sessions_without_recording());
     outcome_response(session.reset(fields).await)
@@ -201,26 +213,26 @@ pub async fn step(
         match (key.as_str(), value) {
             ("action", value) => match SpadeAction::parse(value) {
                 Ok(a) => action = Some(a),
-                Err(message) => return plain_error(StatusCode::UNPROCESSABLE_ENTITY, message),
+                Err(err) => return invalid_body(err.under("action")),
             },
             ("env_id", Value::String(id)) => env_id = Some(id.clone()),
             ("seed", value) if value.as_u64().is_some() => seed = value.as_u64().unwrap_or(0),
             ("timeout_s" | "request_id", _) => {}
             (other, _) => {
-                return plain_error(
-                    StatusCode::UNPROCESSABLE_ENTITY,
+                return invalid_body(FieldError::at(
+                    &[other],
                     format!(
                         "unknown or mistyped step field '{other}' (spade accepts action, env_id, seed, timeout_s, request_id)"
                     ),
-                );
+                ));
             }
         }
     }
     let Some(action) = action else {
-        return plain_error(
-            StatusCode::UNPROCESSABLE_ENTITY,
+        return invalid_body(FieldError::at(
+            &["action"],
             "the request has no 'action' (send {\"action\": {\"message\": \"...\"}})",
-        );
+        ));
     };
     outcome_response(stateless_step(&state.sessions, env_id.as_deref(), seed, action).await)
 }

@@ -69,6 +69,9 @@ pub struct ObservationMeta<'a> {
     pub step_count: u64,
     /// Fuel the call used (deterministic).
     pub fuel: u64,
+    /// Reset fields spade does not take and dropped (only on a reset that had some).
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    pub ignored_reset_fields: &'a [String],
 }
 
 /// spade's observation (the `observation` object of a result).
@@ -111,6 +114,42 @@ pub fn state_frame(state: &Value) -> String {
     json!({"type": "state", "data": state}).to_string()
 }
 
+/// A request field that is missing, mistyped or invalid: where (`loc`, as pydantic writes it)
+/// and why. VALIDATION_ERROR frames carry these in `errors`, as OpenEnv's server does.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FieldError {
+    /// The path to the field (`["data", "seed"]`); empty for the message as a whole.
+    pub loc: Vec<String>,
+    pub msg: String,
+}
+
+impl FieldError {
+    /// An error at `loc`.
+    pub fn at(loc: &[&str], msg: impl Into<String>) -> FieldError {
+        FieldError {
+            loc: loc.iter().map(|s| (*s).to_owned()).collect(),
+            msg: msg.into(),
+        }
+    }
+
+    /// The same error under `prefix` (`data` for a WebSocket message's payload).
+    pub fn under(mut self, prefix: &str) -> FieldError {
+        self.loc.insert(0, prefix.to_owned());
+        self
+    }
+
+    /// Pydantic's error shape: `{"type": "value_error", "loc": [...], "msg": ...}`.
+    pub fn to_json(&self) -> Value {
+        json!({"type": "value_error", "loc": self.loc, "msg": self.msg})
+    }
+}
+
+impl std::fmt::Display for FieldError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.msg)
+    }
+}
+
 /// The reset fields spade reads (OpenEnv's `ResetRequest` plus spade's extra fields).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ResetFields {
@@ -124,14 +163,19 @@ pub struct ResetFields {
     pub hint: Option<String>,
     /// Passed to the environment's constructor as `max_turns=`.
     pub max_turns: Option<u32>,
+    /// Fields spade does not take, dropped as OpenEnv's server drops the fields an
+    /// environment's `reset` does not take (dataset rows carry extra columns). They are named
+    /// in the reset's metadata (`ignored_reset_fields`), so a typo is visible.
+    pub ignored: Vec<String>,
 }
 
 /// The reset fields a client may send.
 pub const RESET_FIELDS: &[&str] = &["seed", "episode_id", "env_id", "hint", "max_turns"];
 
 impl ResetFields {
-    /// Reads reset fields from a JSON object; unknown or mistyped fields are errors.
-    pub fn parse(data: &Map<String, Value>) -> Result<ResetFields, String> {
+    /// Reads reset fields from a JSON object; mistyped fields are errors, unknown ones are
+    /// kept in [`ResetFields::ignored`].
+    pub fn parse(data: &Map<String, Value>) -> Result<ResetFields, FieldError> {
         let mut fields = ResetFields::default();
         for (key, value) in data {
             match key.as_str() {
@@ -141,7 +185,7 @@ impl ResetFields {
                 "episode_id" => {
                     fields.episode_id = optional(value, key, as_string, "a string")?;
                     if let Some(id) = &fields.episode_id {
-                        check_id(id, "episode_id")?;
+                        check_id(id, "episode_id").map_err(|m| FieldError::at(&[key], m))?;
                     }
                 }
                 "env_id" => fields.env_id = optional(value, key, as_string, "a string")?,
@@ -154,12 +198,7 @@ impl ResetFields {
                         "an integer from 0 to 4294967295",
                     )?
                 }
-                other => {
-                    return Err(format!(
-                        "unknown reset field '{other}' (spade accepts {})",
-                        RESET_FIELDS.join(", ")
-                    ));
-                }
+                other => fields.ignored.push(other.to_owned()),
             }
         }
         Ok(fields)
@@ -174,11 +213,14 @@ pub struct SpadeAction {
 
 impl SpadeAction {
     /// Reads an action from a JSON object; unknown or mistyped fields are errors.
-    pub fn parse(data: &Value) -> Result<SpadeAction, String> {
+    pub fn parse(data: &Value) -> Result<SpadeAction, FieldError> {
         let Some(object) = data.as_object() else {
-            return Err(format!(
-                "the action must be an object like {{\"message\": \"...\"}}, not {}",
-                type_name(data)
+            return Err(FieldError::at(
+                &[],
+                format!(
+                    "the action must be an object like {{\"message\": \"...\"}}, not {}",
+                    type_name(data)
+                ),
             ));
         };
         let mut message = None;
@@ -187,27 +229,38 @@ impl SpadeAction {
                 "message" => match value {
                     Value::String(s) => message = Some(s.clone()),
                     other => {
-                        return Err(format!(
-                            "action field 'message' must be a string, not {}",
-                            type_name(other)
+                        return Err(FieldError::at(
+                            &["message"],
+                            format!(
+                                "action field 'message' must be a string, not {}",
+                                type_name(other)
+                            ),
                         ));
                     }
                 },
                 "metadata" if value.is_object() => {}
-                "metadata" => return Err("action field 'metadata' must be an object".to_owned()),
+                "metadata" => {
+                    return Err(FieldError::at(
+                        &["metadata"],
+                        "action field 'metadata' must be an object",
+                    ));
+                }
                 other => {
-                    return Err(format!(
-                        "unknown action field '{other}' (the action is {{\"message\": \"<the model's reply>\"}})"
+                    return Err(FieldError::at(
+                        &[other],
+                        format!(
+                            "unknown action field '{other}' (the action is {{\"message\": \"<the model's reply>\"}})"
+                        ),
                     ));
                 }
             }
         }
         match message {
             Some(message) => Ok(SpadeAction { message }),
-            None => Err(
-                "the action has no 'message' field (the action is {\"message\": \"<the model's reply>\"})"
-                    .to_owned(),
-            ),
+            None => Err(FieldError::at(
+                &["message"],
+                "the action has no 'message' field (the action is {\"message\": \"<the model's reply>\"})",
+            )),
         }
     }
 }
@@ -221,13 +274,16 @@ fn optional<T>(
     key: &str,
     get: impl Fn(&Value) -> Option<T>,
     what: &str,
-) -> Result<Option<T>, String> {
+) -> Result<Option<T>, FieldError> {
     if value.is_null() {
         return Ok(None);
     }
-    get(value)
-        .map(Some)
-        .ok_or_else(|| format!("reset field '{key}' must be {what}, not {}", show(value)))
+    get(value).map(Some).ok_or_else(|| {
+        FieldError::at(
+            &[key],
+            format!("reset field '{key}' must be {what}, not {}", show(value)),
+        )
+    })
 }
 
 /// Checks an id used in URLs and file names: 1 to 128 of `A-Z a-z 0-9 - _ .`, not starting
@@ -321,7 +377,7 @@ pub fn schema() -> Value {
                 "env_id": {"anyOf": [{"type": "string"}, {"type": "null"}]},
                 "seed": {"anyOf": [{"type": "integer"}, {"type": "null"}]},
                 "done": {"type": "boolean"},
-                "session_id": {"type": "string"}
+                "session_id": {"anyOf": [{"type": "string"}, {"type": "null"}]}
             }
         }
     })
@@ -343,18 +399,28 @@ mod tests {
                 ..ResetFields::default()
             }
         );
+        // Unknown fields are dropped and named, as OpenEnv drops them.
         assert_eq!(
-            parse(json!({"sede": 3})).unwrap_err(),
-            "unknown reset field 'sede' (spade accepts seed, episode_id, env_id, hint, max_turns)"
+            parse(json!({"sede": 3, "prompt": "x", "seed": 1})).unwrap(),
+            ResetFields {
+                seed: Some(1),
+                ignored: vec!["sede".into(), "prompt".into()],
+                ..ResetFields::default()
+            }
         );
         assert_eq!(
             parse(json!({"seed": -1})).unwrap_err(),
-            "reset field 'seed' must be a non-negative integer, not -1"
+            FieldError::at(
+                &["seed"],
+                "reset field 'seed' must be a non-negative integer, not -1"
+            )
         );
-        assert!(
-            parse(json!({"episode_id": "../x"}))
-                .unwrap_err()
-                .contains("is not valid")
+        let bad_id = parse(json!({"episode_id": "../x"})).unwrap_err();
+        assert_eq!(bad_id.loc, ["episode_id"]);
+        assert!(bad_id.msg.contains("is not valid"));
+        assert_eq!(
+            bad_id.clone().under("data").to_json(),
+            json!({"type": "value_error", "loc": ["data", "episode_id"], "msg": bad_id.msg})
         );
     }
 
@@ -369,17 +435,17 @@ mod tests {
         assert!(
             SpadeAction::parse(&json!({}))
                 .unwrap_err()
+                .msg
                 .contains("no 'message' field")
         );
         assert!(
             SpadeAction::parse(&json!({"message": 3}))
                 .unwrap_err()
+                .msg
                 .contains("must be a string, not a number")
         );
-        assert!(
-            SpadeAction::parse(&json!({"code": "x", "message": "y"}))
-                .unwrap_err()
-                .contains("unknown action field 'code'")
-        );
+        let unknown = SpadeAction::parse(&json!({"code": "x", "message": "y"})).unwrap_err();
+        assert_eq!(unknown.loc, ["code"]);
+        assert!(unknown.msg.contains("unknown action field 'code'"));
     }
 }

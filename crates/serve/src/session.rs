@@ -112,6 +112,8 @@ pub struct Outcome {
     pub env_id: String,
     pub episode_id: String,
     pub step_count: u64,
+    /// Reset fields that were dropped (see [`ResetFields::ignored`]).
+    pub ignored_reset_fields: Vec<String>,
 }
 
 impl Outcome {
@@ -124,6 +126,7 @@ impl Outcome {
             episode_id: &self.episode_id,
             step_count: self.step_count,
             fuel: self.fuel,
+            ignored_reset_fields: &self.ignored_reset_fields,
         };
         let payload = ObservationPayload {
             observation: SpadeObservation {
@@ -270,6 +273,7 @@ impl Session {
             env_id: episode.env_id.clone(),
             episode_id: episode.id.clone(),
             step_count: 0,
+            ignored_reset_fields: fields.ignored.clone(),
         };
         self.episode = Some(episode);
         finished?;
@@ -335,6 +339,7 @@ impl Session {
             env_id: episode.env_id.clone(),
             episode_id: episode.id.clone(),
             step_count: episode.steps,
+            ignored_reset_fields: Vec::new(),
         })
     }
 
@@ -465,5 +470,6 @@ pub async fn stateless_step(
         env_id: registration.id.clone(),
         episode_id: String::new(),
         step_count: 1,
+        ignored_reset_fields: Vec::new(),
     })
 }

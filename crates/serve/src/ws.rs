@@ -10,7 +10,8 @@ use tokio::sync::OwnedSemaphorePermit;
 
 use crate::admission::AtCapacity;
 use crate::protocol::{
-    ErrorCode, ResetFields, SpadeAction, error_frame, observation_frame, state_frame, type_name,
+    ErrorCode, FieldError, ResetFields, SpadeAction, error_frame, observation_frame, state_frame,
+    type_name,
 };
 use crate::server::AppState;
 use crate::session::{Session, SessionError};
@@ -171,8 +172,25 @@ async fn close(socket: &mut WebSocket, code: u16, reason: &str) {
 /// Answers one message.
 async fn handle(session: &mut Session, text: &str, limit: usize) -> (Option<String>, Next) {
     let error = |code, message: String| {
+        let mut extra = Map::new();
+        if code == ErrorCode::ValidationError {
+            extra.insert(
+                "errors".to_owned(),
+                json!([FieldError::at(&[], message.clone()).to_json()]),
+            );
+        }
+        (Some(error_frame(code, &message, extra)), Next::Continue)
+    };
+    // A field's error: OpenEnv's "Invalid message" with pydantic's `errors` list.
+    let invalid = |err: FieldError| {
+        let mut extra = Map::new();
+        extra.insert(
+            "errors".to_owned(),
+            json!([err.clone().under("data").to_json()]),
+        );
+        let message = format!("Invalid message: {}", err.msg);
         (
-            Some(error_frame(code, &message, Map::new())),
+            Some(error_frame(ErrorCode::ValidationError, &message, extra)),
             Next::Continue,
         )
     };
@@ -251,12 +269,7 @@ async fn handle(session: &mut Session, text: &str, limit: usize) -> (Option<Stri
             };
             let fields = match ResetFields::parse(data) {
                 Ok(fields) => fields,
-                Err(message) => {
-                    return error(
-                        ErrorCode::ValidationError,
-                        format!("Invalid message: {message}"),
-                    );
-                }
+                Err(err) => return invalid(err),
             };
             answer(session.reset(fields).await)
         }
@@ -269,12 +282,7 @@ async fn handle(session: &mut Session, text: &str, limit: usize) -> (Option<Stri
             };
             let action = match SpadeAction::parse(data) {
                 Ok(action) => action,
-                Err(message) => {
-                    return error(
-                        ErrorCode::ValidationError,
-                        format!("Invalid message: {message}"),
-                    );
-                }
+                Err(err) => return invalid(err),
             };
             answer(session.step(action).await)
         }

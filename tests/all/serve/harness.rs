@@ -296,3 +296,17 @@ pub fn run_python(script: &str, args: &[&str]) -> String {
     );
     String::from_utf8(output.stdout).unwrap()
 }
+
+/// An HTTP error's `detail` as text: the string, or the `msg`s of FastAPI's validation list
+/// joined with "; ".
+pub fn detail(err: &Value) -> String {
+    match &err["detail"] {
+        Value::String(s) => s.clone(),
+        Value::Array(items) => items
+            .iter()
+            .map(|i| i["msg"].as_str().unwrap_or_default().to_owned())
+            .collect::<Vec<_>>()
+            .join("; "),
+        other => panic!("no detail in {other}"),
+    }
+}

@@ -4,7 +4,7 @@
 use serde_json::{Value, json};
 
 use super::harness::{
-    ServeProcess, assert_error, http, http_json, run_python, ws_call, ws_connect, ws_send,
+    ServeProcess, assert_error, detail, http, http_json, run_python, ws_call, ws_connect, ws_send,
 };
 use super::{PLAYABLE, REJECTED, env_path};
 use crate::common::{env_dir, spade, stdout};
@@ -169,10 +169,7 @@ async fn registering_a_faulty_env_returns_the_check_verdict_and_it_cannot_be_res
     let (status, err) = http_json(server.addr, "GET", "/envs/nope", &[], None);
     assert_eq!(status, 404);
     assert!(
-        err["detail"]
-            .as_str()
-            .unwrap()
-            .contains("unknown environment id 'nope'"),
+        detail(&err).contains("unknown environment id 'nope'"),
         "{err}"
     );
     // Bad registrations.
@@ -192,10 +189,7 @@ async fn registering_a_faulty_env_returns_the_check_verdict_and_it_cannot_be_res
     ] {
         let (status, err) = http_json(server.addr, "POST", "/envs", &[], Some(body));
         assert_eq!(status, 422, "{body}: {err}");
-        assert!(
-            err["detail"].as_str().unwrap().contains(needle),
-            "{body}: {err}"
-        );
+        assert!(detail(&err).contains(needle), "{body}: {err}");
     }
     let (status, err) = http_json(
         server.addr,
@@ -205,12 +199,7 @@ async fn registering_a_faulty_env_returns_the_check_verdict_and_it_cannot_be_res
         Some(&json!({"source": "class OtherEnv: pass", "id": "fault_nan_reward"}).to_string()),
     );
     assert_eq!(status, 409, "{err}");
-    assert!(
-        err["detail"]
-            .as_str()
-            .unwrap()
-            .contains("already registered with a different source")
-    );
+    assert!(detail(&err).contains("already registered with a different source"));
 }
 
 #[tokio::test]
@@ -262,10 +251,27 @@ async fn malformed_messages_get_the_protocol_errors_and_the_session_goes_on() {
         "VALIDATION_ERROR",
         "reset field 'seed' must be a non-negative integer, not \"seven\"",
     );
-    assert_error(
-        &ws_call(&mut ws, json!({"type": "reset", "data": {"sede": 7}})).await,
-        "VALIDATION_ERROR",
-        "unknown reset field 'sede'",
+    // OpenEnv's errors list, with the field's location.
+    let mistyped = ws_call(&mut ws, json!({"type": "reset", "data": {"seed": "seven"}})).await;
+    assert_eq!(
+        mistyped["data"]["errors"],
+        json!([{
+            "type": "value_error",
+            "loc": ["data", "seed"],
+            "msg": "reset field 'seed' must be a non-negative integer, not \"seven\"",
+        }])
+    );
+    // Fields spade does not take are dropped, as OpenEnv drops what reset() does not take
+    // (dataset rows carry extra columns), and named in the metadata.
+    let extra = ws_call(
+        &mut ws,
+        json!({"type": "reset", "data": {"sede": 7, "prompt": "a dataset column"}}),
+    )
+    .await;
+    assert_eq!(extra["type"], "observation", "{extra}");
+    assert_eq!(
+        extra["data"]["metadata"]["ignored_reset_fields"],
+        json!(["sede", "prompt"])
     );
     assert_error(
         &ws_call(&mut ws, json!({"type": "state", "extra": 1})).await,
@@ -383,9 +389,19 @@ fn http_endpoints_follow_openenv() {
     for key in ["observation", "state", "reset_observation"] {
         assert!(schema[key].is_object(), "{key}");
     }
+    // /state has the shape /schema advertises.
     assert_eq!(
         http_json(addr, "GET", "/state", &[], None),
-        (200, json!({"episode_id": null, "step_count": 0}))
+        (
+            200,
+            json!({"episode_id": null, "step_count": 0, "env_id": null, "seed": null, "done": false, "session_id": null})
+        )
+    );
+    let state_schema = schema["state"]["properties"].as_object().unwrap();
+    let (_, state) = http_json(addr, "GET", "/state", &[], None);
+    assert_eq!(
+        state.as_object().unwrap().keys().collect::<Vec<_>>(),
+        state_schema.keys().collect::<Vec<_>>()
     );
     // POST /reset: a fresh environment each time, same answer as a session's reset.
     let (status, reset) = http_json(
@@ -420,53 +436,38 @@ fn http_endpoints_follow_openenv() {
     assert!(status == 200 || status == 500, "{status} {step}");
     let (status, err) = http_json(addr, "POST", "/step", &[], Some(r#"{"action": {}}"#));
     assert_eq!(status, 422);
-    assert!(
-        err["detail"]
-            .as_str()
-            .unwrap()
-            .contains("no 'message' field"),
-        "{err}"
+    // FastAPI's validation shape: detail is a list of {type, loc, msg}.
+    assert_eq!(
+        err["detail"],
+        json!([{
+            "type": "value_error",
+            "loc": ["body", "action", "message"],
+            "msg": "the action has no 'message' field (the action is {\"message\": \"<the model's reply>\"})",
+        }])
     );
+    assert!(detail(&err).contains("no 'message' field"), "{err}");
     let (status, err) = http_json(addr, "POST", "/step", &[], Some("{}"));
     assert_eq!(status, 422);
     assert!(
-        err["detail"]
-            .as_str()
-            .unwrap()
-            .contains("the request has no 'action'"),
+        detail(&err).contains("the request has no 'action'"),
         "{err}"
     );
     let (status, err) = http_json(addr, "POST", "/reset", &[], Some("{oops"));
     assert_eq!(status, 422);
-    assert!(
-        err["detail"].as_str().unwrap().starts_with("Invalid JSON"),
-        "{err}"
-    );
+    assert!(detail(&err).starts_with("Invalid JSON"), "{err}");
     let (status, err) = http_json(addr, "POST", "/reset", &[], Some(r#"{"env_id": "nope"}"#));
     assert_eq!(status, 422);
     assert!(
-        err["detail"]
-            .as_str()
-            .unwrap()
-            .contains("unknown environment id 'nope'"),
+        detail(&err).contains("unknown environment id 'nope'"),
         "{err}"
     );
     let big = format!(r#"{{"seed": 1, "hint": "{}"}}"#, "x".repeat(4000));
     let (status, err) = http_json(addr, "POST", "/reset", &[], Some(&big));
     assert_eq!(status, 413, "{err}");
-    assert!(
-        err["detail"]
-            .as_str()
-            .unwrap()
-            .contains("over the size limit"),
-        "{err}"
-    );
+    assert!(detail(&err).contains("over the size limit"), "{err}");
     let (status, err) = http_json(addr, "GET", "/trajectories/x", &[], None);
     assert_eq!(status, 404);
-    assert!(
-        err["detail"].as_str().unwrap().contains("--record-dir"),
-        "{err}"
-    );
+    assert!(detail(&err).contains("--record-dir"), "{err}");
     let (status, _) = http(addr, "GET", "/nowhere", &[], None);
     assert_eq!(status, 404);
 }
