@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
@@ -98,9 +98,27 @@ pub async fn metadata(State(state): State<Arc<AppState>>) -> Response {
     .into_response()
 }
 
-/// `GET /schema`.
-pub async fn schema() -> Response {
-    axum::Json(crate::protocol::schema()).into_response()
+/// `GET /schema`, or `GET /schema?env_id=ID` for one environment (with its tool schemas when
+/// it is a tool-use environment).
+pub async fn schema(State(state): State<Arc<AppState>>, Query(query): Query<EnvQuery>) -> Response {
+    let Some(id) = query.env_id else {
+        return axum::Json(crate::protocol::schema()).into_response();
+    };
+    match state.sessions.registry.resolve(Some(&id)) {
+        Ok(r) => axum::Json(crate::protocol::env_schema(
+            &r.id,
+            r.class_name.as_deref(),
+            r.tools.as_ref(),
+        ))
+        .into_response(),
+        Err(err) => registry_error(err),
+    }
+}
+
+/// The query of the per-environment endpoints.
+#[derive(Debug, serde::Deserialize)]
+pub struct EnvQuery {
+    env_id: Option<String>,
 }
 
 /// `GET /state`: the state of a fresh environment, as OpenEnv's stateless endpoint, in the

@@ -330,6 +330,22 @@ fn truncate(text: &str, max: usize) -> String {
     }
 }
 
+/// The `/schema` response for one environment: the server's schemas, with the environment's
+/// id and class, and for a tool-use environment its tool schemas (the action's `message` is
+/// then a `<tool_call>{...}</tool_call>` naming one of them).
+pub fn env_schema(id: &str, class_name: Option<&str>, tools: Option<&Value>) -> Value {
+    let mut schema = schema();
+    schema["env_id"] = json!(id);
+    schema["class_name"] = json!(class_name);
+    if let Some(tools) = tools {
+        schema["tools"] = tools.clone();
+        schema["action"]["properties"]["message"]["description"] = json!(
+            "the model's reply, passed to step(): a tool call <tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call> naming one of `tools`, or a final answer"
+        );
+    }
+    schema
+}
+
 /// The `/schema` response: JSON schemas of the action, observation and state.
 pub fn schema() -> Value {
     let meta = json!({

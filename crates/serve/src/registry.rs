@@ -10,7 +10,7 @@ use std::sync::{Arc, RwLock};
 use serde_json::{Value, json};
 use spade_envtools::check::{CheckOptions, check};
 use spade_envtools::trajectory::sha256_hex;
-use spade_sandbox::{EnvSource, Runtime};
+use spade_sandbox::{EnvSource, Runtime, SandboxOptions};
 use tokio::sync::Semaphore;
 
 use crate::protocol::check_id;
@@ -32,6 +32,9 @@ pub struct Registration {
     pub report: Value,
     /// The source, compiled (only for accepted sources).
     pub source: Option<EnvSource>,
+    /// The tool schemas of a tool-use environment (OpenAI function format), read from a
+    /// sandbox of the accepted source; `None` for a plain environment.
+    pub tools: Option<Value>,
     /// Where it came from: the command line (never evicted) or `POST /envs`.
     pub origin: Origin,
     /// Source bytes, counted against [`RegistryLimits::max_source_bytes`].
@@ -57,6 +60,7 @@ impl Registration {
             "accepted": self.accepted,
             "class_name": self.class_name,
             "sha256": self.sha256,
+            "tools": self.tools,
             "verdict": self.report,
         })
     }
@@ -141,6 +145,13 @@ fn list(ids: &[String]) -> String {
         ids.join(", ")
     }
 }
+
+/// A check's verdict, the compiled source and the tool schemas (the last two when accepted).
+type Checked = (
+    spade_envtools::check::CheckReport,
+    Option<EnvSource>,
+    Option<Value>,
+);
 
 /// What the registry holds, under one lock.
 #[derive(Default)]
@@ -276,7 +287,7 @@ impl Registry {
         let mut entries = self.write();
         entries.checking.remove(&id);
         let registration = match result {
-            Ok((report, compiled)) => {
+            Ok((report, compiled, tools)) => {
                 let error_codes = report
                     .findings
                     .iter()
@@ -291,6 +302,7 @@ impl Registry {
                     error_codes,
                     report: serde_json::to_value(&report).expect("check reports serialise"),
                     source: compiled,
+                    tools,
                     origin,
                     bytes: source.len(),
                     last_used: AtomicU64::new(self.tick()),
@@ -365,26 +377,37 @@ impl Registry {
         Ok(None)
     }
 
-    async fn check_and_compile(
-        &self,
-        id: &str,
-        source: &str,
-    ) -> Result<(spade_envtools::check::CheckReport, Option<EnvSource>), RegistryError> {
+    async fn check_and_compile(&self, id: &str, source: &str) -> Result<Checked, RegistryError> {
         let _permit = self.checks.acquire().await.expect("never closed");
         let report = check(&self.runtime, source, &self.options).await;
-        let compiled = if report.accepted {
-            match self.runtime.prepare(source).await {
-                Ok(prepared) => Some(prepared),
-                Err(err) => {
+        if !report.accepted {
+            return Ok((report, None, None));
+        }
+        let failed = |err: spade_sandbox::CallError| {
+            RegistryError::Invalid(format!(
+                "the accepted source of '{id}' failed to load again: {err}"
+            ))
+        };
+        let prepared = self.runtime.prepare(source).await.map_err(failed)?;
+        let tools = if report.tool_use {
+            let sandbox = self
+                .runtime
+                .sandbox_from(&prepared, SandboxOptions::seeded(0))
+                .await
+                .map_err(failed)?;
+            match sandbox.info().tools.as_deref().map(serde_json::from_str) {
+                Some(Ok(tools)) => Some(tools),
+                Some(Err(err)) => {
                     return Err(RegistryError::Invalid(format!(
-                        "the accepted source of '{id}' failed to compile again: {err}"
+                        "the tool schemas of '{id}' are not JSON: {err}"
                     )));
                 }
+                None => None,
             }
         } else {
             None
         };
-        Ok((report, compiled))
+        Ok((report, Some(prepared), tools))
     }
 
     /// Removes registration `id`. Episodes that are running it go on; new resets cannot

@@ -471,3 +471,43 @@ fn http_endpoints_follow_openenv() {
     let (status, _) = http(addr, "GET", "/nowhere", &[], None);
     assert_eq!(status, 404);
 }
+
+#[test]
+fn the_schema_of_one_environment_carries_its_tools() {
+    let server = ServeProcess::start(&[&env_path("grid_walk"), &env_path("tool_inventory")]);
+    let (status, tools) = http_json(
+        server.addr,
+        "GET",
+        "/schema?env_id=tool_inventory",
+        &[],
+        None,
+    );
+    assert_eq!(status, 200, "{tools}");
+    assert_eq!(tools["env_id"], "tool_inventory");
+    assert_eq!(tools["class_name"], "InventoryValueEnv");
+    // The fixture's two tools, as its get_tools() lists them (OpenAI function format).
+    let names: Vec<&str> = tools["tools"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no tools in {tools}"))
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["get_price", "get_stock"]);
+    assert_eq!(
+        tools["tools"][0]["function"]["parameters"]["required"],
+        json!(["item"])
+    );
+    let (status, plain) = http_json(server.addr, "GET", "/schema?env_id=grid_walk", &[], None);
+    assert_eq!(status, 200);
+    assert_eq!(plain["class_name"], "GridWalkEnv");
+    assert!(plain.get("tools").is_none(), "{plain}");
+    // Without env_id, the server's schema, as before.
+    let (_, server_wide) = http_json(server.addr, "GET", "/schema", &[], None);
+    assert!(server_wide.get("env_id").is_none());
+    let (status, missing) = http_json(server.addr, "GET", "/schema?env_id=nope", &[], None);
+    assert_eq!(status, 404);
+    assert_eq!(
+        missing["detail"],
+        "unknown environment id 'nope' (registered: grid_walk, tool_inventory)"
+    );
+}
