@@ -190,6 +190,38 @@ def reseed(seed):
     random.seed(seed)
 
 
+_VAR_KEYWORDS = 0x08  # CO_VARKEYWORDS: the function takes **kwargs
+
+
+def split_reset_fields(env, fields_json):
+    """Splits the JSON object `fields_json` by the signature of `env.reset`, as OpenEnv's server
+    splits a reset request: `(names, values, dropped)`, the keys `reset` takes by keyword (every
+    key when it takes `**kwargs`) with their values, and the names of the rest. `seed` is the
+    host's own argument and is always dropped here."""
+    fields = json.loads(fields_json)
+    if not isinstance(fields, dict):
+        raise TypeError("reset fields must be a JSON object")
+    reset = env.reset
+    func = getattr(reset, "__func__", reset)
+    code = getattr(func, "__code__", None)
+    if code is None:
+        keywords, takes_any = (), False
+    else:
+        first = code.co_posonlyargcount
+        if first == 0 and getattr(reset, "__self__", None) is not None:
+            first = 1  # `self` of a bound method
+        keywords = code.co_varnames[first:code.co_argcount + code.co_kwonlyargcount]
+        takes_any = bool(code.co_flags & _VAR_KEYWORDS)
+    names, values, dropped = [], [], []
+    for name, value in fields.items():
+        if name != "seed" and (takes_any or name in keywords):
+            names.append(name)
+            values.append(value)
+        else:
+            dropped.append(name)
+    return tuple(names), tuple(values), tuple(dropped)
+
+
 def load(source, max_turns, seed):
     """`compile_source` then `load_code`: how CPython-side tools load an environment."""
     return load_code(source, compile_source(source), max_turns, seed)

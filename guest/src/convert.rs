@@ -136,7 +136,11 @@ pub fn reset_result(
         limits::observation(),
     )?;
     let info = info_json(vm, prelude, &items[1], "reset()")?;
-    Ok(ResetResult { observation, info })
+    Ok(ResetResult {
+        observation,
+        info,
+        dropped: Vec::new(),
+    })
 }
 
 /// `step()` must return `(observation: str, reward: int | float, terminated: bool, truncated: bool, info: dict)`.

@@ -2,7 +2,7 @@
 
 use std::cell::RefCell;
 
-use rustpython_vm::builtins::{PyBaseExceptionRef, PyBytes};
+use rustpython_vm::builtins::{PyBaseExceptionRef, PyBytes, PyStr, PyTuple};
 use rustpython_vm::function::{FuncArgs, KwArgs};
 use rustpython_vm::{AsObject, Interpreter, PyObjectRef, PyResult, Settings, VirtualMachine};
 
@@ -264,23 +264,41 @@ impl State {
         })
     }
 
-    pub fn reset(&mut self, seed: Option<u64>) -> Result<ResetResult, EnvError> {
+    pub fn reset(
+        &mut self,
+        seed: Option<u64>,
+        fields: Option<&str>,
+    ) -> Result<ResetResult, EnvError> {
         let env = self.env()?;
         let prelude = self.prelude.clone();
         let result = self.interpreter.enter(|vm| {
-            let kwargs: KwArgs = match seed {
-                Some(seed) => [("seed", vm.ctx.new_int(seed).into())]
-                    .into_iter()
-                    .collect(),
-                None => KwArgs::default(),
-            };
+            let mut kwargs: Vec<(String, PyObjectRef)> = Vec::new();
+            if let Some(seed) = seed {
+                kwargs.push(("seed".to_owned(), vm.ctx.new_int(seed).into()));
+            }
+            let mut dropped = Vec::new();
+            if let Some(fields) = fields {
+                let split = vm
+                    .call_method(
+                        &prelude,
+                        "split_reset_fields",
+                        (env.clone(), vm.ctx.new_str(fields)),
+                    )
+                    .map_err(|exc| env_error(vm, &prelude, &exc))?;
+                let (passed, rest) = split_fields(&split)?;
+                kwargs.extend(passed);
+                dropped = rest;
+            }
             let reset = env
                 .get_attr("reset", vm)
                 .map_err(|exc| env_error(vm, &prelude, &exc))?;
+            let kwargs: KwArgs = kwargs.into_iter().collect();
             let value = reset
                 .call_with_args(FuncArgs::new(Vec::new(), kwargs), vm)
                 .map_err(|exc| env_error(vm, &prelude, &exc))?;
-            convert::reset_result(vm, &prelude, &value)
+            let mut result = convert::reset_result(vm, &prelude, &value)?;
+            result.dropped = dropped;
+            Ok(result)
         });
         result
     }
@@ -383,4 +401,42 @@ pub fn format_exception(vm: &VirtualMachine, exc: &PyBaseExceptionRef) -> String
         );
     }
     text.trim_end().to_owned()
+}
+
+/// The `(names, values, dropped)` tuple of the prelude's `split_reset_fields` as keyword
+/// arguments and dropped names.
+#[allow(clippy::type_complexity)]
+fn split_fields(
+    split: &PyObjectRef,
+) -> Result<(Vec<(String, PyObjectRef)>, Vec<String>), EnvError> {
+    let odd = || EnvError::Usage("split_reset_fields returned an odd value".to_owned());
+    let parts = split.downcast_ref::<PyTuple>().ok_or_else(odd)?.as_slice();
+    let [names, values, dropped] = parts else {
+        return Err(odd());
+    };
+    let tuple = |value: &PyObjectRef| {
+        value
+            .downcast_ref::<PyTuple>()
+            .map(|t| t.as_slice().to_vec())
+            .ok_or_else(odd)
+    };
+    let text = |value: &PyObjectRef| {
+        value
+            .downcast_ref::<PyStr>()
+            .map(|s| s.to_string_lossy().into_owned())
+            .ok_or_else(odd)
+    };
+    let names = tuple(names)?
+        .iter()
+        .map(text)
+        .collect::<Result<Vec<_>, _>>()?;
+    let values = tuple(values)?;
+    let dropped = tuple(dropped)?
+        .iter()
+        .map(text)
+        .collect::<Result<Vec<_>, _>>()?;
+    if names.len() != values.len() {
+        return Err(odd());
+    }
+    Ok((names.into_iter().zip(values).collect(), dropped))
 }

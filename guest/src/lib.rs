@@ -59,8 +59,8 @@ impl env::Guest for Component {
         snapshot::restore(pages);
     }
 
-    fn reset(seed: Option<u64>) -> Result<env::ResetResult, env::EnvError> {
-        interpreter::with(|s| s.reset(seed))
+    fn reset(seed: Option<u64>, fields: Option<String>) -> Result<env::ResetResult, env::EnvError> {
+        interpreter::with(|s| s.reset(seed, fields.as_deref()))
     }
 
     fn step(action: String) -> Result<env::StepResult, env::EnvError> {

@@ -280,11 +280,16 @@ async fn register_all(registry: &Arc<Registry>, sources: Vec<(String, String)>) 
         match &result {
             Ok(r) => {
                 let class = r.class_name.as_deref().unwrap_or("no environment class");
+                let cached = if r.verdict_from_cache {
+                    " (verdict from the cache)"
+                } else {
+                    ""
+                };
                 if r.accepted {
-                    eprintln!("spade serve: registered {id} ({class}): accepted");
+                    eprintln!("spade serve: registered {id} ({class}): accepted{cached}");
                 } else {
                     eprintln!(
-                        "spade serve: registered {id} ({class}): REJECTED by spade check ({}); it cannot be played",
+                        "spade serve: registered {id} ({class}): REJECTED by spade check ({}){cached}; it cannot be played",
                         r.error_codes.join(", ")
                     );
                 }

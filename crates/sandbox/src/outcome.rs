@@ -122,7 +122,7 @@ pub(crate) fn check_sizes(reply: Reply, limits: &Limits) -> Result<Reply, CallEr
                 )?;
             }
         }
-        Reply::Reset(r) => {
+        Reply::Reset(r, _) => {
             check(
                 "reset(): the observation",
                 "observation_limit",

@@ -12,7 +12,9 @@ use wasmtime::component::Linker;
 
 use crate::bindings::SandboxPre;
 use crate::cache::snapshot::{self, CaptureRequest, Captured, LoadPlan, Snapshot};
-use crate::cache::{Cache, artifact, code as code_cache, snapshot_file as snapshot_cache};
+use crate::cache::{
+    Cache, artifact, code as code_cache, snapshot_file as snapshot_cache, verdict as verdict_cache,
+};
 use crate::config::{Config, Limits, Pool, Yields};
 use crate::error::{CallError, RuntimeError};
 use crate::sandbox::{EnvInfo, GuestPre, Sandbox, SandboxOptions, SandboxState};
@@ -232,6 +234,27 @@ impl Runtime {
             plan,
         )
         .await
+    }
+
+    /// A verdict cached under `key` by [`Runtime::store_verdict`] with this guest, if the cache
+    /// has it intact. The caller's key must name everything the verdict depends on besides the
+    /// guest (the source's hash, the limits, the check's options).
+    pub fn cached_verdict(&self, key: &str) -> Option<Vec<u8>> {
+        let cache = self.inner.cache.as_ref()?;
+        verdict_cache::read(
+            &cache.verdicts,
+            &verdict_cache::name(&self.artifact_key(), key),
+        )
+    }
+
+    /// Caches `verdict` under `key` (see [`Runtime::cached_verdict`]); a runtime without a
+    /// cache directory keeps nothing.
+    pub fn store_verdict(&self, key: &str, verdict: &[u8]) -> std::io::Result<()> {
+        let Some(cache) = self.inner.cache.as_ref() else {
+            return Ok(());
+        };
+        let name = verdict_cache::name(&self.artifact_key(), key);
+        verdict_cache::write(&cache.verdicts, &name, verdict)
     }
 
     /// The file that caches the bytecode of `source` compiled under this runtime's limits

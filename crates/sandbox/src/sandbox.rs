@@ -215,7 +215,8 @@ enum Call<'a> {
     Capture(CaptureRequest),
     /// Write a snapshot's pages into this (fresh) instance.
     Restore(&'a Arc<Snapshot>),
-    Reset(Option<u64>),
+    /// `reset(seed=...)`, with extra fields (a JSON object) split by `reset`'s signature.
+    Reset(Option<u64>, Option<&'a str>),
     Step(&'a str),
     Solution,
     Close,
@@ -227,7 +228,8 @@ pub(crate) enum Reply {
     /// What the load found, and whether a load without a seed changed `random`.
     Loaded(EnvInfo, bool),
     Captured(Captured),
-    Reset(Reset),
+    /// The reset's result and the names of the fields `reset` did not take.
+    Reset(Reset, Vec<String>),
     Step(Step),
     Solution(String),
     /// A call without a value (`reseed`, `restore`, `close`).
@@ -441,8 +443,25 @@ impl Sandbox {
 
     /// Calls `reset(seed=seed)` (or `reset()` when `seed` is `None`).
     pub async fn reset(&mut self, seed: Option<u64>) -> Result<Reset, CallError> {
-        match self.call(Call::Reset(seed)).await? {
-            Reply::Reset(reset) => Ok(reset),
+        match self.call(Call::Reset(seed, None)).await? {
+            Reply::Reset(reset, _) => Ok(reset),
+            _ => unreachable!("reset replies with Reset"),
+        }
+    }
+
+    /// Calls `reset(seed=seed, **passed)`, where `passed` are the `fields` that the
+    /// environment's `reset` takes by keyword (all of them when it takes `**kwargs`), as
+    /// OpenEnv's server passes a reset request's fields. Returns the reset and the names of the
+    /// fields it dropped, in their order in `fields`. `seed` is never a field: one named so is
+    /// dropped.
+    pub async fn reset_with(
+        &mut self,
+        seed: Option<u64>,
+        fields: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<(Reset, Vec<String>), CallError> {
+        let json = serde_json::Value::Object(fields.clone()).to_string();
+        match self.call(Call::Reset(seed, Some(&json))).await? {
+            Reply::Reset(reset, dropped) => Ok((reset, dropped)),
             _ => unreachable!("reset replies with Reset"),
         }
     }
@@ -660,11 +679,14 @@ async fn dispatch(
             store.data().clock.advance_to(snapshot.clock_nanos);
             Ok(Reply::Done)
         }
-        Call::Reset(seed) => env.call_reset(store, seed).await?.map(|r| {
-            Reply::Reset(Reset {
-                observation: r.observation,
-                info: r.info,
-            })
+        Call::Reset(seed, fields) => env.call_reset(store, seed, fields).await?.map(|r| {
+            Reply::Reset(
+                Reset {
+                    observation: r.observation,
+                    info: r.info,
+                },
+                r.dropped,
+            )
         }),
         Call::Step(action) => env.call_step(store, action).await?.map(|r| {
             Reply::Step(Step {

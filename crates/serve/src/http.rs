@@ -255,6 +255,36 @@ pub async fn step(
     outcome_response(stateless_step(&state.sessions, env_id.as_deref(), seed, action).await)
 }
 
+/// `POST /mcp`: one JSON-RPC request of OpenEnv's MCP mode (see [`crate::mcp`]). As in
+/// OpenEnv's server, every answer is HTTP 200 with a JSON-RPC result or error.
+pub async fn mcp(
+    State(state): State<Arc<AppState>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let bytes = match body {
+        Ok(bytes) => bytes,
+        Err(rejection) => {
+            return plain_error(
+                rejection.status(),
+                format!("cannot read the request body: {rejection}"),
+            );
+        }
+    };
+    let response = match serde_json::from_slice::<Value>(&bytes) {
+        Err(err) => crate::mcp::failure(
+            &Value::Null,
+            crate::mcp::RpcCode::ParseError,
+            &format!("Parse error: {err}"),
+            None,
+        ),
+        Ok(value) => match crate::mcp::RpcRequest::parse(&value) {
+            Ok(request) => crate::mcp::dispatch(&state, request, None).await,
+            Err(response) => response,
+        },
+    };
+    axum::Json(response).into_response()
+}
+
 /// `GET /envs`: every registered environment and its verdict.
 pub async fn list_envs(State(state): State<Arc<AppState>>) -> Response {
     let envs: Vec<Value> = state

@@ -6,14 +6,19 @@
 //! clients work unchanged. One session owns one sandbox per episode. Environments are
 //! registered by source and checked with `spade check` first (`/envs`); episodes can be
 //! recorded as trajectory files that `spade replay` reproduces (`/trajectories/{id}`).
+//! Tool-use environments also speak OpenEnv's MCP mode ([`mcp`]: `POST /mcp`, `mcp` messages,
+//! sessions held between requests and attached with `/ws?session_id=`).
 //! See [`protocol`] for the message formats.
 
 pub mod admission;
+mod held;
 pub mod http;
+pub mod mcp;
 pub mod protocol;
 mod registry;
 mod server;
 mod session;
+pub mod tools;
 mod ws;
 
 pub use registry::{Origin, Readiness, Registration, Registry, RegistryError, RegistryLimits};

@@ -14,6 +14,8 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
+use crate::tools::ToolCall;
+
 /// The error codes of OpenEnv's `WSErrorCode`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorCode {
@@ -69,7 +71,8 @@ pub struct ObservationMeta<'a> {
     pub step_count: u64,
     /// Fuel the call used (deterministic).
     pub fuel: u64,
-    /// Reset fields spade does not take and dropped (only on a reset that had some).
+    /// Reset fields the environment's `reset` does not take, dropped (only on a reset that
+    /// had some).
     #[serde(skip_serializing_if = "<[String]>::is_empty")]
     pub ignored_reset_fields: &'a [String],
 }
@@ -77,6 +80,14 @@ pub struct ObservationMeta<'a> {
 /// spade's observation (the `observation` object of a result).
 #[derive(Debug, Serialize)]
 pub struct SpadeObservation<'a> {
+    /// The tool called by name (OpenEnv's `CallToolObservation.tool_name`), on a `call_tool`
+    /// step only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_name: Option<&'a str>,
+    /// The tool's result, the observation text (`CallToolObservation.result`), on a
+    /// `call_tool` step only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub result: Option<&'a str>,
     pub text: &'a str,
     /// The environment's info dict, verbatim as the sandbox produced it.
     pub info: &'a RawValue,
@@ -163,18 +174,19 @@ pub struct ResetFields {
     pub hint: Option<String>,
     /// Passed to the environment's constructor as `max_turns=`.
     pub max_turns: Option<u32>,
-    /// Fields spade does not take, dropped as OpenEnv's server drops the fields an
-    /// environment's `reset` does not take (dataset rows carry extra columns). They are named
-    /// in the reset's metadata (`ignored_reset_fields`), so a typo is visible.
-    pub ignored: Vec<String>,
+    /// Every other field: passed to the environment's `reset` as a keyword argument when its
+    /// signature takes it (by name, or with `**kwargs`), dropped otherwise, as OpenEnv's
+    /// server does (dataset rows carry extra columns). The dropped ones are named in the
+    /// reset's metadata (`ignored_reset_fields`), so a typo is visible.
+    pub extra: Map<String, Value>,
 }
 
 /// The reset fields a client may send.
 pub const RESET_FIELDS: &[&str] = &["seed", "episode_id", "env_id", "hint", "max_turns"];
 
 impl ResetFields {
-    /// Reads reset fields from a JSON object; mistyped fields are errors, unknown ones are
-    /// kept in [`ResetFields::ignored`].
+    /// Reads reset fields from a JSON object; mistyped fields are errors, the others are kept
+    /// in [`ResetFields::extra`].
     pub fn parse(data: &Map<String, Value>) -> Result<ResetFields, FieldError> {
         let mut fields = ResetFields::default();
         for (key, value) in data {
@@ -198,7 +210,9 @@ impl ResetFields {
                         "an integer from 0 to 4294967295",
                     )?
                 }
-                other => fields.ignored.push(other.to_owned()),
+                other => {
+                    fields.extra.insert(other.to_owned(), value.clone());
+                }
             }
         }
         Ok(fields)
@@ -260,6 +274,52 @@ impl SpadeAction {
             None => Err(FieldError::at(
                 &["message"],
                 "the action has no 'message' field (the action is {\"message\": \"<the model's reply>\"})",
+            )),
+        }
+    }
+}
+
+/// What a WebSocket `step` message's data asks for: the model's reply, or one of OpenEnv's MCP
+/// actions, which its MCP clients send through `step` to get the reward with the result.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StepAction {
+    /// `{"message": ...}`.
+    Reply(SpadeAction),
+    /// `{"type": "call_tool", "tool_name": ..., "arguments": {...}}`.
+    CallTool(ToolCall),
+    /// `{"type": "list_tools"}`: answered without a step.
+    ListTools,
+}
+
+impl StepAction {
+    /// Reads a step's data.
+    pub fn parse(data: &Value) -> Result<StepAction, FieldError> {
+        let Some(object) = data.as_object() else {
+            return SpadeAction::parse(data).map(StepAction::Reply);
+        };
+        match object.get("type") {
+            None => SpadeAction::parse(data).map(StepAction::Reply),
+            Some(Value::String(kind)) if kind == "call_tool" => {
+                ToolCall::from_action(object).map(StepAction::CallTool)
+            }
+            Some(Value::String(kind)) if kind == "list_tools" => {
+                match object
+                    .keys()
+                    .find(|k| !matches!(k.as_str(), "type" | "metadata"))
+                {
+                    Some(extra) => Err(FieldError::at(
+                        &[extra],
+                        format!("unknown list_tools field '{extra}'"),
+                    )),
+                    None => Ok(StepAction::ListTools),
+                }
+            }
+            Some(other) => Err(FieldError::at(
+                &["type"],
+                format!(
+                    "action 'type' must be \"call_tool\" or \"list_tools\" (OpenEnv's MCP actions), not {}; a reply is {{\"message\": \"...\"}} with no type",
+                    show(other)
+                ),
             )),
         }
     }
@@ -415,12 +475,15 @@ mod tests {
                 ..ResetFields::default()
             }
         );
-        // Unknown fields are dropped and named, as OpenEnv drops them.
+        // Other fields are kept, in their order, for the environment's reset to take or drop.
         assert_eq!(
             parse(json!({"sede": 3, "prompt": "x", "seed": 1})).unwrap(),
             ResetFields {
                 seed: Some(1),
-                ignored: vec!["sede".into(), "prompt".into()],
+                extra: json!({"sede": 3, "prompt": "x"})
+                    .as_object()
+                    .unwrap()
+                    .clone(),
                 ..ResetFields::default()
             }
         );
@@ -459,6 +522,27 @@ mod tests {
                 .unwrap_err()
                 .msg
                 .contains("must be a string, not a number")
+        );
+        assert_eq!(
+            StepAction::parse(&json!({"message": "hi"})).unwrap(),
+            StepAction::Reply(SpadeAction {
+                message: "hi".into()
+            })
+        );
+        assert_eq!(
+            StepAction::parse(&json!({"type": "list_tools", "metadata": {}})).unwrap(),
+            StepAction::ListTools
+        );
+        assert!(matches!(
+            StepAction::parse(&json!({"type": "call_tool", "tool_name": "t"})).unwrap(),
+            StepAction::CallTool(call) if call.name == "t" && call.arguments.is_empty()
+        ));
+        let bad_type = StepAction::parse(&json!({"type": "reply", "message": "x"})).unwrap_err();
+        assert_eq!(bad_type.loc, ["type"]);
+        assert!(
+            bad_type
+                .msg
+                .contains("must be \"call_tool\" or \"list_tools\"")
         );
         let unknown = SpadeAction::parse(&json!({"code": "x", "message": "y"})).unwrap_err();
         assert_eq!(unknown.loc, ["code"]);

@@ -1,7 +1,9 @@
 //! Registered environments: each source is checked with `spade check` once; only accepted ones
 //! are playable. Registrations over HTTP are bounded in number and in source bytes; unused ones
 //! are evicted (least recently used first) to make room, and any can be deleted. Checks run
-//! concurrently, at most [`RegistryLimits::check_workers`] at once.
+//! concurrently, at most [`RegistryLimits::check_workers`] at once. Verdicts are cached on disk
+//! by source hash (with the guest, the check's options and the limits), so a restarted server
+//! does not check again what it checked before.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -10,7 +12,7 @@ use std::sync::{Arc, RwLock};
 use serde_json::{Value, json};
 use spade_envtools::check::{CheckOptions, check};
 use spade_envtools::trajectory::sha256_hex;
-use spade_sandbox::{EnvSource, Runtime, SandboxOptions};
+use spade_sandbox::{EnvSource, ErrorKind, Runtime, SandboxOptions};
 use tokio::sync::Semaphore;
 
 use crate::protocol::check_id;
@@ -30,6 +32,9 @@ pub struct Registration {
     pub error_codes: Vec<String>,
     /// The whole `spade check --json` report.
     pub report: Value,
+    /// The verdict came from the on-disk cache (an earlier check of the same source under the
+    /// same guest, options and limits), not from a check run now.
+    pub verdict_from_cache: bool,
     /// The source, compiled (only for accepted sources).
     pub source: Option<EnvSource>,
     /// The tool schemas of a tool-use environment (OpenAI function format), read from a
@@ -62,6 +67,7 @@ impl Registration {
             "sha256": self.sha256,
             "tools": self.tools,
             "verdict": self.report,
+            "verdict_from_cache": self.verdict_from_cache,
         })
     }
 
@@ -147,11 +153,77 @@ fn list(ids: &[String]) -> String {
 }
 
 /// A check's verdict, the compiled source and the tool schemas (the last two when accepted).
-type Checked = (
-    spade_envtools::check::CheckReport,
-    Option<EnvSource>,
-    Option<Value>,
-);
+type Checked = (Verdict, Option<EnvSource>, Option<Value>);
+
+/// What a registration keeps of a `spade check` report: read from a report that just ran, or
+/// from one cached on disk by an earlier process (the report's JSON, as `spade check --json`).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Verdict {
+    accepted: bool,
+    class_name: Option<String>,
+    tool_use: bool,
+    error_codes: Vec<String>,
+    report: Value,
+    /// Read from the cache rather than checked now.
+    from_cache: bool,
+}
+
+impl Verdict {
+    fn from_report(report: &spade_envtools::check::CheckReport) -> Verdict {
+        Verdict {
+            accepted: report.accepted,
+            class_name: report.class_name.clone(),
+            tool_use: report.tool_use,
+            error_codes: report
+                .findings
+                .iter()
+                .filter(|f| f.severity == spade_envtools::Severity::Error)
+                .map(|f| f.code.clone())
+                .collect(),
+            report: serde_json::to_value(report).expect("check reports serialise"),
+            from_cache: false,
+        }
+    }
+
+    /// The verdict of a cached report; `None` when the bytes are not a report this version
+    /// wrote (then the source is checked again).
+    fn from_cached(bytes: &[u8]) -> Option<Verdict> {
+        let report: Value = serde_json::from_slice(bytes).ok()?;
+        let findings = report.get("findings")?.as_array()?;
+        let mut error_codes = Vec::new();
+        for finding in findings {
+            if finding.get("severity")?.as_str()? == "error" {
+                error_codes.push(finding.get("code")?.as_str()?.to_owned());
+            }
+        }
+        let accepted = report.get("accepted")?.as_bool()?;
+        if accepted != error_codes.is_empty() {
+            return None;
+        }
+        Some(Verdict {
+            accepted,
+            class_name: match report.get("class_name")? {
+                Value::Null => None,
+                name => Some(name.as_str()?.to_owned()),
+            },
+            tool_use: report.get("tool_use")?.as_bool()?,
+            error_codes,
+            report,
+            from_cache: true,
+        })
+    }
+
+    /// Whether the verdict may be cached: not when a finding came from a call's wall-clock
+    /// deadline, which a loaded machine can hit and an idle one not (fuel, memory and every
+    /// other outcome are the same on every run).
+    fn reproducible(&self) -> bool {
+        let findings = self.report["findings"].as_array();
+        !findings
+            .into_iter()
+            .flatten()
+            .any(|f| f["kind"] == ErrorKind::Deadline.as_str())
+    }
+}
 
 /// What the registry holds, under one lock.
 #[derive(Default)]
@@ -283,31 +355,24 @@ impl Registry {
         }
         // From here the id is in `checking` and its bytes are reserved; both are released
         // whatever happens.
-        let result = self.check_and_compile(&id, source).await;
+        let result = self.check_and_compile(&id, &sha256, source).await;
         let mut entries = self.write();
         entries.checking.remove(&id);
         let registration = match result {
-            Ok((report, compiled, tools)) => {
-                let error_codes = report
-                    .findings
-                    .iter()
-                    .filter(|f| f.severity == spade_envtools::Severity::Error)
-                    .map(|f| f.code.clone())
-                    .collect();
-                Arc::new(Registration {
-                    id: id.clone(),
-                    sha256,
-                    accepted: report.accepted,
-                    class_name: report.class_name.clone(),
-                    error_codes,
-                    report: serde_json::to_value(&report).expect("check reports serialise"),
-                    source: compiled,
-                    tools,
-                    origin,
-                    bytes: source.len(),
-                    last_used: AtomicU64::new(self.tick()),
-                })
-            }
+            Ok((verdict, compiled, tools)) => Arc::new(Registration {
+                id: id.clone(),
+                sha256,
+                accepted: verdict.accepted,
+                class_name: verdict.class_name,
+                error_codes: verdict.error_codes,
+                report: verdict.report,
+                verdict_from_cache: verdict.from_cache,
+                source: compiled,
+                tools,
+                origin,
+                bytes: source.len(),
+                last_used: AtomicU64::new(self.tick()),
+            }),
             Err(err) => {
                 if origin == Origin::Http {
                     entries.http_count -= 1;
@@ -377,11 +442,54 @@ impl Registry {
         Ok(None)
     }
 
-    async fn check_and_compile(&self, id: &str, source: &str) -> Result<Checked, RegistryError> {
-        let _permit = self.checks.acquire().await.expect("never closed");
+    /// The key a verdict of `sha256` is cached under: the source and everything else the
+    /// verdict depends on besides the guest (the runtime caches per guest artifact): the
+    /// check's options and the sandbox limits.
+    fn verdict_key(&self, sha256: &str) -> String {
+        let o = &self.options;
+        format!(
+            "source {sha256}; seeds {} max_steps {} random_win_warning {} fuel_budget {:?}; limits {:?}",
+            o.seeds,
+            o.max_steps,
+            o.random_win_warning,
+            o.fuel_budget,
+            self.runtime.limits()
+        )
+    }
+
+    /// The verdict of `source`: cached by an earlier check of the same source under the same
+    /// guest, options and limits, or checked now (and cached when it is reproducible).
+    async fn verdict(&self, sha256: &str, source: &str) -> Verdict {
+        let key = self.verdict_key(sha256);
+        if let Some(verdict) = self
+            .runtime
+            .cached_verdict(&key)
+            .and_then(|bytes| Verdict::from_cached(&bytes))
+        {
+            return verdict;
+        }
         let report = check(&self.runtime, source, &self.options).await;
-        if !report.accepted {
-            return Ok((report, None, None));
+        let verdict = Verdict::from_report(&report);
+        if verdict.reproducible() {
+            let bytes = serde_json::to_vec(&verdict.report).expect("JSON values serialise");
+            if let Err(err) = self.runtime.store_verdict(&key, &bytes) {
+                // The verdict stands; only the next process checks this source again.
+                eprintln!("spade serve: warning: could not cache a check verdict: {err}");
+            }
+        }
+        verdict
+    }
+
+    async fn check_and_compile(
+        &self,
+        id: &str,
+        sha256: &str,
+        source: &str,
+    ) -> Result<Checked, RegistryError> {
+        let _permit = self.checks.acquire().await.expect("never closed");
+        let verdict = self.verdict(sha256, source).await;
+        if !verdict.accepted {
+            return Ok((verdict, None, None));
         }
         let failed = |err: spade_sandbox::CallError| {
             RegistryError::Invalid(format!(
@@ -389,7 +497,7 @@ impl Registry {
             ))
         };
         let prepared = self.runtime.prepare(source).await.map_err(failed)?;
-        let tools = if report.tool_use {
+        let tools = if verdict.tool_use {
             let sandbox = self
                 .runtime
                 .sandbox_from(&prepared, SandboxOptions::seeded(0))
@@ -407,7 +515,7 @@ impl Registry {
         } else {
             None
         };
-        Ok((report, Some(prepared), tools))
+        Ok((verdict, Some(prepared), tools))
     }
 
     /// Removes registration `id`. Episodes that are running it go on; new resets cannot
@@ -511,4 +619,56 @@ fn evict_one(entries: &mut Entries) -> bool {
     entries.http_count -= 1;
     entries.http_bytes -= removed.bytes;
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cached_verdicts_are_read_back_and_odd_bytes_are_refused() {
+        let accepted = json!({
+            "accepted": true, "class_name": "GridEnv", "tool_use": false,
+            "findings": [{"code": "random_wins", "severity": "warning", "kind": null}],
+        });
+        let verdict = Verdict::from_cached(accepted.to_string().as_bytes()).unwrap();
+        assert!(verdict.accepted && verdict.from_cache && !verdict.tool_use);
+        assert_eq!(verdict.class_name.as_deref(), Some("GridEnv"));
+        assert!(verdict.error_codes.is_empty());
+        let rejected = json!({
+            "accepted": false, "class_name": null, "tool_use": true,
+            "findings": [
+                {"code": "step_failed", "severity": "error", "kind": "exception"},
+                {"code": "no_end", "severity": "error", "kind": null},
+            ],
+        });
+        let verdict = Verdict::from_cached(rejected.to_string().as_bytes()).unwrap();
+        assert_eq!(verdict.error_codes, ["step_failed", "no_end"]);
+        assert_eq!(verdict.class_name, None);
+        // Accepted with an error finding, or not JSON, or missing fields: checked again.
+        let contradictory = json!({
+            "accepted": true, "class_name": null, "tool_use": false,
+            "findings": [{"code": "no_end", "severity": "error"}],
+        });
+        assert_eq!(
+            Verdict::from_cached(contradictory.to_string().as_bytes()),
+            None
+        );
+        assert_eq!(Verdict::from_cached(b"{\"accepted\": tr"), None);
+        assert_eq!(Verdict::from_cached(b"{\"accepted\": true}"), None);
+    }
+
+    #[test]
+    fn a_verdict_that_met_a_deadline_is_not_cached() {
+        let with_kind = |kind: &str| {
+            let report = json!({
+                "accepted": false, "class_name": "SlowEnv", "tool_use": false,
+                "findings": [{"code": "step_failed", "severity": "error", "kind": kind}],
+            });
+            Verdict::from_cached(report.to_string().as_bytes()).unwrap()
+        };
+        assert!(!with_kind("deadline").reproducible());
+        assert!(with_kind("out_of_fuel").reproducible());
+        assert!(with_kind("exception").reproducible());
+    }
 }

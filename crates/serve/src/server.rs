@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::extract::ws::WebSocketUpgrade;
-use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::extract::{DefaultBodyLimit, Query, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -23,10 +23,10 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::admission::{Admission, check_budget, default_budget};
-use crate::http;
+use crate::held::{HeldSessions, SharedSession};
 use crate::registry::Registry;
-use crate::session::SessionContext;
-use crate::ws;
+use crate::session::{Session, SessionContext};
+use crate::{http, ws};
 
 /// How a server runs.
 #[derive(Debug, Clone)]
@@ -121,6 +121,8 @@ pub struct AppState {
     stateless: Arc<SessionContext>,
     /// The session slots every sandbox-creating request takes.
     pub admission: Admission,
+    /// Sessions held between requests (created over `POST /mcp`).
+    pub held: HeldSessions,
     pub shutdown: watch::Receiver<bool>,
     token_sha256: Option<[u8; 32]>,
     next_session: AtomicU64,
@@ -188,6 +190,7 @@ impl Server {
         let id_prefix = process_prefix();
         let state = Arc::new(AppState {
             admission: Admission::new(config.max_sessions),
+            held: HeldSessions::default(),
             config,
             sessions,
             stateless,
@@ -227,7 +230,23 @@ impl Server {
             signal.await;
             let _ = tx.send(true);
         });
+        let reaper = state.config.idle_timeout.map(|idle| {
+            let state = state.clone();
+            tokio::spawn(async move {
+                let period = (idle / 4).clamp(Duration::from_millis(50), Duration::from_secs(5));
+                let mut tick = tokio::time::interval(period);
+                loop {
+                    tick.tick().await;
+                    state.held.reap(idle);
+                }
+            })
+        });
         let result = serve.await;
+        if let Some(reaper) = reaper {
+            reaper.abort();
+        }
+        // Held sessions end with the server (their trajectories are finished).
+        state.held.clear();
         let deadline = tokio::time::Instant::now() + drain;
         while state.admission.active() > 0 && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -244,6 +263,7 @@ fn router(state: Arc<AppState>) -> Router {
         .route("/schema", get(http::schema))
         .route("/state", get(http::state))
         .route("/reset", post(http::reset))
+        .route("/mcp", post(http::mcp))
         .route("/step", post(http::step))
         .route("/envs", get(http::list_envs).post(http::register_env))
         .route("/envs/{id}", get(http::get_env).delete(http::delete_env))
@@ -255,11 +275,34 @@ fn router(state: Arc<AppState>) -> Router {
         .with_state(state)
 }
 
-async fn websocket(State(state): State<Arc<AppState>>, upgrade: WebSocketUpgrade) -> Response {
+/// The query of `/ws`: a session to attach to.
+#[derive(Debug, serde::Deserialize)]
+struct WsQuery {
+    session_id: Option<String>,
+}
+
+/// `/ws`: a new session (it takes a session slot), or with `?session_id=` a session the server
+/// holds (it has its slot already).
+async fn websocket(
+    State(state): State<Arc<AppState>>,
+    Query(query): Query<WsQuery>,
+    upgrade: WebSocketUpgrade,
+) -> Response {
     let hard_cap = state.config.max_message_bytes.saturating_mul(4);
     let upgrade = upgrade.max_message_size(hard_cap).max_frame_size(hard_cap);
+    if let Some(id) = query.session_id.filter(|id| !id.is_empty()) {
+        return match state.held.attach(&id) {
+            Ok(shared) => upgrade
+                .on_upgrade(move |socket| ws::run(socket, state, shared, ws::Attachment::Held)),
+            Err(err) => upgrade.on_upgrade(move |socket| ws::refuse_attach(socket, err)),
+        };
+    }
     match state.admission.admit() {
-        Ok(permit) => upgrade.on_upgrade(move |socket| ws::run(socket, state, permit)),
+        Ok(permit) => {
+            let session = Session::new(state.new_session_id(), state.sessions.clone());
+            let shared = SharedSession::new(session, permit);
+            upgrade.on_upgrade(move |socket| ws::run(socket, state, shared, ws::Attachment::Own))
+        }
         Err(full) => upgrade.on_upgrade(move |socket| ws::refuse(socket, full)),
     }
 }

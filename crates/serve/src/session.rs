@@ -16,6 +16,7 @@ use crate::protocol::{
     ObservationMeta, ObservationPayload, ResetFields, SpadeAction, SpadeObservation,
 };
 use crate::registry::{Registration, Registry};
+use crate::tools::{ToolCall, mcp_tools};
 
 /// What every session of a server shares.
 pub struct SessionContext {
@@ -112,8 +113,13 @@ pub struct Outcome {
     pub env_id: String,
     pub episode_id: String,
     pub step_count: u64,
-    /// Reset fields that were dropped (see [`ResetFields::ignored`]).
+    /// Reset fields that the environment's `reset` does not take, dropped (see
+    /// [`ResetFields::extra`]).
     pub ignored_reset_fields: Vec<String>,
+    /// The tool, when the step was a tool call by name (OpenEnv's `CallToolAction`): the
+    /// observation then also carries `tool_name` and `result` (the observation text), where
+    /// OpenEnv's MCP clients read them.
+    pub tool_name: Option<String>,
 }
 
 impl Outcome {
@@ -130,6 +136,8 @@ impl Outcome {
         };
         let payload = ObservationPayload {
             observation: SpadeObservation {
+                tool_name: self.tool_name.as_deref(),
+                result: self.tool_name.as_ref().map(|_| self.text.as_str()),
                 text: &self.text,
                 info: &info,
                 terminated: self.terminated,
@@ -170,7 +178,7 @@ struct Episode {
     id: String,
     env_id: String,
     /// Held so that the registry does not evict an environment while it is played.
-    _registration: Arc<Registration>,
+    registration: Arc<Registration>,
     seed: u64,
     steps: u64,
     /// Why the episode is over, once it is.
@@ -229,17 +237,26 @@ impl Session {
         self.episodes += 1;
         let ctx = self.ctx.clone();
         let mut driver = start_driver(&ctx, &source, options, &episode_id, &fields).await?;
+        let plain = fields.extra.is_empty();
         let result = match &mut driver {
-            Driver::Plain(s) => s
-                .reset(Some(seed))
-                .await
-                .map_err(|e| SessionError::from_call(e, "reset")),
-            Driver::Recorded(r) => r
-                .reset(Some(seed))
-                .await
-                .map_err(|e| SessionError::from_record(e, "reset")),
+            Driver::Plain(s) => {
+                let reset = if plain {
+                    s.reset(Some(seed)).await.map(|r| (r, Vec::new()))
+                } else {
+                    s.reset_with(Some(seed), &fields.extra).await
+                };
+                reset.map_err(|e| SessionError::from_call(e, "reset"))
+            }
+            Driver::Recorded(r) => {
+                let reset = if plain {
+                    r.reset(Some(seed)).await.map(|r| (r, Vec::new()))
+                } else {
+                    r.reset_with(Some(seed), &fields.extra).await
+                };
+                reset.map_err(|e| SessionError::from_record(e, "reset"))
+            }
         };
-        let reset = match result {
+        let (reset, dropped) = match result {
             Ok(reset) => reset,
             Err(err) => {
                 // The new episode never started: its trajectory (if recorded) is finished
@@ -253,7 +270,7 @@ impl Session {
         let episode = Episode {
             id: episode_id,
             env_id: registration.id.clone(),
-            _registration: registration,
+            registration,
             seed,
             steps: 0,
             ended: None,
@@ -273,7 +290,8 @@ impl Session {
             env_id: episode.env_id.clone(),
             episode_id: episode.id.clone(),
             step_count: 0,
-            ignored_reset_fields: fields.ignored.clone(),
+            ignored_reset_fields: dropped,
+            tool_name: None,
         };
         self.episode = Some(episode);
         finished?;
@@ -340,7 +358,45 @@ impl Session {
             episode_id: episode.id.clone(),
             step_count: episode.steps,
             ignored_reset_fields: Vec::new(),
+            tool_name: None,
         })
+    }
+
+    /// Calls a tool of the running episode's tool-use environment by name: the step of the
+    /// reply [`ToolCall::reply`] makes of it.
+    pub async fn call_tool(&mut self, call: &ToolCall) -> Result<Outcome, SessionError> {
+        let reply = match &self.episode {
+            Some(episode) => {
+                let tools = tool_schemas(&episode.registration)?;
+                call.reply(tools).map_err(SessionError::Invalid)?
+            }
+            // No episode: `step` says why.
+            None => String::new(),
+        };
+        let mut outcome = self.step(SpadeAction { message: reply }).await?;
+        outcome.tool_name = Some(call.name.clone());
+        Ok(outcome)
+    }
+
+    /// The tools (as MCP lists them) of the running episode's environment, or, with no
+    /// episode, of `env_id` (or the only environment); with the environment's id.
+    pub fn tools(&self, env_id: Option<&str>) -> Result<(String, Vec<Value>), SessionError> {
+        match &self.episode {
+            Some(episode) => env_tools(&episode.registration),
+            None => {
+                let registration = self
+                    .ctx
+                    .registry
+                    .playable(env_id)
+                    .map_err(|e| SessionError::Invalid(e.to_string()))?;
+                env_tools(&registration)
+            }
+        }
+    }
+
+    /// Whether the current episode is over (`false` with no episode).
+    pub fn episode_over(&self) -> bool {
+        self.episode.as_ref().is_some_and(|e| e.ended.is_some())
     }
 
     /// OpenEnv's state: episode id and step count, plus spade's fields.
@@ -471,5 +527,22 @@ pub async fn stateless_step(
         episode_id: String::new(),
         step_count: 1,
         ignored_reset_fields: Vec::new(),
+        tool_name: None,
     })
+}
+
+/// The tool schemas of a tool-use environment, or why it has none.
+pub fn tool_schemas(registration: &Registration) -> Result<&Value, SessionError> {
+    registration.tools.as_ref().ok_or_else(|| {
+        SessionError::Invalid(format!(
+            "Environment does not support MCP: '{}' is not a tool-use environment (its class has no get_tools()); play it with step messages {{\"message\": \"...\"}}",
+            registration.id
+        ))
+    })
+}
+
+/// A tool-use environment's id and its tools as MCP lists them.
+pub fn env_tools(registration: &Registration) -> Result<(String, Vec<Value>), SessionError> {
+    let tools = tool_schemas(registration)?;
+    Ok((registration.id.clone(), mcp_tools(tools)))
 }

@@ -1,20 +1,21 @@
-//! The WebSocket session endpoint (`/ws`): one session per connection, one sandbox per
+//! The WebSocket session endpoint (`/ws`): one session per connection (or, with
+//! `?session_id=`, a session the server holds, created over `POST /mcp`), one sandbox per
 //! episode, one answer per message.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::ws::{CloseFrame, Message, WebSocket, close_code};
-use serde_json::{Map, Value, json};
-use tokio::sync::OwnedSemaphorePermit;
-
 use crate::admission::AtCapacity;
+use crate::held::{AttachError, SharedSession};
+use crate::mcp::{self, RpcRequest};
 use crate::protocol::{
-    ErrorCode, FieldError, ResetFields, SpadeAction, error_frame, observation_frame, state_frame,
+    ErrorCode, FieldError, ResetFields, StepAction, error_frame, observation_frame, state_frame,
     type_name,
 };
 use crate::server::AppState;
-use crate::session::{Session, SessionError};
+use crate::session::SessionError;
+use axum::extract::ws::{CloseFrame, Message, WebSocket, close_code};
+use serde_json::{Map, Value, json};
 
 /// What the loop does after answering a message.
 enum Next {
@@ -37,10 +38,40 @@ pub async fn refuse(mut socket: WebSocket, full: AtCapacity) {
     close(&mut socket, close_code::AGAIN, "server at capacity").await;
 }
 
+/// Refuses `/ws?session_id=` for a session that is unknown or already attached: OpenEnv's
+/// `SESSION_ERROR`, then a close.
+pub async fn refuse_attach(mut socket: WebSocket, err: AttachError) {
+    send(
+        &mut socket,
+        error_frame(ErrorCode::SessionError, &err.to_string(), Map::new()),
+    )
+    .await;
+    close(
+        &mut socket,
+        close_code::POLICY,
+        "cannot attach to the session",
+    )
+    .await;
+}
+
+/// Whose session a connection runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Attachment {
+    /// The connection's own: its episode ends when the connection does.
+    Own,
+    /// A session the server holds (`/ws?session_id=`): it outlives the connection, until
+    /// `openenv/session/close` or the idle timeout.
+    Held,
+}
+
 /// Runs one session until the client closes it, it idles out, its sandbox dies or the server
 /// shuts down.
-pub async fn run(mut socket: WebSocket, state: Arc<AppState>, _permit: OwnedSemaphorePermit) {
-    let mut session = Session::new(state.new_session_id(), state.sessions.clone());
+pub async fn run(
+    mut socket: WebSocket,
+    state: Arc<AppState>,
+    shared: Arc<SharedSession>,
+    attachment: Attachment,
+) {
     let mut shutdown = state.shutdown.clone();
     let idle = state.config.idle_timeout;
     let next = loop {
@@ -55,6 +86,8 @@ pub async fn run(mut socket: WebSocket, state: Arc<AppState>, _permit: OwnedSema
             break shutting_down(&mut socket).await;
         };
         let text = match received {
+            // A held session may have been used over HTTP meanwhile (tools/call).
+            Received::Idle if idle.is_some_and(|limit| shared.idle_for() < limit) => continue,
             Received::Idle => {
                 let seconds = idle.map(|d| d.as_secs_f64()).unwrap_or(0.0);
                 let message = format!(
@@ -86,7 +119,7 @@ pub async fn run(mut socket: WebSocket, state: Arc<AppState>, _permit: OwnedSema
                 continue;
             }
         };
-        let (answer, next) = handle(&mut session, &text, state.config.max_message_bytes).await;
+        let (answer, next) = handle(&state, &shared, &text).await;
         if let Some(answer) = answer {
             send(&mut socket, answer).await;
         }
@@ -95,7 +128,13 @@ pub async fn run(mut socket: WebSocket, state: Arc<AppState>, _permit: OwnedSema
             close => break close,
         }
     };
-    let finished = session.finish();
+    let finished = match attachment {
+        Attachment::Own => shared.lock().await.finish(),
+        Attachment::Held => {
+            state.held.detach(&shared);
+            Ok(())
+        }
+    };
     if let Next::Close(code, reason) = next {
         if let Err(err) = finished {
             send(
@@ -170,7 +209,12 @@ async fn close(socket: &mut WebSocket, code: u16, reason: &str) {
 }
 
 /// Answers one message.
-async fn handle(session: &mut Session, text: &str, limit: usize) -> (Option<String>, Next) {
+async fn handle(
+    state: &Arc<AppState>,
+    shared: &Arc<SharedSession>,
+    text: &str,
+) -> (Option<String>, Next) {
+    let limit = state.config.max_message_bytes;
     let error = |code, message: String| {
         let mut extra = Map::new();
         if code == ErrorCode::ValidationError {
@@ -234,13 +278,13 @@ async fn handle(session: &mut Session, text: &str, limit: usize) -> (Option<Stri
             );
         }
     };
-    if !matches!(kind, "reset" | "step" | "state" | "close") {
+    if !matches!(kind, "reset" | "step" | "state" | "close" | "mcp") {
         return error(
             ErrorCode::UnknownType,
-            format!("Unknown message type: {kind} (expected reset, step, state or close)"),
+            format!("Unknown message type: {kind} (expected reset, step, state, mcp or close)"),
         );
     }
-    let allowed: &[&str] = if matches!(kind, "reset" | "step") {
+    let allowed: &[&str] = if matches!(kind, "reset" | "step" | "mcp") {
         &["type", "data"]
     } else {
         &["type"]
@@ -271,7 +315,7 @@ async fn handle(session: &mut Session, text: &str, limit: usize) -> (Option<Stri
                 Ok(fields) => fields,
                 Err(err) => return invalid(err),
             };
-            answer(session.reset(fields).await)
+            answer(shared.lock().await.reset(fields).await)
         }
         "step" => {
             let Some(data) = object.get("data") else {
@@ -280,13 +324,47 @@ async fn handle(session: &mut Session, text: &str, limit: usize) -> (Option<Stri
                     "Invalid message: a step message needs 'data' (the action, {\"message\": \"...\"})".to_owned(),
                 );
             };
-            let action = match SpadeAction::parse(data) {
+            let action = match StepAction::parse(data) {
                 Ok(action) => action,
                 Err(err) => return invalid(err),
             };
-            answer(session.step(action).await)
+            let mut session = shared.lock().await;
+            match action {
+                StepAction::Reply(action) => answer(session.step(action).await),
+                StepAction::CallTool(call) => answer(session.call_tool(&call).await),
+                StepAction::ListTools => match session.tools(None) {
+                    Ok((_, tools)) => {
+                        let done = session.episode_over();
+                        let frame = json!({"type": "observation", "data": {
+                            "observation": {"tools": tools},
+                            "reward": null, "done": done, "metadata": {},
+                        }});
+                        (Some(frame.to_string()), Next::Continue)
+                    }
+                    Err(err) => answer(Err(err)),
+                },
+            }
         }
-        "state" => (Some(state_frame(&session.state())), Next::Continue),
+        "mcp" => {
+            let response = match object.get("data") {
+                Some(data) => match RpcRequest::parse(data) {
+                    Ok(request) => mcp::dispatch(state, request, Some(shared)).await,
+                    Err(response) => response,
+                },
+                None => {
+                    return invalid(FieldError::at(
+                        &[],
+                        "an mcp message needs 'data' (a JSON-RPC request)",
+                    ));
+                }
+            };
+            let frame = json!({"type": "mcp", "data": response});
+            (Some(frame.to_string()), Next::Continue)
+        }
+        "state" => (
+            Some(state_frame(&shared.lock().await.state())),
+            Next::Continue,
+        ),
         _ => (
             None,
             Next::Close(close_code::NORMAL, "closed by the client".to_owned()),

@@ -124,6 +124,23 @@ impl Drop for ServeProcess {
     }
 }
 
+/// A cache directory of the test's own that already holds every compiled guest of the
+/// default cache (hard-linked, or copied across filesystems), so the server compiles nothing.
+pub fn cache_with_the_compiled_guests() -> tempfile::TempDir {
+    let cache = tempfile::tempdir().unwrap();
+    let default = spade_sandbox::default_cache_dir().unwrap();
+    for entry in std::fs::read_dir(&default).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "cwasm") {
+            let target = cache.path().join(path.file_name().unwrap());
+            if std::fs::hard_link(&path, &target).is_err() {
+                std::fs::copy(&path, &target).unwrap();
+            }
+        }
+    }
+    cache
+}
+
 /// One HTTP/1.1 request on a fresh connection; returns the status and the body.
 pub fn http(
     addr: SocketAddr,

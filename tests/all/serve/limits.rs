@@ -5,7 +5,8 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::harness::{
-    ServeProcess, assert_error, http, http_json, run_python, ws_call, ws_connect, ws_next,
+    ServeProcess, assert_error, cache_with_the_compiled_guests, http, http_json, run_python,
+    ws_call, ws_connect, ws_next,
 };
 use super::{env_path, serve_fixture};
 use crate::common::{env_dir, spade, stderr, stdout};
@@ -315,23 +316,6 @@ async fn shutdown_closes_sessions_and_finishes_their_trajectories() {
     );
     let replay = spade(&["replay", record.join("open.jsonl").to_str().unwrap()]);
     assert_eq!(replay.status.code(), Some(0), "{}", stderr(&replay));
-}
-
-/// A cache directory of the test's own that already holds every compiled guest of the
-/// default cache (hard-linked, or copied across filesystems), so the server compiles nothing.
-fn cache_with_the_compiled_guests() -> tempfile::TempDir {
-    let cache = tempfile::tempdir().unwrap();
-    let default = spade_sandbox::default_cache_dir().unwrap();
-    for entry in std::fs::read_dir(&default).unwrap() {
-        let path = entry.unwrap().path();
-        if path.extension().is_some_and(|e| e == "cwasm") {
-            let target = cache.path().join(path.file_name().unwrap());
-            if std::fs::hard_link(&path, &target).is_err() {
-                std::fs::copy(&path, &target).unwrap();
-            }
-        }
-    }
-    cache
 }
 
 #[test]

@@ -6,6 +6,7 @@ mod cli;
 mod harness;
 mod limits;
 mod load;
+mod mcp;
 mod protocol;
 mod python;
 mod registrations;

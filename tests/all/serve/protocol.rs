@@ -511,3 +511,86 @@ fn the_schema_of_one_environment_carries_its_tools() {
         "unknown environment id 'nope' (registered: grid_walk, tool_inventory)"
     );
 }
+
+#[tokio::test]
+async fn extra_reset_fields_reach_the_reset_that_takes_them_and_replay() {
+    let dir = tempfile::tempdir().unwrap();
+    let record = dir.path().join("traj");
+    let server = ServeProcess::start(&[
+        &super::serve_fixture("difficulty_guess.py"),
+        "--record-dir",
+        record.to_str().unwrap(),
+    ]);
+    // reset(seed=None, difficulty=1, *, label="plain") takes difficulty and label; the dataset
+    // column is dropped and named.
+    let fields = json!({"seed": 5, "episode_id": "hard", "difficulty": 3, "label": "hard",
+        "prompt": "a dataset column"});
+    let mut ws = ws_connect(server.addr, None).await.unwrap();
+    let reset = ws_call(&mut ws, json!({"type": "reset", "data": fields})).await;
+    assert_eq!(reset["type"], "observation", "{reset}");
+    let observation = &reset["data"]["observation"];
+    assert_eq!(
+        observation["text"],
+        "Guess a number from 1 to 1000 (hard). Answer in \\boxed{}."
+    );
+    assert_eq!(
+        observation["info"],
+        json!({"difficulty": 3, "label": "hard"})
+    );
+    assert_eq!(
+        reset["data"]["metadata"]["ignored_reset_fields"],
+        json!(["prompt"])
+    );
+    // Without the fields, reset's defaults.
+    let (status, plain) = http_json(server.addr, "POST", "/reset", &[], Some(r#"{"seed": 5}"#));
+    assert_eq!(status, 200, "{plain}");
+    assert_eq!(
+        plain["observation"]["text"],
+        "Guess a number from 1 to 10 (plain). Answer in \\boxed{}."
+    );
+    assert!(
+        plain["metadata"].get("ignored_reset_fields").is_none(),
+        "{plain}"
+    );
+    // A field of the wrong type for the environment is its exception; the episode goes on.
+    let bad = ws_call(
+        &mut ws,
+        json!({"type": "reset", "data": {"difficulty": "three"}}),
+    )
+    .await;
+    assert_error(&bad, "EXECUTION_ERROR", "ValueError");
+    let step = ws_call(
+        &mut ws,
+        json!({"type": "step", "data": {"message": "\\boxed{1}"}}),
+    )
+    .await;
+    assert_eq!(step["data"]["metadata"]["episode_id"], "hard", "{step}");
+    drop(ws);
+    // The recording keeps the fields and replays.
+    let file = record.join("hard.jsonl");
+    for _ in 0..200 {
+        let text = std::fs::read_to_string(&file).unwrap_or_default();
+        if text.contains("\"type\":\"footer\"") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(25));
+    }
+    let text = std::fs::read_to_string(&file).unwrap();
+    let reset_line: Value = text
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|l| l["call"] == "reset")
+        .unwrap();
+    assert_eq!(
+        reset_line["fields"],
+        json!({"difficulty": 3, "label": "hard", "prompt": "a dataset column"})
+    );
+    assert_eq!(reset_line["ok"]["dropped"], json!(["prompt"]));
+    let replay = spade(&["replay", file.to_str().unwrap()]);
+    assert_eq!(
+        replay.status.code(),
+        Some(0),
+        "{}",
+        crate::common::stderr(&replay)
+    );
+}

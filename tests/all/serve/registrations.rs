@@ -4,7 +4,9 @@
 
 use serde_json::{Value, json};
 
-use super::harness::{ServeProcess, assert_error, http_json, ws_call, ws_connect};
+use super::harness::{
+    ServeProcess, assert_error, cache_with_the_compiled_guests, http_json, ws_call, ws_connect,
+};
 use super::{env_path, serve_fixture};
 
 /// grid_walk's source with a comment that makes it a distinct source.
@@ -102,7 +104,9 @@ fn registered_bytes_are_capped() {
 #[test]
 fn a_slow_check_holds_up_neither_the_port_nor_other_registrations() {
     let slow = serve_fixture("slow_check.py");
-    let server = ServeProcess::start_listening(&[&slow], &[]);
+    // A cache of its own: an earlier run's cached verdict would skip the slow check.
+    let cache = cache_with_the_compiled_guests();
+    let server = ServeProcess::start_listening(&[&slow], &[("SPADE_CACHE_DIR", cache.path())]);
     // The port is open while the start-up check runs (it takes seconds).
     let (status, health) = http_json(server.addr, "GET", "/health", &[], None);
     assert_eq!(status, 200);
@@ -149,4 +153,54 @@ fn a_slow_check_holds_up_neither_the_port_nor_other_registrations() {
         Some(r#"{"env_id": "slow_check"}"#),
     );
     assert_eq!(status, 200, "{reset}");
+}
+
+#[test]
+fn check_verdicts_are_cached_on_disk_and_a_restart_does_not_check_again() {
+    let cache = cache_with_the_compiled_guests();
+    let env = [("SPADE_CACHE_DIR", cache.path())];
+    let good = variant(41);
+    let crash =
+        std::fs::read_to_string(crate::common::repo_root().join(env_path("brace_crash"))).unwrap();
+    let mut first = ServeProcess::start_with_env(&[], &env);
+    let (status, a) = register(&first, "a", &good);
+    assert_eq!(status, 201, "{a}");
+    assert_eq!(
+        (&a["accepted"], &a["verdict_from_cache"]),
+        (&json!(true), &json!(false))
+    );
+    let (_, b) = register(&first, "b", &crash);
+    assert_eq!(
+        (&b["accepted"], &b["verdict_from_cache"]),
+        (&json!(false), &json!(false))
+    );
+    assert!(first.terminate().success(), "{}", first.stderr());
+
+    // The same sources after a restart: the verdicts come from the cache, unchanged, and the
+    // accepted one plays.
+    let second = ServeProcess::start_with_env(&[], &env);
+    let (status, a2) = register(&second, "a", &good);
+    assert_eq!(status, 201, "{a2}");
+    assert_eq!(a2["verdict_from_cache"], true);
+    assert_eq!(a2["verdict"], a["verdict"]);
+    let (_, b2) = register(&second, "b", &crash);
+    assert_eq!(b2["verdict_from_cache"], true);
+    assert_eq!(b2["verdict"], b["verdict"]);
+    let (_, listed) = http_json(second.addr, "GET", "/envs", &[], None);
+    let codes = listed["envs"][1]["error_codes"].as_array().unwrap();
+    assert!(codes.contains(&json!("step_failed")), "{listed}");
+    let (status, reset) = http_json(
+        second.addr,
+        "POST",
+        "/reset",
+        &[],
+        Some(r#"{"env_id": "a", "seed": 3}"#),
+    );
+    assert_eq!(status, 200, "{reset}");
+    drop(second);
+
+    // Other check options are another key: checked again.
+    let third = ServeProcess::start_with_env(&["--validation-fuel", "40000000000"], &env);
+    let (_, a3) = register(&third, "a", &good);
+    assert_eq!(a3["verdict_from_cache"], false, "{a3}");
 }

@@ -56,6 +56,8 @@ pub struct ReadCall {
     pub index: u64,
     pub call: CallKind,
     pub seed: Option<u64>,
+    /// A reset's extra fields (see [`CallRecord::fields`]).
+    pub fields: Option<serde_json::Map<String, serde_json::Value>>,
     pub action: Option<String>,
     /// The reward and flags of a successful `step`.
     pub step: Option<StepSummary>,
@@ -168,6 +170,10 @@ pub struct CallRecord {
     pub call: CallKind,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub seed: Option<u64>,
+    /// A reset's extra fields (a JSON object), split by the environment's `reset` signature
+    /// (`Sandbox::reset_with`); absent for a plain reset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fields: Option<serde_json::Map<String, serde_json::Value>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub action: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -193,6 +199,7 @@ impl CallRecord {
             index,
             call,
             seed: None,
+            fields: None,
             action: None,
             ok: None,
             error: None,
@@ -219,6 +226,10 @@ pub enum CallResult {
     Reset {
         observation: String,
         info: Box<RawValue>,
+        /// The reset fields `reset` did not take (only on a reset with fields that dropped
+        /// some).
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        dropped: Vec<String>,
     },
     Load {
         class_name: String,

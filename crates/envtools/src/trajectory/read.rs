@@ -129,6 +129,8 @@ struct CallLine<'a> {
     #[serde(default)]
     seed: Option<u64>,
     #[serde(default)]
+    fields: Option<serde_json::Map<String, serde_json::Value>>,
+    #[serde(default)]
     action: Option<String>,
     #[serde(default, borrow)]
     ok: Option<&'a RawValue>,
@@ -438,6 +440,7 @@ fn parse_call(text: &str) -> Result<ReadCall, String> {
         index: line.index,
         call: line.call,
         seed: line.seed,
+        fields: line.fields,
         action: line.action,
         step,
         error: line.error.map(|e| e.kind),

@@ -187,6 +187,28 @@ impl<W: Write> Recorder<W> {
         self.finish_call(record, result, |r: &Reset| CallResult::Reset {
             observation: r.observation.clone(),
             info: raw_json(&r.info),
+            dropped: Vec::new(),
+        })
+    }
+
+    /// Calls and records `reset` with extra fields ([`Sandbox::reset_with`]): the line keeps
+    /// the fields, and the names of those `reset` did not take.
+    pub async fn reset_with(
+        &mut self,
+        seed: Option<u64>,
+        fields: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<(Reset, Vec<String>), RecordError> {
+        let result = self.sandbox_mut()?.reset_with(seed, fields).await;
+        let (fuel, output) = output_of(&self.sandbox);
+        let mut record = self.record(CallKind::Reset, fuel, &output);
+        record.seed = seed;
+        record.fields = Some(fields.clone());
+        self.finish_call(record, result, |(r, dropped): &(Reset, Vec<String>)| {
+            CallResult::Reset {
+                observation: r.observation.clone(),
+                info: raw_json(&r.info),
+                dropped: dropped.clone(),
+            }
         })
     }
 

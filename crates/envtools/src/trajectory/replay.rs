@@ -186,7 +186,10 @@ pub async fn replay(
         };
         let _ = match call.call {
             CallKind::Load => Ok(()),
-            CallKind::Reset => recorder.reset(call.seed).await.map(drop),
+            CallKind::Reset => match &call.fields {
+                Some(fields) => recorder.reset_with(call.seed, fields).await.map(drop),
+                None => recorder.reset(call.seed).await.map(drop),
+            },
             CallKind::Step => recorder
                 .step(call.action.as_deref().unwrap_or_default())
                 .await

@@ -45,27 +45,44 @@ pub(crate) fn path(
 
 /// The cached bytecode `name` in `dir`, if it is there, private and intact.
 pub(crate) fn read(dir: &CacheDir, name: &str) -> Option<Vec<u8>> {
-    let bytes = dir.read(name).ok()??;
-    let newline = bytes.iter().position(|&b| b == b'\n')?;
-    let header = std::str::from_utf8(&bytes[..newline]).ok()?;
-    let mut fields = header.split(' ');
-    let (format, len, sha256) = (fields.next()?, fields.next()?, fields.next()?);
-    let code = &bytes[newline + 1..];
-    let intact = format == FORMAT
-        && fields.next().is_none()
-        && len.parse::<usize>().ok()? == code.len()
-        && hex::encode(Sha256::digest(code)) == sha256;
-    intact.then(|| code.to_vec())
+    read_framed(dir, name, FORMAT)
 }
 
 /// Caches `code` as the file `name` in `dir` (atomically, private).
 pub(crate) fn write(dir: &CacheDir, name: &str, code: &[u8]) -> std::io::Result<()> {
+    write_framed(dir, name, FORMAT, code)
+}
+
+/// The body of the file `name` whose first line is `"{format} {len} {sha256}"`, if it is there,
+/// private and intact.
+pub(crate) fn read_framed(dir: &CacheDir, name: &str, format: &str) -> Option<Vec<u8>> {
+    let bytes = dir.read(name).ok()??;
+    let newline = bytes.iter().position(|&b| b == b'\n')?;
+    let header = std::str::from_utf8(&bytes[..newline]).ok()?;
+    let mut fields = header.split(' ');
+    let (found, len, sha256) = (fields.next()?, fields.next()?, fields.next()?);
+    let body = &bytes[newline + 1..];
+    let intact = found == format
+        && fields.next().is_none()
+        && len.parse::<usize>().ok()? == body.len()
+        && hex::encode(Sha256::digest(body)) == sha256;
+    intact.then(|| body.to_vec())
+}
+
+/// Writes `body` as the file `name` under a `"{format} {len} {sha256}"` line (atomically,
+/// private).
+pub(crate) fn write_framed(
+    dir: &CacheDir,
+    name: &str,
+    format: &str,
+    body: &[u8],
+) -> std::io::Result<()> {
     let header = format!(
-        "{FORMAT} {} {}\n",
-        code.len(),
-        hex::encode(Sha256::digest(code))
+        "{format} {} {}\n",
+        body.len(),
+        hex::encode(Sha256::digest(body))
     );
-    dir.write_atomic(name, &[header.as_bytes(), code])
+    dir.write_atomic(name, &[header.as_bytes(), body])
 }
 
 #[cfg(test)]

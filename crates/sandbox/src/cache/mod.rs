@@ -1,7 +1,8 @@
 //! What the sandbox keeps between processes and between sandboxes: the pre-initialised, compiled
 //! guest ([`artifact`]), compiled environment bytecode ([`code`]), and load snapshots
 //! ([`snapshot`]: how a sandbox is loaded, what a snapshot holds; [`snapshot_file`]: snapshots
-//! on disk; [`snapshot_restore`]: writing one into a fresh sandbox's memory).
+//! on disk; [`snapshot_restore`]: writing one into a fresh sandbox's memory), and the verdicts
+//! of checks that run over the sandbox ([`verdict`]).
 //!
 //! Every file is reached through the directory descriptors of [`dir`] (who may share a cache
 //! and what is refused: docs/snapshots.md, "The cache's threat model"), written under an
@@ -14,6 +15,7 @@ pub(crate) mod dir;
 pub(crate) mod snapshot;
 pub(crate) mod snapshot_file;
 pub(crate) mod snapshot_restore;
+pub(crate) mod verdict;
 
 use std::path::Path;
 
@@ -30,6 +32,8 @@ pub(crate) struct Cache {
     pub code: CacheDir,
     /// Load plans and snapshots ([`snapshot_file::SUBDIR`]).
     pub snapshots: CacheDir,
+    /// Verdicts of checks over the sandbox ([`verdict::SUBDIR`]).
+    pub verdicts: CacheDir,
 }
 
 impl Cache {
@@ -43,10 +47,12 @@ impl Cache {
         let root = CacheDir::open(path).map_err(refused)?;
         let code = root.subdir(code::SUBDIR).map_err(refused)?;
         let snapshots = root.subdir(snapshot_file::SUBDIR).map_err(refused)?;
+        let verdicts = root.subdir(verdict::SUBDIR).map_err(refused)?;
         Ok(Cache {
             root,
             code,
             snapshots,
+            verdicts,
         })
     }
 }

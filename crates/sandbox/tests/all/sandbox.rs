@@ -393,3 +393,85 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     }
     files
 }
+
+/// An environment whose `reset` has `signature` and returns `body` as its info dict.
+fn reset_env(signature: &str, body: &str) -> String {
+    format!(
+        "class KwEnv:\n    def __init__(self, max_turns=3):\n        self.max_turns = max_turns\n\n    {signature}:\n        return 'ok', {body}\n\n    def step(self, action):\n        return 'done', 1.0, True, False, {{}}\n\n    def solution(self):\n        return 'x'\n\n    def close(self):\n        pass\n"
+    )
+}
+
+#[tokio::test]
+async fn reset_fields_go_to_the_parameters_reset_takes_and_the_rest_are_dropped() {
+    use serde_json::{Value, json};
+    // (reset's signature, its info, the fields, the info expected, the names dropped): what
+    // OpenEnv's server does with a reset request's fields, by the same rule.
+    let cases = [
+        (
+            "def reset(self, seed=None, difficulty=1, *, label='x')",
+            "{'difficulty': difficulty, 'label': label}",
+            json!({"difficulty": 3, "label": "y", "prompt": "a column", "seed": 9}),
+            json!({"difficulty": 3, "label": "y"}),
+            vec!["prompt", "seed"],
+        ),
+        (
+            "def reset(self, seed=None, **options)",
+            "{'seed': seed, **options}",
+            json!({"b": [1, 2.5, true], "a": null, "c": {"d": "e"}, "seed": 9}),
+            json!({"seed": 4, "b": [1, 2.5, true], "a": null, "c": {"d": "e"}}),
+            vec!["seed"],
+        ),
+        (
+            "def reset(self, seed=None)",
+            "{}",
+            json!({"x": 1}),
+            json!({}),
+            vec!["x"],
+        ),
+        (
+            "def reset(self, /, seed=None, level=0)",
+            "{'level': level}",
+            json!({"level": 2, "self": 1}),
+            json!({"level": 2}),
+            vec!["self"],
+        ),
+    ];
+    let runtime = runtime();
+    for (signature, body, fields, info, dropped) in cases {
+        let source = reset_env(signature, body);
+        let mut sandbox = runtime
+            .sandbox(&source, SandboxOptions::seeded(4))
+            .await
+            .unwrap();
+        let (reset, names) = sandbox
+            .reset_with(Some(4), fields.as_object().unwrap())
+            .await
+            .unwrap_or_else(|e| panic!("{signature}: {e}"));
+        assert_eq!(reset.observation, "ok");
+        let got: Value = serde_json::from_str(&reset.info).unwrap();
+        assert_eq!(got, info, "{signature}");
+        assert_eq!(names, dropped, "{signature}");
+        // A plain reset passes nothing.
+        assert_eq!(sandbox.reset(Some(4)).await.unwrap().observation, "ok");
+    }
+    // A field reset does not take by its type is the environment's exception, as in CPython.
+    let source = reset_env(
+        "def reset(self, seed=None, level=0)",
+        "{'twice': level * 2}",
+    );
+    let mut sandbox = runtime
+        .sandbox(&source, SandboxOptions::seeded(0))
+        .await
+        .unwrap();
+    let (reset, _) = sandbox
+        .reset_with(None, json!({"level": "ab"}).as_object().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(reset.info, r#"{"twice":"abab"}"#);
+    let err = sandbox
+        .reset_with(None, json!({"level": null}).as_object().unwrap())
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Exception, "{err}");
+    assert!(err.to_string().contains("TypeError"), "{err}");
+}

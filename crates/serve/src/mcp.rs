@@ -1,0 +1,413 @@
+//! OpenEnv's MCP mode: JSON-RPC 2.0 requests over `POST /mcp` and in WebSocket `mcp` messages,
+//! as `openenv` 0.10's server answers them (`http_server.py`, `mcp_handler`) and its
+//! `MCPToolClient` sends them.
+//!
+//! Methods: `tools/list` and `tools/call` (on the tools of a tool-use environment, see
+//! [`crate::tools`]), and OpenEnv's session methods `openenv/session/create` (a session the
+//! server holds, which a WebSocket attaches to with `/ws?session_id=`) and
+//! `openenv/session/close`. A request names its session with `params.session_id`; in a
+//! WebSocket `mcp` message the connection's session is used. Without a session, `tools/list`
+//! reads the registration of `params.env_id` (or the only environment), and `tools/call` runs on
+//! a fresh sandbox, as `POST /step` does.
+
+use std::sync::Arc;
+
+use serde_json::{Map, Value, json};
+
+use crate::held::{Closed, SharedSession};
+use crate::protocol::{ErrorCode, SpadeAction, type_name};
+use crate::server::AppState;
+use crate::session::{Outcome, Session, SessionError, env_tools, stateless_step, tool_schemas};
+use crate::tools::ToolCall;
+
+/// JSON-RPC 2.0's error codes, as OpenEnv's `JsonRpcErrorCode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RpcCode {
+    ParseError = -32700,
+    InvalidRequest = -32600,
+    MethodNotFound = -32601,
+    InvalidParams = -32602,
+    InternalError = -32603,
+    ServerError = -32000,
+}
+
+/// One JSON-RPC request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RpcRequest {
+    /// `null`, a string or an integer, echoed in the response.
+    pub id: Value,
+    pub method: String,
+    pub params: Map<String, Value>,
+}
+
+/// A success response.
+pub fn success(id: &Value, result: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "result": result})
+}
+
+/// An error response (`data` only when given).
+pub fn failure(id: &Value, code: RpcCode, message: &str, data: Option<Value>) -> Value {
+    let mut error = json!({"code": code as i32, "message": message});
+    if let Some(data) = data {
+        error["data"] = data;
+    }
+    json!({"jsonrpc": "2.0", "id": id, "error": error})
+}
+
+impl RpcRequest {
+    /// Reads a request, as OpenEnv's `JsonRpcRequest` (`jsonrpc` "2.0", `method`, `params` an
+    /// object, `id` null, a string or an integer, nothing else); the error is the response.
+    pub fn parse(value: &Value) -> Result<RpcRequest, Value> {
+        let invalid = |message: String| {
+            failure(
+                &Value::Null,
+                RpcCode::InvalidRequest,
+                &format!("Invalid request: {message}"),
+                None,
+            )
+        };
+        let Some(object) = value.as_object() else {
+            return Err(invalid(format!(
+                "a JSON-RPC request is an object, not {}",
+                type_name(value)
+            )));
+        };
+        let id = match object.get("id") {
+            None => Value::Null,
+            Some(id @ (Value::Null | Value::String(_))) => id.clone(),
+            Some(id @ Value::Number(n)) if n.is_i64() || n.is_u64() => id.clone(),
+            Some(other) => {
+                return Err(invalid(format!(
+                    "'id' must be a string, an integer or null, not {}",
+                    type_name(other)
+                )));
+            }
+        };
+        if object.get("jsonrpc") != Some(&json!("2.0")) {
+            return Err(invalid("'jsonrpc' must be \"2.0\"".to_owned()));
+        }
+        let method = match object.get("method") {
+            Some(Value::String(method)) => method.clone(),
+            _ => return Err(invalid("'method' must be a string".to_owned())),
+        };
+        let params = match object.get("params") {
+            None => Map::new(),
+            Some(Value::Object(params)) => params.clone(),
+            Some(other) => {
+                return Err(failure(
+                    &id,
+                    RpcCode::InvalidParams,
+                    &format!("Params must be an object, not {}", type_name(other)),
+                    None,
+                ));
+            }
+        };
+        if let Some(extra) = object
+            .keys()
+            .find(|k| !matches!(k.as_str(), "jsonrpc" | "method" | "params" | "id"))
+        {
+            return Err(invalid(format!("unknown field '{extra}'")));
+        }
+        Ok(RpcRequest { id, method, params })
+    }
+}
+
+/// Answers one request. `current` is the session of the WebSocket the request came on, if any.
+pub async fn dispatch(
+    state: &Arc<AppState>,
+    request: RpcRequest,
+    current: Option<&Arc<SharedSession>>,
+) -> Value {
+    let id = &request.id;
+    match request.method.as_str() {
+        "openenv/session/create" => create_session(state, id, current),
+        "openenv/session/close" => close_session(state, id, &request.params, current),
+        "tools/list" | "tools/call" => {
+            let session = match target(state, &request.params, current) {
+                Ok(session) => session,
+                Err(response) => return response_for(id, response),
+            };
+            let result = if request.method == "tools/list" {
+                list_tools(state, &request.params, session.as_ref()).await
+            } else {
+                call_tool(state, &request.params, session.as_ref()).await
+            };
+            match result {
+                Ok(result) => success(id, result),
+                Err(err) => response_for(id, err),
+            }
+        }
+        other => failure(
+            id,
+            RpcCode::MethodNotFound,
+            &format!(
+                "Method not found: {other} (spade answers tools/list, tools/call, openenv/session/create and openenv/session/close)"
+            ),
+            None,
+        ),
+    }
+}
+
+/// A failed method: its code, message and data.
+struct RpcError(RpcCode, String, Option<Value>);
+
+fn response_for(id: &Value, RpcError(code, message, data): RpcError) -> Value {
+    failure(id, code, &message, data)
+}
+
+impl From<SessionError> for RpcError {
+    fn from(err: SessionError) -> RpcError {
+        let (code, wire) = match &err {
+            SessionError::Invalid(_) => (RpcCode::InvalidParams, ErrorCode::ValidationError),
+            SessionError::NoEpisodeYet(_) => (RpcCode::InvalidRequest, ErrorCode::SessionError),
+            _ => (RpcCode::InternalError, ErrorCode::ExecutionError),
+        };
+        let mut data = json!({"code": wire.as_str()});
+        if let Some(kind) = err.kind() {
+            data["kind"] = json!(kind.as_str());
+        }
+        RpcError(code, err.to_string(), Some(data))
+    }
+}
+
+fn create_session(
+    state: &Arc<AppState>,
+    id: &Value,
+    current: Option<&Arc<SharedSession>>,
+) -> Value {
+    if let Some(current) = current {
+        return success(id, json!({"session_id": current.id()}));
+    }
+    let slot = match state.admission.admit() {
+        Ok(slot) => slot,
+        Err(full) => {
+            return failure(
+                id,
+                RpcCode::ServerError,
+                &full.message(),
+                Some(json!({"active_sessions": full.active, "max_sessions": full.max})),
+            );
+        }
+    };
+    let session = Session::new(state.new_session_id(), state.sessions.clone());
+    let shared = SharedSession::new(session, slot);
+    let session_id = shared.id().to_owned();
+    state.held.insert(shared);
+    success(id, json!({"session_id": session_id}))
+}
+
+fn close_session(
+    state: &Arc<AppState>,
+    id: &Value,
+    params: &Map<String, Value>,
+    current: Option<&Arc<SharedSession>>,
+) -> Value {
+    let Some(Value::String(target)) = params.get("session_id") else {
+        return failure(
+            id,
+            RpcCode::InvalidParams,
+            "Invalid params - 'session_id' is required",
+            None,
+        );
+    };
+    if current.is_some_and(|c| c.id() == target) {
+        return failure(
+            id,
+            RpcCode::InvalidRequest,
+            "Cannot close active WebSocket-managed session via MCP method",
+            None,
+        );
+    }
+    match state.held.close(target) {
+        Some(Closed::Now) => success(id, json!({"session_id": target, "closed": true})),
+        Some(Closed::WhenDetached) => success(
+            id,
+            json!({"session_id": target, "closed": false, "closing": true}),
+        ),
+        None => failure(
+            id,
+            RpcCode::InvalidParams,
+            &format!("Unknown session_id: {target}"),
+            None,
+        ),
+    }
+}
+
+/// The session a tools request runs in: the WebSocket's, the one `params.session_id` names, or
+/// none.
+fn target(
+    state: &Arc<AppState>,
+    params: &Map<String, Value>,
+    current: Option<&Arc<SharedSession>>,
+) -> Result<Option<Arc<SharedSession>>, RpcError> {
+    if let Some(current) = current {
+        return Ok(Some(current.clone()));
+    }
+    match params.get("session_id") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(requested)) => match state.held.get(requested) {
+            Some(session) => Ok(Some(session)),
+            None => Err(RpcError(
+                RpcCode::InvalidParams,
+                format!("Unknown session_id: {requested}"),
+                None,
+            )),
+        },
+        Some(other) => Err(RpcError(
+            RpcCode::InvalidParams,
+            format!("'session_id' must be a string, not {}", type_name(other)),
+            None,
+        )),
+    }
+}
+
+fn env_id(params: &Map<String, Value>) -> Result<Option<&str>, RpcError> {
+    match params.get("env_id") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(id)) => Ok(Some(id)),
+        Some(other) => Err(RpcError(
+            RpcCode::InvalidParams,
+            format!("'env_id' must be a string, not {}", type_name(other)),
+            None,
+        )),
+    }
+}
+
+async fn list_tools(
+    state: &Arc<AppState>,
+    params: &Map<String, Value>,
+    session: Option<&Arc<SharedSession>>,
+) -> Result<Value, RpcError> {
+    let env_id = env_id(params)?;
+    let (env, tools) = match session {
+        Some(session) => session.lock().await.tools(env_id)?,
+        None => {
+            let registration = state
+                .sessions
+                .registry
+                .playable(env_id)
+                .map_err(|e| SessionError::Invalid(e.to_string()))?;
+            env_tools(&registration)?
+        }
+    };
+    Ok(json!({"tools": tools, "env_id": env}))
+}
+
+async fn call_tool(
+    state: &Arc<AppState>,
+    params: &Map<String, Value>,
+    session: Option<&Arc<SharedSession>>,
+) -> Result<Value, RpcError> {
+    let call = ToolCall::from_params(params)
+        .map_err(|message| RpcError(RpcCode::InvalidParams, message, None))?;
+    let outcome = match session {
+        Some(session) => session.lock().await.call_tool(&call).await?,
+        None => stateless_call(state, params, &call).await?,
+    };
+    Ok(call_result(&outcome))
+}
+
+/// A tool call on a fresh sandbox (seeded with `params.seed`, default 0; no reset), as
+/// `POST /step` runs a step. It takes a session slot while it runs.
+async fn stateless_call(
+    state: &Arc<AppState>,
+    params: &Map<String, Value>,
+    call: &ToolCall,
+) -> Result<Outcome, RpcError> {
+    let _slot = state.admission.admit().map_err(|full| {
+        RpcError(
+            RpcCode::ServerError,
+            full.message(),
+            Some(json!({"active_sessions": full.active, "max_sessions": full.max})),
+        )
+    })?;
+    let env_id = env_id(params)?;
+    let seed = match params.get("seed") {
+        None | Some(Value::Null) => 0,
+        Some(value) => value.as_u64().ok_or_else(|| {
+            RpcError(
+                RpcCode::InvalidParams,
+                format!("'seed' must be a non-negative integer, not {value}"),
+                None,
+            )
+        })?,
+    };
+    let ctx = state.sessions_without_recording();
+    let registration = ctx
+        .registry
+        .playable(env_id)
+        .map_err(|e| SessionError::Invalid(e.to_string()))?;
+    let reply = call
+        .reply(tool_schemas(&registration)?)
+        .map_err(SessionError::Invalid)?;
+    let action = SpadeAction { message: reply };
+    let mut outcome = stateless_step(&ctx, Some(&registration.id), seed, action).await?;
+    outcome.tool_name = Some(call.name.clone());
+    Ok(outcome)
+}
+
+/// MCP's `CallToolResult` for a step: the observation as text content, the whole OpenEnv
+/// payload (observation, reward, done, metadata) as structured content, and `data`, the text,
+/// which OpenEnv's `MCPToolClient.call_tool` returns.
+fn call_result(outcome: &Outcome) -> Value {
+    let payload = outcome.with_payload(|p| serde_json::to_value(p).expect("payloads serialise"));
+    json!({
+        "content": [{"type": "text", "text": outcome.text}],
+        "structuredContent": payload,
+        "isError": false,
+        "data": outcome.text,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_follow_openenv_json_rpc() {
+        let parse = |v: Value| RpcRequest::parse(&v);
+        assert_eq!(
+            parse(json!({"jsonrpc": "2.0", "method": "tools/list", "id": 3})).unwrap(),
+            RpcRequest {
+                id: json!(3),
+                method: "tools/list".into(),
+                params: Map::new()
+            }
+        );
+        let error = |v: Value| parse(v).unwrap_err()["error"].clone();
+        assert_eq!(
+            error(json!({"jsonrpc": "1.0", "method": "x"}))["code"],
+            -32600
+        );
+        assert_eq!(error(json!({"jsonrpc": "2.0"}))["code"], -32600);
+        let params = error(json!({"jsonrpc": "2.0", "method": "x", "params": [1], "id": "a"}));
+        assert_eq!(params["code"], -32602);
+        assert_eq!(params["message"], "Params must be an object, not an array");
+        let extra = error(json!({"jsonrpc": "2.0", "method": "x", "extra": 1}));
+        assert!(
+            extra["message"]
+                .as_str()
+                .unwrap()
+                .contains("unknown field 'extra'")
+        );
+        assert_eq!(
+            error(json!({"jsonrpc": "2.0", "method": "x", "id": 1.5}))["code"],
+            -32600
+        );
+    }
+
+    #[test]
+    fn responses_carry_result_or_error() {
+        assert_eq!(
+            success(&json!(1), json!({"a": 1})),
+            json!({"jsonrpc": "2.0", "id": 1, "result": {"a": 1}})
+        );
+        assert_eq!(
+            failure(&Value::Null, RpcCode::MethodNotFound, "no", None),
+            json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32601, "message": "no"}})
+        );
+        let err: RpcError = SessionError::NoEpisodeYet("new".into()).into();
+        assert_eq!(err.0, RpcCode::InvalidRequest);
+        assert_eq!(err.2, Some(json!({"code": "SESSION_ERROR"})));
+    }
+}
