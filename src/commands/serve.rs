@@ -45,6 +45,10 @@ pub struct ServeArgs {
     /// that no episode is playing is evicted.
     #[arg(long, default_value_t = RegistryLimits::default().max_registrations, value_name = "N")]
     pub max_registrations: usize,
+    /// Most POST /envs registrations of one bearer token (each token of --token-file is a
+    /// tenant); past it, that token's least recently used one that no episode plays is evicted.
+    #[arg(long, default_value_t = RegistryLimits::default().max_per_token, value_name = "N")]
+    pub max_registrations_per_token: usize,
     /// Most source bytes over all POST /envs registrations (for example 64M).
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub max_registered_bytes: Option<u64>,
@@ -54,7 +58,9 @@ pub struct ServeArgs {
     /// Close a session after this many seconds without a message (0: never).
     #[arg(long, default_value_t = 300.0, value_name = "S")]
     pub session_idle_timeout: f64,
-    /// A file holding the bearer token every request must carry (`Authorization: Bearer ...`).
+    /// A file holding the bearer tokens, one per line (blank lines and lines starting with '#'
+    /// are skipped); every request must carry one (`Authorization: Bearer ...`). Each token is a
+    /// tenant with its own registration quota, and only it can delete its registrations.
     #[arg(long, value_name = "F")]
     pub token_file: Option<PathBuf>,
     /// Record every episode to `DIR/<episode_id>.jsonl` (replayable with `spade replay`,
@@ -137,9 +143,13 @@ impl ServeArgs {
         if self.check_workers == 0 {
             bail!("--check-workers must be at least 1");
         }
+        if self.max_registrations_per_token == 0 {
+            bail!("--max-registrations-per-token must be at least 1");
+        }
         let defaults = RegistryLimits::default();
         Ok(RegistryLimits {
             max_registrations: self.max_registrations,
+            max_per_token: self.max_registrations_per_token,
             max_source_bytes: self
                 .max_registered_bytes
                 .map(|b| usize::try_from(b).unwrap_or(usize::MAX))
@@ -199,22 +209,9 @@ impl ServeArgs {
         if self.max_message_bytes < 1024 {
             bail!("--max-message-bytes must be at least 1024");
         }
-        let token = match &self.token_file {
-            None => None,
-            Some(path) => {
-                let text = read_text(path, "token file")?;
-                let token = text.trim();
-                if token.is_empty() {
-                    bail!("token file '{}' is empty", path.display());
-                }
-                if token.contains(char::is_whitespace) {
-                    bail!(
-                        "token file '{}' must hold one token (no spaces or line breaks inside it)",
-                        path.display()
-                    );
-                }
-                Some(token.to_owned())
-            }
+        let tokens = match &self.token_file {
+            None => Vec::new(),
+            Some(path) => read_tokens(path)?,
         };
         Ok(ServeConfig {
             bind: self.bind,
@@ -223,7 +220,7 @@ impl ServeArgs {
             insecure_no_auth: self.insecure_no_auth,
             idle_timeout: (self.session_idle_timeout > 0.0)
                 .then(|| Duration::from_secs_f64(self.session_idle_timeout)),
-            token,
+            tokens,
             record_dir: self.record_dir.clone(),
             max_message_bytes: self.max_message_bytes,
         })
@@ -270,6 +267,37 @@ fn env_id(path: &Path) -> String {
 
 /// Checks and registers the command-line environments concurrently (at most
 /// `--check-workers` at once), reporting each, then prints one line when all are done.
+/// The tokens of a token file: one per line, blank lines and `#` comments skipped.
+fn read_tokens(path: &Path) -> anyhow::Result<Vec<String>> {
+    let text = read_text(path, "token file")?;
+    let mut tokens: Vec<String> = Vec::new();
+    for (number, line) in text.lines().enumerate() {
+        let token = line.trim();
+        if token.is_empty() || token.starts_with('#') {
+            continue;
+        }
+        if token.contains(char::is_whitespace) {
+            bail!(
+                "token file '{}', line {}: a token has no spaces inside it (one token per line)",
+                path.display(),
+                number + 1
+            );
+        }
+        if tokens.iter().any(|t| t == token) {
+            bail!(
+                "token file '{}', line {}: the same token is on an earlier line",
+                path.display(),
+                number + 1
+            );
+        }
+        tokens.push(token.to_owned());
+    }
+    if tokens.is_empty() {
+        bail!("token file '{}' is empty", path.display());
+    }
+    Ok(tokens)
+}
+
 async fn register_all(registry: &Arc<Registry>, sources: Vec<(String, String)>) {
     let total = sources.len();
     let mut checks = tokio::task::JoinSet::new();
@@ -316,7 +344,7 @@ async fn register_all(registry: &Arc<Registry>, sources: Vec<(String, String)>) 
 }
 
 fn warn_if_exposed(config: &ServeConfig) {
-    if !config.bind.ip().is_loopback() && config.token.is_none() {
+    if !config.bind.ip().is_loopback() && config.tokens.is_empty() {
         eprintln!(
             "spade serve: warning: listening on {} without a token (--insecure-no-auth): anyone who can reach it can run sessions",
             config.bind

@@ -6,14 +6,14 @@ use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Extension, Path, Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
 
 use crate::admission::AtCapacity;
 use crate::protocol::{FieldError, ResetFields, SpadeAction, check_id, type_name};
-use crate::registry::RegistryError;
+use crate::registry::{RegistryError, Tenant};
 use crate::server::AppState;
 use crate::session::{Outcome, Session, SessionError, stateless_step};
 
@@ -305,9 +305,14 @@ pub async fn get_env(State(state): State<Arc<AppState>>, Path(id): Path<String>)
     }
 }
 
-/// `DELETE /envs/{id}`: removes a registration (running episodes of it go on).
-pub async fn delete_env(State(state): State<Arc<AppState>>, Path(id): Path<String>) -> Response {
-    match state.sessions.registry.delete(&id) {
+/// `DELETE /envs/{id}`: removes a registration of the caller's token (running episodes of it
+/// go on).
+pub async fn delete_env(
+    State(state): State<Arc<AppState>>,
+    Extension(tenant): Extension<Tenant>,
+    Path(id): Path<String>,
+) -> Response {
+    match state.sessions.registry.delete(tenant, &id) {
         Ok(r) => axum::Json(json!({"deleted": r.id, "sha256": r.sha256})).into_response(),
         Err(err) => registry_error(err),
     }
@@ -318,7 +323,10 @@ fn registry_error(err: RegistryError) -> Response {
         RegistryError::Unknown { .. } | RegistryError::None => StatusCode::NOT_FOUND,
         RegistryError::Conflict { .. } => StatusCode::CONFLICT,
         RegistryError::Checking { .. } => StatusCode::SERVICE_UNAVAILABLE,
-        RegistryError::Full { .. } => StatusCode::INSUFFICIENT_STORAGE,
+        RegistryError::Full { .. } | RegistryError::QuotaFull { .. } => {
+            StatusCode::INSUFFICIENT_STORAGE
+        }
+        RegistryError::Forbidden(_) => StatusCode::FORBIDDEN,
         RegistryError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
         _ => StatusCode::UNPROCESSABLE_ENTITY,
     };
@@ -329,6 +337,7 @@ fn registry_error(err: RegistryError) -> Response {
 /// and the `spade check` verdict (201 when new, 200 when already registered).
 pub async fn register_env(
     State(state): State<Arc<AppState>>,
+    Extension(tenant): Extension<Tenant>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let object = match body_object(body, false) {
@@ -362,7 +371,7 @@ pub async fn register_env(
     match state
         .sessions
         .registry
-        .register(id.as_deref(), &source)
+        .register(tenant, id.as_deref(), &source)
         .await
     {
         Ok((r, new)) => {

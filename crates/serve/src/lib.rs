@@ -21,6 +21,8 @@ mod session;
 pub mod tools;
 mod ws;
 
-pub use registry::{Origin, Readiness, Registration, Registry, RegistryError, RegistryLimits};
+pub use registry::{
+    Origin, Readiness, Registration, Registry, RegistryError, RegistryLimits, Tenant,
+};
 pub use server::{AppState, BindError, ServeConfig, Server};
 pub use session::{Outcome, Session, SessionContext, SessionError};

@@ -5,7 +5,7 @@
 //! by source hash (with the guest, the check's options and the limits), so a restarted server
 //! does not check again what it checked before.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
@@ -51,11 +51,18 @@ pub struct Registration {
 /// Where a registration came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Origin {
-    /// Named on the `spade serve` command line: not counted against the limits, never evicted.
+    /// Named on the `spade serve` command line: not counted against the limits, never evicted,
+    /// not deletable over HTTP.
     CommandLine,
-    /// Registered with `POST /envs`.
-    Http,
+    /// Registered with `POST /envs` by a tenant.
+    Http(Tenant),
 }
+
+/// Who sent a request: the index of its bearer token in the token file (0 for every request
+/// of a server without tokens). A tenant's HTTP registrations count against
+/// [`RegistryLimits::max_per_token`], and only it can delete them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Tenant(pub usize);
 
 impl Registration {
     /// The registration as JSON: id, verdict and the check report.
@@ -89,6 +96,10 @@ pub struct RegistryLimits {
     /// Most registrations over HTTP. Default 256: far more than a rollout's working set, and
     /// at most 256 x 1 MiB of sources (the default body limit).
     pub max_registrations: usize,
+    /// Most registrations over HTTP by one token (tenant). Default 64: a quarter of the total,
+    /// so one client cannot take the whole registry; past it, the token's own least recently
+    /// used unused registration is evicted.
+    pub max_per_token: usize,
     /// Most source bytes over all HTTP registrations. Default 64 MiB.
     pub max_source_bytes: usize,
     /// Checks running at once (each is one sandbox, CPU-bound and bounded by the check's fuel
@@ -101,6 +112,7 @@ impl Default for RegistryLimits {
     fn default() -> Self {
         RegistryLimits {
             max_registrations: 256,
+            max_per_token: 64,
             max_source_bytes: 64 << 20,
             check_workers: 2,
         }
@@ -136,6 +148,12 @@ pub enum RegistryError {
         "the registry is full: {what}, and every registration is in use by a running episode; DELETE /envs/{{id}} one that is no longer needed"
     )]
     Full { what: String },
+    #[error(
+        "this token has {used} of its {max} registrations (--max-registrations-per-token), each in use by a running episode; DELETE /envs/{{id}} one that is no longer needed"
+    )]
+    QuotaFull { used: usize, max: usize },
+    #[error("{0}")]
+    Forbidden(String),
     #[error(
         "a source of {bytes} bytes is over the registry's limit of {max} bytes (--max-registered-bytes)"
     )]
@@ -236,9 +254,34 @@ struct Entries {
     /// HTTP registrations and their bytes, including the ones being checked.
     http_count: usize,
     http_bytes: usize,
+    /// HTTP registrations per tenant, including the ones being checked.
+    per_tenant: HashMap<Tenant, usize>,
 }
 
 impl Entries {
+    fn tenant_count(&self, tenant: Tenant) -> usize {
+        self.per_tenant.get(&tenant).copied().unwrap_or(0)
+    }
+
+    /// Counts a new HTTP registration of `tenant` with `bytes` of source.
+    fn add(&mut self, tenant: Tenant, bytes: usize) {
+        self.http_count += 1;
+        self.http_bytes += bytes;
+        *self.per_tenant.entry(tenant).or_default() += 1;
+    }
+
+    /// Uncounts one (deleted, evicted, or failed before it was registered).
+    fn remove(&mut self, tenant: Tenant, bytes: usize) {
+        self.http_count -= 1;
+        self.http_bytes -= bytes;
+        if let Some(count) = self.per_tenant.get_mut(&tenant) {
+            *count -= 1;
+            if *count == 0 {
+                self.per_tenant.remove(&tenant);
+            }
+        }
+    }
+
     /// Ids being checked or waiting for their start-up check, each counted once.
     fn checking_count(&self) -> usize {
         let running = self.checking.keys();
@@ -311,10 +354,11 @@ impl Registry {
     /// flag says whether the registration is new.
     pub async fn register(
         &self,
+        tenant: Tenant,
         id: Option<&str>,
         source: &str,
     ) -> Result<(Arc<Registration>, bool), RegistryError> {
-        self.register_from(Origin::Http, id, source).await
+        self.register_from(Origin::Http(tenant), id, source).await
     }
 
     /// [`Registry::register`] for a source named on the command line (not counted against
@@ -374,9 +418,8 @@ impl Registry {
                 last_used: AtomicU64::new(self.tick()),
             }),
             Err(err) => {
-                if origin == Origin::Http {
-                    entries.http_count -= 1;
-                    entries.http_bytes -= source.len();
+                if let Origin::Http(tenant) = origin {
+                    entries.remove(tenant, source.len());
                 }
                 return Err(err);
             }
@@ -410,17 +453,27 @@ impl Registry {
                 false => RegistryError::Conflict { id: id.to_owned() },
             });
         }
-        if origin == Origin::Http {
+        if let Origin::Http(tenant) = origin {
             if bytes > self.limits.max_source_bytes {
                 return Err(RegistryError::TooLarge {
                     bytes,
                     max: self.limits.max_source_bytes,
                 });
             }
+            // The token's quota first, making room among its own registrations...
+            while entries.tenant_count(tenant) + 1 > self.limits.max_per_token {
+                if !evict_one(&mut entries, Some(tenant)) {
+                    return Err(RegistryError::QuotaFull {
+                        used: entries.tenant_count(tenant),
+                        max: self.limits.max_per_token,
+                    });
+                }
+            }
+            // ...then the registry's, among everyone's.
             while entries.http_count + 1 > self.limits.max_registrations
                 || entries.http_bytes + bytes > self.limits.max_source_bytes
             {
-                if !evict_one(&mut entries) {
+                if !evict_one(&mut entries, None) {
                     let what = if entries.http_count + 1 > self.limits.max_registrations {
                         format!(
                             "{} of {} registrations are taken",
@@ -435,8 +488,7 @@ impl Registry {
                     return Err(RegistryError::Full { what });
                 }
             }
-            entries.http_count += 1;
-            entries.http_bytes += bytes;
+            entries.add(tenant, bytes);
         }
         entries.checking.insert(id.to_owned(), sha256.to_owned());
         Ok(None)
@@ -518,23 +570,34 @@ impl Registry {
         Ok((verdict, Some(prepared), tools))
     }
 
-    /// Removes registration `id`. Episodes that are running it go on; new resets cannot
-    /// name it.
-    pub fn delete(&self, id: &str) -> Result<Arc<Registration>, RegistryError> {
+    /// Removes registration `id`, which `tenant` registered over HTTP. Episodes that are
+    /// running it go on; new resets cannot name it.
+    pub fn delete(&self, tenant: Tenant, id: &str) -> Result<Arc<Registration>, RegistryError> {
         let mut entries = self.write();
         if entries.checking.contains_key(id) {
             return Err(RegistryError::Checking { id: id.to_owned() });
         }
-        let Some(removed) = entries.envs.remove(id) else {
+        let Some(found) = entries.envs.get(id) else {
             return Err(RegistryError::Unknown {
                 id: id.to_owned(),
                 known: entries.envs.keys().cloned().collect(),
             });
         };
-        if removed.origin == Origin::Http {
-            entries.http_count -= 1;
-            entries.http_bytes -= removed.bytes;
+        match found.origin {
+            Origin::CommandLine => {
+                return Err(RegistryError::Forbidden(format!(
+                    "environment '{id}' was named on the spade serve command line and cannot be deleted over HTTP"
+                )));
+            }
+            Origin::Http(owner) if owner != tenant => {
+                return Err(RegistryError::Forbidden(format!(
+                    "environment '{id}' was registered with another token; only that token can delete it"
+                )));
+            }
+            Origin::Http(_) => {}
         }
+        let removed = entries.envs.remove(id).expect("found above");
+        entries.remove(tenant, removed.bytes);
         Ok(removed)
     }
 
@@ -603,21 +666,24 @@ impl Registry {
     }
 }
 
-/// Evicts the least recently used HTTP registration that no running episode holds.
-/// `false`: there is none.
-fn evict_one(entries: &mut Entries) -> bool {
+/// Evicts the least recently used HTTP registration (of `only`, when given) that no running
+/// episode holds. `false`: there is none.
+fn evict_one(entries: &mut Entries, only: Option<Tenant>) -> bool {
     let victim = entries
         .envs
         .values()
-        .filter(|r| r.origin == Origin::Http && Arc::strong_count(r) == 1)
+        .filter(|r| match r.origin {
+            Origin::Http(tenant) => only.is_none_or(|only| only == tenant),
+            Origin::CommandLine => false,
+        })
+        .filter(|r| Arc::strong_count(r) == 1)
         .min_by_key(|r| r.last_used.load(Ordering::Relaxed))
-        .map(|r| r.id.clone());
-    let Some(id) = victim else {
+        .map(|r| (r.id.clone(), r.origin));
+    let Some((id, Origin::Http(tenant))) = victim else {
         return false;
     };
     let removed = entries.envs.remove(&id).expect("the victim is registered");
-    entries.http_count -= 1;
-    entries.http_bytes -= removed.bytes;
+    entries.remove(tenant, removed.bytes);
     true
 }
 

@@ -24,7 +24,7 @@ use tokio::sync::watch;
 
 use crate::admission::{Admission, check_budget, default_budget};
 use crate::held::{HeldSessions, SharedSession};
-use crate::registry::Registry;
+use crate::registry::{Registry, Tenant};
 use crate::session::{Session, SessionContext};
 use crate::{http, ws};
 
@@ -46,8 +46,10 @@ pub struct ServeConfig {
     pub insecure_no_auth: bool,
     /// A session with no message for this long is closed (`SESSION_ERROR`). Default 300 s.
     pub idle_timeout: Option<Duration>,
-    /// With a token, every request needs `Authorization: Bearer <token>` or gets 401.
-    pub token: Option<String>,
+    /// With tokens, every request needs `Authorization: Bearer <one of them>` or gets 401.
+    /// Each token is a tenant: its HTTP registrations are counted against
+    /// [`crate::RegistryLimits::max_per_token`], and only it can delete them.
+    pub tokens: Vec<String>,
     /// Record every episode to `<dir>/<episode_id>.jsonl`.
     pub record_dir: Option<PathBuf>,
     /// Largest WebSocket message or HTTP body, in bytes. A larger WebSocket message gets a
@@ -64,7 +66,7 @@ impl Default for ServeConfig {
             memory_budget: None,
             insecure_no_auth: false,
             idle_timeout: Some(Duration::from_secs(300)),
-            token: None,
+            tokens: Vec::new(),
             record_dir: None,
             max_message_bytes: 1 << 20,
         }
@@ -94,7 +96,7 @@ impl ServeConfig {
     /// without a token (unless `insecure_no_auth`), and `max_sessions` that do not fit in the
     /// budget with sandboxes of `memory_limit` bytes and `check_workers` checks.
     pub fn validate(&self, memory_limit: u64, check_workers: usize) -> Result<(), BindError> {
-        if self.token.is_none() && !self.bind.ip().is_loopback() && !self.insecure_no_auth {
+        if self.tokens.is_empty() && !self.bind.ip().is_loopback() && !self.insecure_no_auth {
             return Err(BindError::Config(format!(
                 "refusing to serve on {} without a token: anyone who can reach it could run code and fill its memory; give --token-file FILE, bind to 127.0.0.1, or pass --insecure-no-auth if the network is trusted",
                 self.bind
@@ -124,7 +126,8 @@ pub struct AppState {
     /// Sessions held between requests (created over `POST /mcp`).
     pub held: HeldSessions,
     pub shutdown: watch::Receiver<bool>,
-    token_sha256: Option<[u8; 32]>,
+    /// The sha256 of every token, in the order given (the index is the tenant).
+    token_sha256: Vec<[u8; 32]>,
     next_session: AtomicU64,
     id_prefix: String,
 }
@@ -186,7 +189,7 @@ impl Server {
             runtime,
             record_dir: None,
         });
-        let token_sha256 = config.token.as_deref().map(digest);
+        let token_sha256 = config.tokens.iter().map(|t| digest(t)).collect();
         let id_prefix = process_prefix();
         let state = Arc::new(AppState {
             admission: Admission::new(config.max_sessions),
@@ -307,16 +310,18 @@ async fn websocket(
     }
 }
 
-/// With a token configured, every request needs `Authorization: Bearer <token>`; the token is
-/// compared in constant time (as sha256 digests, so lengths do not leak either).
+/// With tokens configured, every request needs `Authorization: Bearer <token>`; the token is
+/// compared in constant time with every configured one (as sha256 digests, so lengths do not
+/// leak either), and the request carries its [`Tenant`].
 async fn authenticate(
     State(state): State<Arc<AppState>>,
-    request: Request,
+    mut request: Request,
     next: Next,
 ) -> Response {
-    let Some(expected) = &state.token_sha256 else {
+    if state.token_sha256.is_empty() {
+        request.extensions_mut().insert(Tenant(0));
         return next.run(request).await;
-    };
+    }
     let given = request
         .headers()
         .get(header::AUTHORIZATION)
@@ -326,16 +331,31 @@ async fn authenticate(
         None => {
             "missing bearer token: send 'Authorization: Bearer <token>' (the server runs with --token-file)"
         }
-        Some(token) if constant_time_eq(&digest(token.trim()), expected) => {
-            return next.run(request).await;
-        }
-        Some(_) => "invalid bearer token",
+        Some(token) => match matching_token(&digest(token.trim()), &state.token_sha256) {
+            Some(tenant) => {
+                request.extensions_mut().insert(Tenant(tenant));
+                return next.run(request).await;
+            }
+            None => "invalid bearer token",
+        },
     };
     let mut response = http::error(StatusCode::UNAUTHORIZED, message, Map::new());
     response
         .headers_mut()
         .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
     response.into_response()
+}
+
+/// The index of the token whose digest is `given`, comparing with every one (the time does not
+/// depend on which matched).
+fn matching_token(given: &[u8; 32], tokens: &[[u8; 32]]) -> Option<usize> {
+    let mut found = None;
+    for (index, token) in tokens.iter().enumerate() {
+        if constant_time_eq(given, token) && found.is_none() {
+            found = Some(index);
+        }
+    }
+    found
 }
 
 fn digest(token: &str) -> [u8; 32] {
@@ -365,5 +385,9 @@ mod tests {
         assert!(constant_time_eq(&digest("abc"), &digest("abc")));
         assert!(!constant_time_eq(&digest("abc"), &digest("abd")));
         assert!(!constant_time_eq(&digest("abc"), &digest("abcd")));
+        let tokens = [digest("first"), digest("second")];
+        assert_eq!(matching_token(&digest("second"), &tokens), Some(1));
+        assert_eq!(matching_token(&digest("first"), &tokens), Some(0));
+        assert_eq!(matching_token(&digest("third"), &tokens), None);
     }
 }

@@ -47,6 +47,36 @@ fn bad_command_lines_are_clear_errors() {
         1,
         "is empty",
     );
+    let comments = dir.path().join("comments");
+    std::fs::write(&comments, "# no token here\n\n").unwrap();
+    fails_with(
+        &["serve", "--token-file", comments.to_str().unwrap()],
+        None,
+        1,
+        "is empty",
+    );
+    let spaced = dir.path().join("spaced");
+    std::fs::write(&spaced, "first-token\nsecond token\n").unwrap();
+    fails_with(
+        &["serve", "--token-file", spaced.to_str().unwrap()],
+        None,
+        1,
+        "line 2: a token has no spaces inside it (one token per line)",
+    );
+    let twice = dir.path().join("twice");
+    std::fs::write(&twice, "same\nother\nsame\n").unwrap();
+    fails_with(
+        &["serve", "--token-file", twice.to_str().unwrap()],
+        None,
+        1,
+        "line 3: the same token is on an earlier line",
+    );
+    fails_with(
+        &["serve", "--max-registrations-per-token", "0"],
+        None,
+        1,
+        "--max-registrations-per-token must be at least 1",
+    );
     // Secure by default: a non-loopback bind needs a token or an explicit opt-out.
     fails_with(
         &["serve", "--bind", "0.0.0.0:0"],

@@ -204,3 +204,105 @@ fn check_verdicts_are_cached_on_disk_and_a_restart_does_not_check_again() {
     let (_, a3) = register(&third, "a", &good);
     assert_eq!(a3["verdict_from_cache"], false, "{a3}");
 }
+
+fn register_as(server: &ServeProcess, token: &str, id: &str, source: &str) -> (u16, Value) {
+    let body = json!({"source": source, "id": id}).to_string();
+    let auth = format!("Bearer {token}");
+    http_json(
+        server.addr,
+        "POST",
+        "/envs",
+        &[("Authorization", &auth)],
+        Some(&body),
+    )
+}
+
+fn ids_as(server: &ServeProcess, token: &str) -> Vec<String> {
+    let auth = format!("Bearer {token}");
+    let (_, list) = http_json(
+        server.addr,
+        "GET",
+        "/envs",
+        &[("Authorization", &auth)],
+        None,
+    );
+    list["envs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn each_token_has_its_own_quota_and_deletes_only_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens");
+    std::fs::write(&tokens, "# two tenants\nalpha-token\n\nbeta-token\n").unwrap();
+    let server = ServeProcess::start(&[
+        "--token-file",
+        tokens.to_str().unwrap(),
+        "--max-registrations-per-token",
+        "2",
+        "--max-registrations",
+        "3",
+    ]);
+    let (alpha, beta) = ("alpha-token", "beta-token");
+    // Over its quota, a token evicts its own least recently used registration.
+    for (id, n) in [("a1", 1), ("a2", 2), ("a3", 3)] {
+        assert_eq!(register_as(&server, alpha, id, &variant(n)).0, 201);
+    }
+    assert_eq!(
+        ids_as(&server, alpha),
+        ["a2", "a3"],
+        "a1 was alpha's oldest"
+    );
+    // The registry's own cap evicts the least recently used of anyone's.
+    assert_eq!(register_as(&server, beta, "b1", &variant(4)).0, 201);
+    assert_eq!(register_as(&server, beta, "b2", &variant(5)).0, 201);
+    assert_eq!(
+        ids_as(&server, beta),
+        ["a3", "b1", "b2"],
+        "a2 was the oldest"
+    );
+    // Only the token that registered an environment deletes it.
+    let auth = |token: &str| format!("Bearer {token}");
+    let (status, refused) = http_json(
+        server.addr,
+        "DELETE",
+        "/envs/a3",
+        &[("Authorization", &auth(beta))],
+        None,
+    );
+    assert_eq!(status, 403, "{refused}");
+    assert_eq!(
+        refused["detail"],
+        "environment 'a3' was registered with another token; only that token can delete it"
+    );
+    let (status, _) = http_json(
+        server.addr,
+        "DELETE",
+        "/envs/a3",
+        &[("Authorization", &auth(alpha))],
+        None,
+    );
+    assert_eq!(status, 200);
+    // A token whose registrations are all being played cannot take more.
+    assert_eq!(register_as(&server, alpha, "a4", &variant(6)).0, 201);
+    assert_eq!(register_as(&server, alpha, "a5", &variant(7)).0, 201);
+    let mut sessions = Vec::new();
+    for id in ["a4", "a5"] {
+        let mut ws = ws_connect(server.addr, Some(alpha)).await.unwrap();
+        let reset = ws_call(&mut ws, json!({"type": "reset", "data": {"env_id": id}})).await;
+        assert_eq!(reset["type"], "observation", "{reset}");
+        sessions.push(ws);
+    }
+    let (status, full) = register_as(&server, alpha, "a6", &variant(8));
+    assert_eq!(status, 507, "{full}");
+    assert_eq!(
+        full["detail"],
+        "this token has 2 of its 2 registrations (--max-registrations-per-token), each in use by a running episode; DELETE /envs/{id} one that is no longer needed"
+    );
+    // The other token is not held up by it.
+    assert_eq!(register_as(&server, beta, "b3", &variant(9)).0, 201);
+}
