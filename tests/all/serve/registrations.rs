@@ -245,25 +245,26 @@ async fn each_token_has_its_own_quota_and_deletes_only_its_own() {
         "--max-registrations-per-token",
         "2",
         "--max-registrations",
-        "3",
+        "4",
     ]);
     let (alpha, beta) = ("alpha-token", "beta-token");
-    // Over its quota, a token evicts its own least recently used registration.
-    for (id, n) in [("a1", 1), ("a2", 2), ("a3", 3)] {
+    // Over its quota, a token evicts its own least recently used registration, not an older
+    // one of another token.
+    assert_eq!(register_as(&server, beta, "b1", &variant(1)).0, 201);
+    for (id, n) in [("a1", 2), ("a2", 3), ("a3", 4)] {
         assert_eq!(register_as(&server, alpha, id, &variant(n)).0, 201);
     }
     assert_eq!(
         ids_as(&server, alpha),
-        ["a2", "a3"],
+        ["a2", "a3", "b1"],
         "a1 was alpha's oldest"
     );
-    // The registry's own cap evicts the least recently used of anyone's.
-    assert_eq!(register_as(&server, beta, "b1", &variant(4)).0, 201);
     assert_eq!(register_as(&server, beta, "b2", &variant(5)).0, 201);
+    assert_eq!(register_as(&server, beta, "b3", &variant(10)).0, 201);
     assert_eq!(
         ids_as(&server, beta),
-        ["a3", "b1", "b2"],
-        "a2 was the oldest"
+        ["a2", "a3", "b2", "b3"],
+        "b1 was beta's oldest"
     );
     // Only the token that registered an environment deletes it.
     let auth = |token: &str| format!("Bearer {token}");
@@ -288,6 +289,14 @@ async fn each_token_has_its_own_quota_and_deletes_only_its_own() {
     );
     assert_eq!(status, 200);
     // A token whose registrations are all being played cannot take more.
+    let (status, _) = http_json(
+        server.addr,
+        "DELETE",
+        "/envs/a2",
+        &[("Authorization", &auth(alpha))],
+        None,
+    );
+    assert_eq!(status, 200);
     assert_eq!(register_as(&server, alpha, "a4", &variant(6)).0, 201);
     assert_eq!(register_as(&server, alpha, "a5", &variant(7)).0, 201);
     let mut sessions = Vec::new();
@@ -304,5 +313,6 @@ async fn each_token_has_its_own_quota_and_deletes_only_its_own() {
         "this token has 2 of its 2 registrations (--max-registrations-per-token), each in use by a running episode; DELETE /envs/{id} one that is no longer needed"
     );
     // The other token is not held up by it.
-    assert_eq!(register_as(&server, beta, "b3", &variant(9)).0, 201);
+    assert_eq!(register_as(&server, beta, "b4", &variant(9)).0, 201);
+    assert_eq!(ids_as(&server, beta), ["a4", "a5", "b3", "b4"]);
 }
