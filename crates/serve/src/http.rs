@@ -66,8 +66,18 @@ fn at_capacity(full: AtCapacity) -> Response {
     error(StatusCode::SERVICE_UNAVAILABLE, full.message(), extra)
 }
 
-/// `GET /metadata`: OpenEnv's `EnvironmentMetadata`.
-pub async fn metadata(State(state): State<Arc<AppState>>) -> Response {
+/// `GET /metadata`: OpenEnv's `EnvironmentMetadata` of the server, or with `?env_id=ID` of one
+/// environment (its id, class, verdict and tools).
+pub async fn metadata(
+    State(state): State<Arc<AppState>>,
+    Query(query): Query<EnvQuery>,
+) -> Response {
+    if let Some(id) = query.env_id {
+        return match state.sessions.registry.resolve(Some(&id)) {
+            Ok(r) => axum::Json(env_metadata(&r)).into_response(),
+            Err(err) => registry_error(err),
+        };
+    }
     let envs: Vec<String> = state
         .sessions
         .registry
@@ -96,6 +106,31 @@ pub async fn metadata(State(state): State<Arc<AppState>>) -> Response {
         "documentation_url": null,
     }))
     .into_response()
+}
+
+/// OpenEnv's `EnvironmentMetadata` of one registered environment.
+fn env_metadata(r: &crate::registry::Registration) -> Value {
+    let class = r.class_name.as_deref().unwrap_or("no environment class");
+    let verdict = if r.accepted {
+        "accepted by spade check".to_owned()
+    } else {
+        format!("rejected by spade check ({})", r.error_codes.join(", "))
+    };
+    let kind = match r.tools.as_ref().and_then(Value::as_array) {
+        Some(tools) => format!(
+            "a tool-use environment with {} tools (MCP: tools/list, tools/call)",
+            tools.len()
+        ),
+        None => "a plain environment (action {\"message\": \"...\"})".to_owned(),
+    };
+    json!({
+        "name": r.id,
+        "description": format!("{class}: {kind}; {verdict}. Source sha256 {}.", r.sha256),
+        "readme_content": null,
+        "version": env!("CARGO_PKG_VERSION"),
+        "author": null,
+        "documentation_url": null,
+    })
 }
 
 /// `GET /schema`, or `GET /schema?env_id=ID` for one environment (with its tool schemas when

@@ -504,6 +504,33 @@ fn the_schema_of_one_environment_carries_its_tools() {
     // Without env_id, the server's schema, as before.
     let (_, server_wide) = http_json(server.addr, "GET", "/schema", &[], None);
     assert!(server_wide.get("env_id").is_none());
+    // /metadata too, per environment.
+    let (status, meta) = http_json(
+        server.addr,
+        "GET",
+        "/metadata?env_id=tool_inventory",
+        &[],
+        None,
+    );
+    assert_eq!(status, 200, "{meta}");
+    assert_eq!(meta["name"], "tool_inventory");
+    let description = meta["description"].as_str().unwrap();
+    assert!(
+        description.starts_with(
+            "InventoryValueEnv: a tool-use environment with 2 tools (MCP: tools/list, tools/call); accepted by spade check."
+        ),
+        "{description}"
+    );
+    let (_, meta) = http_json(server.addr, "GET", "/metadata?env_id=grid_walk", &[], None);
+    assert!(
+        meta["description"]
+            .as_str()
+            .unwrap()
+            .starts_with("GridWalkEnv: a plain environment"),
+        "{meta}"
+    );
+    let (status, _) = http_json(server.addr, "GET", "/metadata?env_id=nope", &[], None);
+    assert_eq!(status, 404);
     let (status, missing) = http_json(server.addr, "GET", "/schema?env_id=nope", &[], None);
     assert_eq!(status, 404);
     assert_eq!(
