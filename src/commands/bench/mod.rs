@@ -3,6 +3,8 @@
 //! llama.cpp's server ([`llama`]).
 
 #[cfg(feature = "train")]
+mod agreement;
+#[cfg(feature = "train")]
 mod llama;
 #[cfg(feature = "train")]
 pub mod model;

@@ -72,6 +72,10 @@ pub struct BenchModel {
     /// its fastest round.
     #[arg(long, default_value_t = 1)]
     rounds: usize,
+    /// New tokens of the greedy-agreement table (each decode-weights variant against the first
+    /// on the written prompt set; needs a real model, not the random stand-in); 0 skips it.
+    #[arg(long, default_value_t = 32, value_name = "N")]
+    agreement_tokens: usize,
 }
 
 fn peak_rss_mib() -> f64 {
@@ -255,6 +259,22 @@ impl BenchModel {
         }
         print_sampling(&measured, self.group);
         say!("peak RSS after sampling: {:.0} MiB", peak_rss_mib());
+        match (&path, self.agreement_tokens) {
+            (_, 0) => {}
+            (None, _) => say!(
+                "greedy agreement: skipped (the model is not fetched; random weights answer nothing)"
+            ),
+            (Some(p), tokens) => {
+                let mut loaded = crate::commands::load_model(Some(p))?;
+                let variants: Vec<DecodeWeights> = self
+                    .decode_weights
+                    .iter()
+                    .copied()
+                    .filter(|&w| is_gguf || w != DecodeWeights::Gguf)
+                    .collect();
+                super::agreement::run(&mut loaded, &variants, tokens)?;
+            }
+        }
         if self.episodes > 0 {
             say!("| measurement | tokens | seconds | tokens/s |");
             say!("|---|---|---|---|");
