@@ -16,19 +16,48 @@ fn variant(n: u32) -> String {
     format!("{source}\n# variant {n}\n")
 }
 
-fn register(server: &ServeProcess, id: &str, source: &str) -> (u16, Value) {
-    let body = json!({"source": source, "id": id}).to_string();
-    http_json(server.addr, "POST", "/envs", &[], Some(&body))
+/// `Authorization: Bearer <token>`, or no header without a token.
+fn bearer(token: Option<&str>) -> Vec<(&'static str, String)> {
+    token
+        .map(|t| ("Authorization", format!("Bearer {t}")))
+        .into_iter()
+        .collect()
 }
 
-fn ids(server: &ServeProcess) -> Vec<String> {
-    let (_, list) = http_json(server.addr, "GET", "/envs", &[], None);
+fn headers<'a>(owned: &'a [(&'static str, String)]) -> Vec<(&'static str, &'a str)> {
+    owned.iter().map(|(k, v)| (*k, v.as_str())).collect()
+}
+
+/// `POST /envs` with `token`'s bearer header (none without a token).
+fn register_with(
+    server: &ServeProcess,
+    token: Option<&str>,
+    id: &str,
+    source: &str,
+) -> (u16, Value) {
+    let body = json!({"source": source, "id": id}).to_string();
+    let auth = bearer(token);
+    http_json(server.addr, "POST", "/envs", &headers(&auth), Some(&body))
+}
+
+/// The ids `GET /envs` lists, asked with `token`.
+fn ids_with(server: &ServeProcess, token: Option<&str>) -> Vec<String> {
+    let auth = bearer(token);
+    let (_, list) = http_json(server.addr, "GET", "/envs", &headers(&auth), None);
     list["envs"]
         .as_array()
         .unwrap()
         .iter()
         .map(|e| e["id"].as_str().unwrap().to_owned())
         .collect()
+}
+
+fn register(server: &ServeProcess, id: &str, source: &str) -> (u16, Value) {
+    register_with(server, None, id, source)
+}
+
+fn ids(server: &ServeProcess) -> Vec<String> {
+    ids_with(server, None)
 }
 
 #[tokio::test]
@@ -206,32 +235,11 @@ fn check_verdicts_are_cached_on_disk_and_a_restart_does_not_check_again() {
 }
 
 fn register_as(server: &ServeProcess, token: &str, id: &str, source: &str) -> (u16, Value) {
-    let body = json!({"source": source, "id": id}).to_string();
-    let auth = format!("Bearer {token}");
-    http_json(
-        server.addr,
-        "POST",
-        "/envs",
-        &[("Authorization", &auth)],
-        Some(&body),
-    )
+    register_with(server, Some(token), id, source)
 }
 
 fn ids_as(server: &ServeProcess, token: &str) -> Vec<String> {
-    let auth = format!("Bearer {token}");
-    let (_, list) = http_json(
-        server.addr,
-        "GET",
-        "/envs",
-        &[("Authorization", &auth)],
-        None,
-    );
-    list["envs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["id"].as_str().unwrap().to_owned())
-        .collect()
+    ids_with(server, Some(token))
 }
 
 #[tokio::test]
