@@ -282,11 +282,7 @@ async fn list_tools(
     let (env, tools) = match session {
         Some(session) => session.lock().await.tools(env_id)?,
         None => {
-            let registration = state
-                .sessions
-                .registry
-                .playable(env_id)
-                .map_err(|e| SessionError::Invalid(e.to_string()))?;
+            let registration = state.sessions.playable(env_id)?;
             env_tools(&registration)?
         }
     };
@@ -333,10 +329,7 @@ async fn stateless_call(
         })?,
     };
     let ctx = state.sessions_without_recording();
-    let registration = ctx
-        .registry
-        .playable(env_id)
-        .map_err(|e| SessionError::Invalid(e.to_string()))?;
+    let registration = ctx.playable(env_id)?;
     let reply = call
         .reply(tool_schemas(&registration)?)
         .map_err(SessionError::Invalid)?;

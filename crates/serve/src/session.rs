@@ -26,6 +26,15 @@ pub struct SessionContext {
     pub record_dir: Option<PathBuf>,
 }
 
+impl SessionContext {
+    /// The playable registration `env_id` (or the only one), or why there is none.
+    pub fn playable(&self, env_id: Option<&str>) -> Result<Arc<Registration>, SessionError> {
+        self.registry
+            .playable(env_id)
+            .map_err(|e| SessionError::Invalid(e.to_string()))
+    }
+}
+
 /// Why a session call failed.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum SessionError {
@@ -216,11 +225,7 @@ impl Session {
     /// unknown or rejected environment, an exception in the environment, a sandbox limit)
     /// leaves the current episode as it was.
     pub async fn reset(&mut self, fields: ResetFields) -> Result<Outcome, SessionError> {
-        let registration = self
-            .ctx
-            .registry
-            .playable(fields.env_id.as_deref())
-            .map_err(|e| SessionError::Invalid(e.to_string()))?;
+        let registration = self.ctx.playable(fields.env_id.as_deref())?;
         let source = registration
             .source
             .clone()
@@ -384,11 +389,7 @@ impl Session {
         match &self.episode {
             Some(episode) => env_tools(&episode.registration),
             None => {
-                let registration = self
-                    .ctx
-                    .registry
-                    .playable(env_id)
-                    .map_err(|e| SessionError::Invalid(e.to_string()))?;
+                let registration = self.ctx.playable(env_id)?;
                 env_tools(&registration)
             }
         }
@@ -499,10 +500,7 @@ pub async fn stateless_step(
     seed: u64,
     action: SpadeAction,
 ) -> Result<Outcome, SessionError> {
-    let registration = ctx
-        .registry
-        .playable(env_id)
-        .map_err(|e| SessionError::Invalid(e.to_string()))?;
+    let registration = ctx.playable(env_id)?;
     let source = registration
         .source
         .clone()
