@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use anyhow::Context as _;
 use clap::Args;
 use spade_model::checkpoint;
-use spade_model::model::DecodeWeights;
+use spade_model::model::{DecodeActivations, DecodeWeights};
 use spade_sandbox::{Config, Runtime};
 use spade_selfplay::eval::{evaluate, load_envs};
 use spade_selfplay::{CandlePolicy, Policy as _, TrainConfig};
@@ -39,6 +39,10 @@ pub struct EvalArgs {
     /// Base weights the agent samples from: `gguf` (a GGUF's own blocks), `q8_0` or `f32`.
     #[arg(long, default_value_t = DecodeWeights::Gguf)]
     decode_weights: DecodeWeights,
+    /// How products with quantised weights take their inputs: `f32` (equal to the training
+    /// path within f32 summation order) or `q8` (8-bit, as llama.cpp; faster, less exact).
+    #[arg(long, default_value_t = DecodeActivations::F32)]
+    decode_activations: DecodeActivations,
 }
 
 impl EvalArgs {
@@ -55,7 +59,12 @@ impl EvalArgs {
             temperature: 0.0,
             ..TrainConfig::default()
         };
-        let mut policy = CandlePolicy::for_inference(loaded, &cfg, self.decode_weights)?;
+        let mut policy = CandlePolicy::for_inference(
+            loaded,
+            &cfg,
+            self.decode_weights,
+            self.decode_activations,
+        )?;
         if let Some(path) = policy.decode_path() {
             eprintln!("decode weights {path}");
         }

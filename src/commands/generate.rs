@@ -7,7 +7,7 @@ use anyhow::Context;
 use clap::Args;
 use spade_model::chat::Message;
 use spade_model::checkpoint;
-use spade_model::model::DecodeWeights;
+use spade_model::model::{DecodeActivations, DecodeWeights};
 use spade_model::sample::{Sampler, SamplingParams};
 
 /// Arguments of `spade generate`.
@@ -49,6 +49,10 @@ pub struct Generate {
     /// Base weights decoding reads: `gguf` (a GGUF's own blocks), `q8_0` or `f32`.
     #[arg(long, default_value_t = DecodeWeights::Gguf)]
     decode_weights: DecodeWeights,
+    /// How products with quantised weights take their inputs: `f32` (equal to the training
+    /// path within f32 summation order) or `q8` (8-bit, as llama.cpp; faster, less exact).
+    #[arg(long, default_value_t = DecodeActivations::F32)]
+    decode_activations: DecodeActivations,
 }
 
 impl Generate {
@@ -59,7 +63,9 @@ impl Generate {
             checkpoint::load_lora(dir, &mut loaded.model)
                 .with_context(|| format!("loading LoRA adapters from {}", dir.display()))?;
         }
-        let decode = loaded.model.set_decode_weights(self.decode_weights)?;
+        let decode = loaded
+            .model
+            .set_decode_weights(self.decode_weights, self.decode_activations)?;
         let mut messages = Vec::new();
         if let Some(system) = &self.system {
             messages.push(Message::new("system", system.clone()));

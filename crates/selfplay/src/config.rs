@@ -5,7 +5,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use spade_model::error::{ModelError, Result};
 use spade_model::grpo::LossAggregation;
-use spade_model::model::DecodeWeights;
+use spade_model::model::{DecodeActivations, DecodeWeights};
 use spade_model::schedule::{DecayKind, LrSchedule};
 
 use super::credit::{AgentBaseline, CreditConfig, EmaStart};
@@ -227,6 +227,11 @@ pub struct TrainConfig {
     /// `q8_0` (every projection quantised at load), or `f32` (the training path's weights). Quantised decoding needs `lora` (a frozen base); with full fine-tuning
     /// sampling reads f32 whatever this says. Training always reads f32.
     pub decode_weights: DecodeWeights,
+    /// How sampling's quantised products take their inputs: `f32` (the default: the weights
+    /// are dequantised in registers, so the sampled policy equals the trained one within the
+    /// order of f32 sums) or `q8` (8-bit blocks as llama.cpp rounds them: faster, but greedy
+    /// tokens can differ from the training path's). Unused where sampling reads f32.
+    pub decode_activations: DecodeActivations,
     /// Recompute the sampled tokens' old log-probabilities on the training path at the start
     /// of each update (free: the first GRPO step's forward pass), so the importance ratio
     /// never mixes quantised sampling with f32 training. On by default; the measured gap is
@@ -313,6 +318,7 @@ impl Default for TrainConfig {
             lr_decay_steps: 0,
             lr_min_ratio: 0.1,
             decode_weights: DecodeWeights::Gguf,
+            decode_activations: DecodeActivations::F32,
             recompute_old_logprobs: true,
         }
     }

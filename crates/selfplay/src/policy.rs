@@ -12,7 +12,7 @@ use spade_model::error::{ModelError, Result};
 use spade_model::grpo::{GrpoConfig, GrpoSample, GrpoTrainer, UpdateStats};
 use spade_model::load::LoadedModel;
 use spade_model::logprob::{Pair, completion_logprobs};
-use spade_model::model::{DecodePath, DecodeWeights, LoraConfig};
+use spade_model::model::{DecodeActivations, DecodePath, DecodeWeights, LoraConfig};
 use spade_model::optim::{AdamW, AdamWConfig};
 use spade_model::prefix_cache::PrefixCache;
 use spade_model::sample::{Sampler, SamplingParams};
@@ -206,7 +206,9 @@ impl CandlePolicy {
             model.model.set_train_base(true);
             (None, DecodeWeights::F32)
         };
-        let decode = model.model.set_decode_weights(decode_weights)?;
+        let decode = model
+            .model
+            .set_decode_weights(decode_weights, cfg.decode_activations)?;
         let adam = AdamWConfig {
             lr: cfg.lr,
             beta2: cfg.adam_beta2,
@@ -243,13 +245,15 @@ impl CandlePolicy {
     }
 
     /// Wraps `loaded` (adapters already attached, if any) for sampling only, as `spade eval`
-    /// plays: nothing is attached or trained, so sampling reads `weights` (quantised blocks
-    /// stay valid because the base weights never move). Updating such a policy would train
+    /// plays: nothing is attached or trained, so sampling reads `weights`, its products
+    /// taking their inputs as `activations` (quantised blocks stay valid because the base
+    /// weights never move). Updating such a policy would train
     /// every weight while sampling kept reading the blocks: use [`Self::new`] to train.
     pub fn for_inference(
         loaded: LoadedModel,
         cfg: &TrainConfig,
         weights: DecodeWeights,
+        activations: DecodeActivations,
     ) -> Result<Self> {
         let cfg = TrainConfig {
             lora: false,
@@ -257,7 +261,7 @@ impl CandlePolicy {
         };
         let mut p = Self::new(loaded, &cfg)?;
         p.model.model.set_train_base(false);
-        p.decode = p.model.model.set_decode_weights(weights)?;
+        p.decode = p.model.model.set_decode_weights(weights, activations)?;
         Ok(p)
     }
 
@@ -468,7 +472,9 @@ impl Policy for CandlePolicy {
         if self.lora.is_some() {
             let mut model = self.base.clone();
             let (cfg, vm) = checkpoint::load_lora(dir, &mut model.model)?;
-            self.decode = model.model.set_decode_weights(self.decode.weights)?;
+            self.decode = model
+                .model
+                .set_decode_weights(self.decode.weights, self.decode.activations)?;
             self.model = model;
             self.lora = Some((cfg, vm));
         } else {

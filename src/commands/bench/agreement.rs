@@ -5,12 +5,13 @@
 //! the |Δ log-prob| per token over the tokens both decoded alike.
 use spade_model::chat::Message;
 use spade_model::load::LoadedModel;
-use spade_model::model::DecodeWeights;
 use spade_model::sample::{Sampler, SamplingParams};
 use spade_selfplay::corpus::{Corpus, DEFAULT_CORPUS};
 use spade_selfplay::memory::Seeds;
 use spade_selfplay::prompts::{self, DesignSpec, Variant};
 use spade_selfplay::starter_envs::starter_envs;
+
+use super::variant::DecodeVariant;
 
 /// One prompt of the set: a name and its chat messages.
 pub struct AgreementPrompt {
@@ -85,7 +86,7 @@ struct Greedy {
 /// reference, and prints the table and the |Δ log-prob| percentiles per variant.
 pub fn run(
     loaded: &mut LoadedModel,
-    variants: &[DecodeWeights],
+    variants: &[DecodeVariant],
     tokens: usize,
 ) -> anyhow::Result<()> {
     let set = prompt_set()?;
@@ -98,7 +99,9 @@ pub fn run(
     // completions[v][p]: variant v's greedy completion of prompt p.
     let mut completions: Vec<Vec<Greedy>> = Vec::new();
     for &variant in variants {
-        loaded.model.set_decode_weights(variant)?;
+        loaded
+            .model
+            .set_decode_weights(variant.weights, variant.activations)?;
         let sampler = Sampler::from_loaded(loaded);
         let mut row = Vec::new();
         for prompt in &set {

@@ -9,3 +9,4 @@ mod llama;
 #[cfg(feature = "train")]
 pub mod model;
 pub mod sandbox;
+mod variant;

@@ -10,6 +10,8 @@ use spade_model::grpo::{GrpoConfig, GrpoSample, GrpoTrainer};
 use spade_model::logprob::{Pair, completion_logprobs};
 use spade_model::model::kernels::decode_quant_matmul::{self as quant_matmul, Kernel};
 use spade_model::model::{DecodeWeights, Decoder, LoraConfig, ModelConfig, lora};
+
+use super::variant::DecodeVariant;
 use spade_model::optim::{AdamW, AdamWConfig};
 use spade_model::prefix_cache::PrefixCache;
 use spade_model::sample::{Sampler, SamplingParams};
@@ -49,9 +51,14 @@ pub struct BenchModel {
     /// Also time one full fine-tuning update.
     #[arg(long)]
     full: bool,
-    /// Decode weights to measure, in order; each is compared with the first.
-    #[arg(long, value_delimiter = ',', default_value = "f32,q8_0,gguf")]
-    decode_weights: Vec<DecodeWeights>,
+    /// Decode variants to measure, in order, each compared with the first: `f32`, or
+    /// quantised weights (`q8_0`, `gguf`) with f32 or 8-bit inputs (`gguf:f32`, `gguf:q8`).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "f32,q8_0:f32,q8_0:q8,gguf:f32,gguf:q8"
+    )]
+    decode_weights: Vec<DecodeVariant>,
     /// Quantised kernels to measure each quantised variant with (`avx512vnni`, `avx2`,
     /// `portable`), in order; default: the fastest this CPU runs.
     #[arg(long, value_delimiter = ',')]
@@ -220,7 +227,8 @@ impl BenchModel {
                 });
             }
             let mut i = 0;
-            for &w in &self.decode_weights {
+            for &v in &self.decode_weights {
+                let w = v.weights;
                 if w == DecodeWeights::Gguf && !is_gguf {
                     if round == 0 {
                         say!(
@@ -236,13 +244,14 @@ impl BenchModel {
                 };
                 for kernel in runs {
                     quant_matmul::force_kernel(kernel)?;
-                    let decode = lora_model.set_decode_weights(w)?;
+                    let decode = lora_model.set_decode_weights(w, v.activations)?;
                     if round == 0 {
                         say!("decode weights {decode}");
                     }
                     let label = match kernel {
-                        Some(k) => format!("{w}/{}", k.name()),
-                        None => w.to_string(),
+                        Some(k) => format!("{w} {}", k.loop_name(v.activations)),
+                        None if w == DecodeWeights::F32 => v.to_string(),
+                        None => format!("{w} {}", quant_matmul::kernel().loop_name(v.activations)),
                     };
                     let m = measure(&lora_model, &tokenizer, &prompts, &params, &label)?;
                     match measured.get_mut(i) {
@@ -266,11 +275,11 @@ impl BenchModel {
             ),
             (Some(p), tokens) => {
                 let mut loaded = crate::commands::load_model(Some(p))?;
-                let variants: Vec<DecodeWeights> = self
+                let variants: Vec<DecodeVariant> = self
                     .decode_weights
                     .iter()
                     .copied()
-                    .filter(|&w| is_gguf || w != DecodeWeights::Gguf)
+                    .filter(|v| is_gguf || v.weights != DecodeWeights::Gguf)
                     .collect();
                 super::agreement::run(&mut loaded, &variants, tokens)?;
             }

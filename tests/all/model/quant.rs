@@ -5,9 +5,13 @@ use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use spade_model::load;
+use spade_model::model::kernels::decode_quant_matmul as quant_matmul;
 use spade_model::model::quant::{BlockFormat, QuantWeight};
-use spade_model::model::{DecodeWeights, Decoder, KvCache, LoraConfig, lora};
+use spade_model::model::{DecodeActivations, DecodeWeights, Decoder, KvCache, LoraConfig, lora};
 use spade_model::sample::{Sampler, SamplingParams};
+
+/// The 8-bit input path, which the tests before the f32-input ones check.
+const Q8: DecodeActivations = DecodeActivations::Q8;
 
 use super::common::{ids, max_diff, tiny_llama_with_vocab, tiny_tokenizer};
 use super::gguf::{OK, tmp, write_gguf};
@@ -61,7 +65,10 @@ fn block_products_stay_within_the_activation_rounding_bound() {
             let deq = blocks.dequantize(&Device::Cpu).unwrap();
             assert_eq!(max_diff(&deq, &q.dequantize(&Device::Cpu).unwrap()), 0.0);
             let x = randn(n_rows, k, 7 + n_rows as u64);
-            let got = rows(&blocks.matmul_t(&x).unwrap());
+            let got = rows(
+                &quant_matmul::matmul_t_with(&blocks, &x, quant_matmul::kernel(), Q8, None)
+                    .unwrap(),
+            );
             let want = rows(&x.matmul(&deq.t().unwrap()).unwrap());
             let (xs, ws) = (rows(&x), rows(&deq));
             for r in 0..n_rows {
@@ -141,11 +148,11 @@ fn quantised_decode_logits_equal_the_f32_path_within_tolerance() {
     let model = &mut loaded.model;
     let prompt = ids(1, 9, model.config().vocab_size, 4);
     let steps = [5u32, 77, 130, 9, 200];
-    let f32_path = model.set_decode_weights(DecodeWeights::F32).unwrap();
+    let f32_path = model.set_decode_weights(DecodeWeights::F32, Q8).unwrap();
     assert_eq!(f32_path.formats.keys().collect::<Vec<_>>(), ["f32"]);
     let want = decode_logits(model, &prompt, &steps);
     for weights in [DecodeWeights::Gguf, DecodeWeights::Q8_0] {
-        let path = model.set_decode_weights(weights).unwrap();
+        let path = model.set_decode_weights(weights, Q8).unwrap();
         assert!(path.weight_bytes < f32_path.weight_bytes, "{path}");
         let got = decode_logits(model, &prompt, &steps);
         for (i, (g, w)) in got.iter().zip(&want).enumerate() {
@@ -156,7 +163,7 @@ fn quantised_decode_logits_equal_the_f32_path_within_tolerance() {
     }
     // `gguf` reads the file's own blocks where it has them (its Q4_1 and Q8_0 tensors) and f32
     // for its F32 tensors; `q8_0` quantises every projection.
-    let path = model.set_decode_weights(DecodeWeights::Gguf).unwrap();
+    let path = model.set_decode_weights(DecodeWeights::Gguf, Q8).unwrap();
     let cfg = model.config().clone();
     let layers = cfg.num_hidden_layers;
     // Per layer: attn_k, ffn_up, attn_output in Q4_1; attn_v, ffn_down in Q8_0; the tied head
@@ -164,12 +171,12 @@ fn quantised_decode_logits_equal_the_f32_path_within_tolerance() {
     assert_eq!(path.formats["q4_1"], 3 * layers, "{path}");
     assert_eq!(path.formats["q8_0"], 2 * layers + 1, "{path}");
     assert_eq!(path.formats["f32"], 2 * layers, "{path}");
-    let path = model.set_decode_weights(DecodeWeights::Q8_0).unwrap();
+    let path = model.set_decode_weights(DecodeWeights::Q8_0, Q8).unwrap();
     assert_eq!(path.formats["q8_0"], 7 * layers + 1, "{path}");
     assert_eq!(path.formats.len(), 1, "{path}");
     // A model that is not a GGUF has no blocks: `gguf` decodes it in f32.
     let (mut plain, _) = Decoder::random(&cfg, 2, 0.2, &Device::Cpu).unwrap();
-    let path = plain.set_decode_weights(DecodeWeights::Gguf).unwrap();
+    let path = plain.set_decode_weights(DecodeWeights::Gguf, Q8).unwrap();
     assert_eq!(path.formats.keys().collect::<Vec<_>>(), ["f32"], "{path}");
 }
 
@@ -194,7 +201,10 @@ fn greedy_tokens_agree_where_the_margin_exceeds_the_tolerance() {
                 .remove(0),
         )
     };
-    loaded.model.set_decode_weights(DecodeWeights::F32).unwrap();
+    loaded
+        .model
+        .set_decode_weights(DecodeWeights::F32, Q8)
+        .unwrap();
     let (prompt, f32_out) = sample(&loaded.model);
     let x = Tensor::new(prompt.as_slice(), &Device::Cpu)
         .unwrap()
@@ -202,7 +212,7 @@ fn greedy_tokens_agree_where_the_margin_exceeds_the_tolerance() {
         .unwrap();
     let f32_logits = decode_logits(&loaded.model, &x, &f32_out.tokens);
     for weights in [DecodeWeights::Gguf, DecodeWeights::Q8_0] {
-        loaded.model.set_decode_weights(weights).unwrap();
+        loaded.model.set_decode_weights(weights, Q8).unwrap();
         let (_, q_out) = sample(&loaded.model);
         // Token by token, while the f32 path's top two logits are further apart than twice
         // the tolerance, the quantised path must pick the same token.
@@ -235,11 +245,14 @@ fn lora_applies_in_f32_on_top_of_the_blocks_and_training_reads_f32() {
     }
     let prompt = ids(1, 7, model.config().vocab_size, 8);
     let train_before = model.forward_train(&prompt).unwrap();
-    model.set_decode_weights(DecodeWeights::F32).unwrap();
+    model.set_decode_weights(DecodeWeights::F32, Q8).unwrap();
     let want = decode_logits(&model, &prompt, &[3, 4]);
-    loaded.model.set_decode_weights(DecodeWeights::F32).unwrap();
+    loaded
+        .model
+        .set_decode_weights(DecodeWeights::F32, Q8)
+        .unwrap();
     let base = decode_logits(&loaded.model, &prompt, &[3, 4]);
-    model.set_decode_weights(DecodeWeights::Gguf).unwrap();
+    model.set_decode_weights(DecodeWeights::Gguf, Q8).unwrap();
     let got = decode_logits(&model, &prompt, &[3, 4]);
     for ((g, w), b) in got.iter().zip(&want).zip(&base) {
         assert!(max_diff(w, b) > 10.0 * tolerance(w), "the adapters matter");
@@ -280,8 +293,27 @@ fn decode_weights_errors_name_the_problem() {
     .unwrap();
     assert_eq!(cfg.decode_weights, DecodeWeights::Q8_0);
     assert!(!cfg.recompute_old_logprobs);
+    assert_eq!(
+        "int8".parse::<DecodeActivations>().unwrap_err(),
+        "unknown decode activations `int8` (expected f32 or q8)"
+    );
+    let err = spade_selfplay::config::TrainConfig::parse("decode_activations = \"int8\"", true)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("unknown variant `int8`, expected `f32` or `q8`"),
+        "{err}"
+    );
+    let cfg =
+        spade_selfplay::config::TrainConfig::parse("decode_activations = \"q8\"", true).unwrap();
+    assert_eq!(cfg.decode_activations, DecodeActivations::Q8);
     let default = spade_selfplay::config::TrainConfig::default();
     assert_eq!(default.decode_weights, DecodeWeights::Gguf);
+    assert_eq!(
+        default.decode_activations,
+        DecodeActivations::F32,
+        "sampling in training reads the trained policy by default"
+    );
     assert!(
         default.recompute_old_logprobs,
         "quantised decoding by default needs the recompute by default"
@@ -293,20 +325,30 @@ fn inference_policies_sample_from_the_chosen_decode_weights() {
     use spade_selfplay::{CandlePolicy, Policy, TrainConfig};
     let cfg = TrainConfig::default();
     // `spade eval`'s policy: the GGUF's own blocks by default, f32 when asked.
-    let gguf =
-        CandlePolicy::for_inference(tiny_gguf("quant-eval-a.gguf"), &cfg, DecodeWeights::Gguf)
-            .unwrap()
-            .decode_path()
-            .unwrap();
+    let gguf = CandlePolicy::for_inference(
+        tiny_gguf("quant-eval-a.gguf"),
+        &cfg,
+        DecodeWeights::Gguf,
+        DecodeActivations::F32,
+    )
+    .unwrap()
+    .decode_path()
+    .unwrap();
     assert!(
-        gguf.starts_with("gguf (") && gguf.contains("q4_1"),
+        gguf.starts_with("gguf, f32 activations (")
+            && gguf.contains("q4_1")
+            && gguf.contains("quant-f32act/"),
         "{gguf}"
     );
-    let f32_path =
-        CandlePolicy::for_inference(tiny_gguf("quant-eval-b.gguf"), &cfg, DecodeWeights::F32)
-            .unwrap()
-            .decode_path()
-            .unwrap();
+    let f32_path = CandlePolicy::for_inference(
+        tiny_gguf("quant-eval-b.gguf"),
+        &cfg,
+        DecodeWeights::F32,
+        DecodeActivations::F32,
+    )
+    .unwrap()
+    .decode_path()
+    .unwrap();
     assert!(
         f32_path.starts_with("f32 (") && !f32_path.contains("q4_1"),
         "{f32_path}"
@@ -321,4 +363,89 @@ fn inference_policies_sample_from_the_chosen_decode_weights() {
         .decode_path()
         .unwrap();
     assert!(trained.starts_with("f32 ("), "{trained}");
+}
+
+/// The f32-input path samples the trained policy: greedy decoding of the tiny GGUF through
+/// its Q4_1 and Q8_0 blocks picks, at every step, the training path's argmax over the same
+/// sequence, and each token's log-probability equals the training path's within 1e-4 (the
+/// products differ only in f32 summation order, a few units in the 7th digit; 1e-4 leaves
+/// room for their growth through two layers, softmax and the head, while the 8-bit input
+/// path misses it by orders of magnitude on the same model). With LoRA adapters too, as
+/// `spade train` samples.
+#[test]
+fn f32_input_decoding_gives_the_training_paths_tokens_and_logprobs() {
+    use spade_model::logprob::{Pair, completion_logprobs};
+    let loaded = tiny_gguf("quant-f32act-greedy.gguf");
+    let tok = tiny_tokenizer();
+    let greedy = SamplingParams {
+        temperature: 0.0,
+        max_new_tokens: 24,
+        ..SamplingParams::default()
+    };
+    let mut adapted = loaded.model.clone();
+    let lcfg = LoraConfig::default();
+    let adapters = lora::attach_new(&mut adapted, &lcfg, 9).unwrap();
+    for var in adapters.all_vars() {
+        if var.dims()[1] == lcfg.r {
+            let t = randn(var.dims()[0], var.dims()[1], 13);
+            var.set(&(t * 0.2).unwrap()).unwrap();
+        }
+    }
+    let mut worst = [0f32; 2];
+    for mut model in [loaded.model.clone(), adapted] {
+        // Where the decode reads blocks, which activations it gives them.
+        for (act, w) in [(DecodeActivations::F32, 0), (Q8, 1)] {
+            let path = model.set_decode_weights(DecodeWeights::Gguf, act).unwrap();
+            assert!(path.formats.contains_key("q4_1"), "{path}");
+            let s = Sampler::new(&model, &tok, &[]);
+            let prompt = s
+                .encode("<|im_start|>user\nthe winter<|im_end|>\n")
+                .unwrap();
+            let out = s
+                .sample(&prompt, 1, &greedy, &mut |_, _| {})
+                .unwrap()
+                .remove(0);
+            assert_eq!(out.tokens.len(), 24);
+            let seq: Vec<u32> = prompt.iter().chain(&out.tokens).copied().collect();
+            let x = Tensor::new(seq.as_slice(), &Device::Cpu)
+                .unwrap()
+                .unsqueeze(0)
+                .unwrap();
+            let logits = model.forward_train(&x).unwrap().squeeze(0).unwrap();
+            let trained = completion_logprobs(
+                &model,
+                &[Pair {
+                    prompt: &prompt,
+                    completion: &out.tokens,
+                }],
+            )
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap();
+            for (i, &t) in out.tokens.iter().enumerate() {
+                let row: Vec<f32> = logits.get(prompt.len() - 1 + i).unwrap().to_vec1().unwrap();
+                let best = (0..row.len())
+                    .max_by(|&a, &b| row[a].total_cmp(&row[b]))
+                    .unwrap() as u32;
+                if act == DecodeActivations::F32 {
+                    assert_eq!(t, best, "token {i}: the training path's argmax is {best}");
+                }
+                worst[w] = worst[w].max((out.logprobs[i] - trained[i]).abs());
+            }
+        }
+    }
+    assert!(
+        worst[0] <= 1e-4,
+        "f32 inputs: |Δ log-prob| up to {}",
+        worst[0]
+    );
+    assert!(
+        worst[1] > 1e-2,
+        "the 8-bit inputs should miss the bound on this model: {}",
+        worst[1]
+    );
+    eprintln!(
+        "max |Δ log-prob|: f32 inputs {}, 8-bit inputs {}",
+        worst[0], worst[1]
+    );
 }

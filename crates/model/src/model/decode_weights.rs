@@ -52,18 +52,66 @@ impl fmt::Display for DecodeWeights {
     }
 }
 
+/// How the quantised products of the inference path take their input rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DecodeActivations {
+    /// As they are, in f32: the weights are dequantised in registers and the product equals
+    /// the training path's within the order of f32 summation (the sampled policy is the
+    /// trained one).
+    #[default]
+    F32,
+    /// Rounded to 8-bit blocks first, as llama.cpp does: integer dot products, faster, but
+    /// up to `max|x| / 254` of error per input value, enough to change greedy tokens.
+    Q8,
+}
+
+impl DecodeActivations {
+    /// The name used in configs and on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::F32 => "f32",
+            Self::Q8 => "q8",
+        }
+    }
+}
+
+impl FromStr for DecodeActivations {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "f32" => Ok(Self::F32),
+            "q8" => Ok(Self::Q8),
+            other => Err(format!(
+                "unknown decode activations `{other}` (expected f32 or q8)"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for DecodeActivations {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// What the inference path reads after [`crate::model::Decoder::set_decode_weights`]: the
 /// format of every projection, the bytes one token reads from them, and the kernel.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DecodePath {
     /// The requested weights.
     pub weights: DecodeWeights,
+    /// How the quantised products take their inputs (unused where every projection is f32).
+    #[serde(default)]
+    pub activations: DecodeActivations,
     /// Projections per format (`f32`, `q8_0`, `q4_1`).
     pub formats: BTreeMap<String, usize>,
     /// Bytes of projection weights one decode step reads.
     pub weight_bytes: usize,
-    /// The inner loop of the products: `f32/avx2-fma`, `f32/portable`, `quant/avx2` or
-    /// `quant/portable`. Different kernels round differently, so the same seed can sample
+    /// The inner loops of the products: `f32/avx2-fma` or `f32/portable` for f32 weights,
+    /// `quant-f32act/{avx512,avx2,portable}` or `quant-q8act/{avx512vnni,avx2,portable}`
+    /// for blocks. Different kernels round differently, so the same seed can sample
     /// different tokens on a CPU that picks another one.
     pub kernel: String,
 }
@@ -75,9 +123,14 @@ impl fmt::Display for DecodePath {
             .iter()
             .map(|(k, n)| format!("{n} {k}"))
             .collect();
+        let act = if self.formats.keys().any(|k| k != "f32") {
+            format!(", {} activations", self.activations)
+        } else {
+            String::new()
+        };
         write!(
             f,
-            "{} ({}; {:.1} MB per token; {} kernel)",
+            "{}{act} ({}; {:.1} MB per token; {} kernel)",
             self.weights,
             formats.join(", "),
             self.weight_bytes as f64 / 1e6,

@@ -6,7 +6,7 @@ use candle_core::{DType, Device, Result, Tensor};
 use candle_nn::{VarBuilder, VarMap};
 
 use super::config::{Family, ModelConfig};
-use super::decode_weights::{DecodePath, DecodeWeights};
+use super::decode_weights::{DecodeActivations, DecodePath, DecodeWeights};
 use super::kernels::decode_ops;
 use super::kv_cache::KvCache;
 use super::linear::{Linear, Pass, param};
@@ -389,8 +389,12 @@ impl Decoder {
     /// use them only while the base is frozen (LoRA): a step of full fine-tuning does not
     /// reach them. With [`DecodeWeights::Q8_0`] a projection whose input width is not a
     /// multiple of 32 stays f32; with [`DecodeWeights::Gguf`] every projection without GGUF
-    /// blocks does.
-    pub fn set_decode_weights(&mut self, weights: DecodeWeights) -> Result<DecodePath> {
+    /// blocks does. The products with blocks take their inputs as `activations`.
+    pub fn set_decode_weights(
+        &mut self,
+        weights: DecodeWeights,
+        activations: DecodeActivations,
+    ) -> Result<DecodePath> {
         let mut formats: BTreeMap<String, usize> = BTreeMap::new();
         let mut bytes = 0;
         for linear in self.all_linears_mut() {
@@ -418,14 +422,15 @@ impl Decoder {
                     bytes += linear.weight().elem_count() * 4;
                 }
             }
-            linear.set_quant(q);
+            linear.set_quant(q, activations);
         }
-        Ok(self.decode_path(weights, formats, bytes))
+        Ok(self.decode_path(weights, activations, formats, bytes))
     }
 
     fn decode_path(
         &self,
         weights: DecodeWeights,
+        activations: DecodeActivations,
         formats: BTreeMap<String, usize>,
         weight_bytes: usize,
     ) -> DecodePath {
@@ -434,10 +439,7 @@ impl Decoder {
         } else {
             "f32/portable"
         };
-        let quant_kernel = format!(
-            "quant/{}",
-            super::kernels::decode_quant_matmul::kernel_name()
-        );
+        let quant_kernel = super::kernels::decode_quant_matmul::kernel().loop_name(activations);
         let mut kernels = Vec::new();
         if formats.keys().any(|k| k != "f32") {
             kernels.push(quant_kernel);
@@ -447,6 +449,7 @@ impl Decoder {
         }
         DecodePath {
             weights,
+            activations,
             formats,
             weight_bytes,
             kernel: kernels.join("+"),

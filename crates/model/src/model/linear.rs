@@ -4,6 +4,7 @@ use std::sync::Arc;
 use candle_core::{Result, Tensor};
 use candle_nn::VarBuilder;
 
+use super::decode_weights::DecodeActivations;
 use super::kernels::decode_quant_matmul::{LoraFactors, Product};
 use super::quant::QuantWeight;
 
@@ -58,6 +59,8 @@ pub struct Linear {
     native: Option<Arc<QuantWeight>>,
     /// The blocks the inference path reads instead of `weight`, if any.
     quant: Option<Arc<QuantWeight>>,
+    /// How the product with `quant` takes its input rows.
+    activations: DecodeActivations,
 }
 
 impl Linear {
@@ -76,6 +79,7 @@ impl Linear {
             lora: None,
             native: None,
             quant: None,
+            activations: DecodeActivations::default(),
         })
     }
 
@@ -88,6 +92,7 @@ impl Linear {
             lora: None,
             native: None,
             quant: None,
+            activations: DecodeActivations::default(),
         }
     }
 
@@ -116,10 +121,12 @@ impl Linear {
         self.native.as_ref()
     }
 
-    /// Makes the inference path read `blocks` (`None`: the f32 weight). The blocks must
-    /// encode a frozen weight: an optimiser step on the base weight does not reach them.
-    pub fn set_quant(&mut self, blocks: Option<Arc<QuantWeight>>) {
+    /// Makes the inference path read `blocks` (`None`: the f32 weight), with its inputs
+    /// taken as `activations`. The blocks must encode a frozen weight: an optimiser step on
+    /// the base weight does not reach them.
+    pub fn set_quant(&mut self, blocks: Option<Arc<QuantWeight>>, activations: DecodeActivations) {
         self.quant = blocks;
+        self.activations = activations;
     }
 
     /// The blocks the inference path reads, if any.
@@ -166,11 +173,12 @@ impl Linear {
             .iter()
             .filter_map(|l| l.product(pass, rows))
             .collect();
+        let activations = linears[0].activations;
         let fused = products.len() == N
             && linears
                 .iter()
                 .zip(&products)
-                .all(|(l, p)| l.lora.is_some() == p.lora.is_some());
+                .all(|(l, p)| l.lora.is_some() == p.lora.is_some() && l.activations == activations);
         if !fused {
             return linears
                 .iter()
@@ -180,7 +188,12 @@ impl Linear {
         }
         let x2 = xs.reshape((rows, in_dim))?;
         let kernel = super::kernels::decode_quant_matmul::kernel();
-        let outs = super::kernels::decode_quant_matmul::matmul_t_fused(&x2, &products, kernel)?;
+        let outs = super::kernels::decode_quant_matmul::matmul_t_fused(
+            &x2,
+            &products,
+            kernel,
+            activations,
+        )?;
         let mut done = Vec::with_capacity(N);
         for (l, mut y) in linears.iter().zip(outs) {
             if let Some(b) = &l.bias {
@@ -205,7 +218,12 @@ impl Linear {
         } else if let Some(p) = self.product(pass, rows) {
             lora_added = p.lora.is_some();
             let kernel = super::kernels::decode_quant_matmul::kernel();
-            let mut out = super::kernels::decode_quant_matmul::matmul_t_fused(&x2, &[p], kernel)?;
+            let mut out = super::kernels::decode_quant_matmul::matmul_t_fused(
+                &x2,
+                &[p],
+                kernel,
+                self.activations,
+            )?;
             out.pop().expect("one product gives one output")
         } else if !pass.train && super::kernels::decode_matmul::applies(&x2, &self.weight, rows) {
             super::kernels::decode_matmul::matmul_t(&x2, &self.weight.detach())?

@@ -18,7 +18,7 @@ pub mod rope;
 pub mod train_ops;
 
 pub use config::{Family, ModelConfig};
-pub use decode_weights::{DecodePath, DecodeWeights};
+pub use decode_weights::{DecodeActivations, DecodePath, DecodeWeights};
 pub use decoder::{Decoder, PREFILL_CHUNK};
 pub use kv_cache::KvCache;
 pub use lora::LoraConfig;

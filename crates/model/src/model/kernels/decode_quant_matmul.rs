@@ -22,6 +22,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use candle_core::{CpuStorage, Result, Storage, Tensor};
 pub use lora::LoraFactors;
 
+use crate::model::decode_weights::DecodeActivations;
 use crate::model::quant::{BlockFormat, QuantWeight, RowPlanes, f16_bits_to_f32};
 
 /// Input rows multiplied together with one pass over a weight row.
@@ -122,7 +123,23 @@ pub enum Kernel {
 }
 
 impl Kernel {
-    /// The kernel's name, as recorded in a run's decode path.
+    /// The inner loop's name for inputs taken as `activations`, as a run's decode path
+    /// records it: `quant-f32act/avx512` (the f32 loop needs only AVX-512 F of this level),
+    /// `quant-q8act/avx512vnni`, ...
+    pub fn loop_name(self, activations: DecodeActivations) -> String {
+        match activations {
+            DecodeActivations::F32 => {
+                let isa = match self {
+                    Self::Avx512Vnni => "avx512",
+                    other => other.name(),
+                };
+                format!("quant-f32act/{isa}")
+            }
+            DecodeActivations::Q8 => format!("quant-q8act/{}", self.name()),
+        }
+    }
+
+    /// The kernel's name, as chosen on the command line.
     pub fn name(self) -> &'static str {
         match self {
             Self::Portable => "portable",
@@ -222,9 +239,10 @@ fn has_avx512_vnni() -> bool {
     }
 }
 
-/// `x W^T` for `x` `(rows, in)` f32 on the CPU and `w` `(out, in)`; returns `(rows, out)`.
+/// `x W^T` for `x` `(rows, in)` f32 on the CPU and `w` `(out, in)`, with f32 inputs (see
+/// [`f32_act`]); returns `(rows, out)`.
 pub fn matmul_t(w: &QuantWeight, x: &Tensor) -> Result<Tensor> {
-    matmul_t_with(w, x, kernel(), None)
+    matmul_t_with(w, x, kernel(), DecodeActivations::F32, None)
 }
 
 /// One product of [`matmul_t_fused`]: a weight and, optionally, the adapter added to it.
@@ -236,22 +254,29 @@ pub struct Product<'a> {
     pub lora: Option<LoraFactors<'a>>,
 }
 
-/// [`matmul_t`] with a chosen kernel (which the CPU must support) and an optional adapter.
+/// [`matmul_t`] with a chosen kernel (which the CPU must support), input precision and an
+/// optional adapter.
 pub fn matmul_t_with(
     w: &QuantWeight,
     x: &Tensor,
     kernel: Kernel,
+    activations: DecodeActivations,
     lora: Option<LoraFactors<'_>>,
 ) -> Result<Tensor> {
-    let mut out = matmul_t_fused(x, &[Product { weight: w, lora }], kernel)?;
+    let mut out = matmul_t_fused(x, &[Product { weight: w, lora }], kernel, activations)?;
     Ok(out.pop().expect("one product gives one output"))
 }
 
 /// `x W_p^T` (plus each adapter) for every product `p` of one input `x` `(rows, in)`: the
-/// input is quantised once and every product's blocks are shared out in one parallel job
-/// (a decode step's q/k/v and gate/up products), with the same bits as one call each.
-/// Returns `(rows, out_p)` per product.
-pub fn matmul_t_fused(x: &Tensor, products: &[Product<'_>], kernel: Kernel) -> Result<Vec<Tensor>> {
+/// input is prepared once (quantised, for [`DecodeActivations::Q8`]) and every product's
+/// blocks are shared out in one parallel job (a decode step's q/k/v and gate/up products),
+/// with the same bits as one call each. Returns `(rows, out_p)` per product.
+pub fn matmul_t_fused(
+    x: &Tensor,
+    products: &[Product<'_>],
+    kernel: Kernel,
+    activations: DecodeActivations,
+) -> Result<Vec<Tensor>> {
     if !kernel.supported() {
         candle_core::bail!("this CPU cannot run the {} quantised kernel", kernel.name());
     }
@@ -270,7 +295,15 @@ pub fn matmul_t_fused(x: &Tensor, products: &[Product<'_>], kernel: Kernel) -> R
     }
     let xs: Vec<f32> = x.flatten_all()?.to_vec1()?;
     let simd = lora::has_avx();
-    let act = Activations::quantize(&xs, rows, k, kernel != Kernel::Portable);
+    let act = match activations {
+        DecodeActivations::Q8 => Some(Activations::quantize(
+            &xs,
+            rows,
+            k,
+            kernel != Kernel::Portable,
+        )),
+        DecodeActivations::F32 => None,
+    };
     let adapters = products
         .iter()
         .map(|p| {
@@ -346,21 +379,9 @@ pub fn matmul_t_fused(x: &Tensor, products: &[Product<'_>], kernel: Kernel) -> R
         let len = chunk.len() / rows;
         let planes = w.planes(first, len);
         let format = w.format();
-        match kernel {
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: `kernel.supported()` checked AVX-512 F/BW/VL/VNNI, AVX2, FMA and
-            // F16C above.
-            #[allow(unsafe_code)]
-            Kernel::Avx512Vnni => unsafe { avx512::rows(format, planes, &act, rows, chunk) },
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: `kernel.supported()` checked AVX2, FMA and F16C above.
-            #[allow(unsafe_code)]
-            Kernel::Avx2 => unsafe { avx2::rows(format, planes, &act, rows, chunk) },
-            _ => {
-                for (j, cells) in chunk.chunks_mut(rows).enumerate() {
-                    row_portable(format, w.planes(first + j, 1), &act, cells);
-                }
-            }
+        match &act {
+            None => f32_rows(kernel, format, planes, &xs, k, rows, chunk),
+            Some(act) => q8_rows(kernel, format, planes, act, rows, chunk),
         }
         if let (Some(ad), Some((_, bv))) = (&adapters[i], factors[i]) {
             let b_rows = &bv[first * ad.rank..(first + len) * ad.rank];
@@ -392,6 +413,67 @@ pub fn matmul_t_fused(x: &Tensor, products: &[Product<'_>], kernel: Kernel) -> R
             Tensor::from_vec(out, (rows, n), x.device())
         })
         .collect()
+}
+
+/// One task's weight rows times f32 inputs, on `kernel` (which the caller checked).
+fn f32_rows(
+    kernel: Kernel,
+    format: BlockFormat,
+    planes: RowPlanes<'_>,
+    xs: &[f32],
+    k: usize,
+    rows: usize,
+    out: &mut [f32],
+) {
+    match kernel {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the caller checked `kernel.supported()`: AVX-512 F, AVX2, FMA and F16C.
+        #[allow(unsafe_code)]
+        Kernel::Avx512Vnni => unsafe { f32_act::avx512::rows(format, planes, xs, k, rows, out) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the caller checked `kernel.supported()`: AVX2, FMA and F16C.
+        #[allow(unsafe_code)]
+        Kernel::Avx2 => unsafe { f32_act::avx2::rows(format, planes, xs, k, rows, out) },
+        _ => f32_act::rows_portable(format, planes, xs, k, rows, out),
+    }
+}
+
+/// One task's weight rows times 8-bit inputs, on `kernel` (which the caller checked).
+fn q8_rows(
+    kernel: Kernel,
+    format: BlockFormat,
+    planes: RowPlanes<'_>,
+    act: &Activations,
+    rows: usize,
+    out: &mut [f32],
+) {
+    match kernel {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the caller checked `kernel.supported()`: AVX-512 F/BW/VL/VNNI, AVX2, FMA
+        // and F16C.
+        #[allow(unsafe_code)]
+        Kernel::Avx512Vnni => unsafe { avx512::rows(format, planes, act, rows, out) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the caller checked `kernel.supported()`: AVX2, FMA and F16C.
+        #[allow(unsafe_code)]
+        Kernel::Avx2 => unsafe { avx2::rows(format, planes, act, rows, out) },
+        _ => {
+            let nb = act.blocks;
+            let vb = format.value_bytes();
+            for (j, cells) in out.chunks_mut(rows).enumerate() {
+                let one = RowPlanes {
+                    d: &planes.d[j * nb..][..nb],
+                    m: if planes.m.is_empty() {
+                        &[]
+                    } else {
+                        &planes.m[j * nb..][..nb]
+                    },
+                    qs: &planes.qs[j * nb * vb..][..nb * vb],
+                };
+                row_portable(format, one, act, cells);
+            }
+        }
+    }
 }
 
 /// An adapter checked against its product, its factors contiguous.
@@ -473,10 +555,15 @@ mod avx2;
 #[allow(unsafe_code)]
 mod avx512;
 
+mod f32_act;
+
 mod lora;
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod f32_act_tests;
 
 #[cfg(test)]
 mod rounding_tests {

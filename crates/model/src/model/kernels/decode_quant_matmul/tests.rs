@@ -3,13 +3,19 @@
 use candle_core::{Device, Tensor};
 
 use super::{Kernel, matmul_t_with};
+use crate::model::decode_weights::DecodeActivations;
 use crate::model::quant::{BlockFormat, QuantWeight};
 
+/// The 8-bit input path, which the tests before the f32-input ones check.
+const Q8: DecodeActivations = DecodeActivations::Q8;
+/// The f32 input path.
+const F32: DecodeActivations = DecodeActivations::F32;
+
 /// A small deterministic generator (64-bit LCG, high bits), so the blocks are written here.
-struct Lcg(u64);
+pub(super) struct Lcg(pub(super) u64);
 
 impl Lcg {
-    fn next(&mut self) -> u32 {
+    pub(super) fn next(&mut self) -> u32 {
         self.0 = self
             .0
             .wrapping_mul(6_364_136_223_846_793_005)
@@ -18,7 +24,7 @@ impl Lcg {
     }
 
     /// Uniform in `[-1, 1)`.
-    fn unit(&mut self) -> f32 {
+    pub(super) fn unit(&mut self) -> f32 {
         self.next() as f32 / (1u64 << 30) as f32 - 1.0
     }
 }
@@ -38,7 +44,12 @@ const HALVES: [(u16, f64); 6] = [
 /// by the GGML layout: `Q8_0` is `d` then 32 signed bytes, `w = d q`; `Q4_1` is `d`, `m`
 /// then 16 bytes whose low nibbles are values 0..16 and high nibbles values 16..32,
 /// `w = m + d q`.
-fn write_blocks(format: BlockFormat, rows: usize, nb: usize, rng: &mut Lcg) -> (Vec<u8>, Vec<f64>) {
+pub(super) fn write_blocks(
+    format: BlockFormat,
+    rows: usize,
+    nb: usize,
+    rng: &mut Lcg,
+) -> (Vec<u8>, Vec<f64>) {
     let mut bytes = Vec::new();
     let mut values = Vec::new();
     for _ in 0..rows * nb {
@@ -65,11 +76,17 @@ fn write_blocks(format: BlockFormat, rows: usize, nb: usize, rng: &mut Lcg) -> (
     (bytes, values)
 }
 
-/// The kernels this CPU runs.
-fn kernels() -> Vec<Kernel> {
+/// The kernels this CPU runs; each one it lacks is named on stderr (so a skip shows in
+/// `cargo test -- --nocapture`, never silently).
+pub(super) fn kernels() -> Vec<Kernel> {
     [Kernel::Portable, Kernel::Avx2, Kernel::Avx512Vnni]
         .into_iter()
-        .filter(|k| k.supported())
+        .filter(|k| {
+            if !k.supported() {
+                eprintln!("skipped: this CPU cannot run the {} kernel", k.name());
+            }
+            k.supported()
+        })
         .collect()
 }
 
@@ -97,7 +114,7 @@ fn every_kernel_stays_within_the_bound_of_the_dequantised_product() {
             let x: Vec<f32> = (0..n_rows * k).map(|_| rng.unit() * 3.0).collect();
             let xt = Tensor::from_vec(x.clone(), (n_rows, k), &Device::Cpu).unwrap();
             for kernel in kernels() {
-                let got: Vec<Vec<f32>> = matmul_t_with(&q, &xt, kernel, None)
+                let got: Vec<Vec<f32>> = matmul_t_with(&q, &xt, kernel, Q8, None)
                     .unwrap()
                     .to_vec2()
                     .unwrap();
@@ -156,7 +173,7 @@ fn integer_inputs_give_exact_integer_dot_products() {
                 .collect();
             let xt = Tensor::from_vec(x.clone(), (n_rows, k), &Device::Cpu).unwrap();
             for kernel in kernels() {
-                let got: Vec<Vec<f32>> = matmul_t_with(&q, &xt, kernel, None)
+                let got: Vec<Vec<f32>> = matmul_t_with(&q, &xt, kernel, Q8, None)
                     .unwrap()
                     .to_vec2()
                     .unwrap();
@@ -194,7 +211,7 @@ fn avx512_vnni_equals_avx2_bit_for_bit() {
                 let x: Vec<f32> = (0..n_rows * k).map(|_| rng.unit() * 2.0).collect();
                 let xt = Tensor::from_vec(x, (n_rows, k), &Device::Cpu).unwrap();
                 let bits = |kernel| -> Vec<u32> {
-                    let v: Vec<f32> = matmul_t_with(&q, &xt, kernel, None)
+                    let v: Vec<f32> = matmul_t_with(&q, &xt, kernel, Q8, None)
                         .unwrap()
                         .flatten_all()
                         .unwrap()
@@ -242,8 +259,8 @@ fn an_adapter_adds_its_low_rank_update_to_every_output() {
         let at = Tensor::from_vec(a.clone(), (rank, k), &dev).unwrap();
         let bt = Tensor::from_vec(b.clone(), (n, rank), &dev).unwrap();
         let scale = 2.0f32;
-        for kernel in kernels() {
-            let base: Vec<Vec<f32>> = matmul_t_with(&q, &xt, kernel, None)
+        for (kernel, act) in kernels().into_iter().flat_map(|k| [(k, Q8), (k, F32)]) {
+            let base: Vec<Vec<f32>> = matmul_t_with(&q, &xt, kernel, act, None)
                 .unwrap()
                 .to_vec2()
                 .unwrap();
@@ -252,7 +269,7 @@ fn an_adapter_adds_its_low_rank_update_to_every_output() {
                 b: &bt,
                 scale,
             };
-            let got: Vec<Vec<f32>> = matmul_t_with(&q, &xt, kernel, Some(lora))
+            let got: Vec<Vec<f32>> = matmul_t_with(&q, &xt, kernel, act, Some(lora))
                 .unwrap()
                 .to_vec2()
                 .unwrap();
@@ -274,7 +291,10 @@ fn an_adapter_adds_its_low_rank_update_to_every_output() {
                     let want = f64::from(base[r][j]) + delta;
                     let tol = 1e-5 * (mag + f64::from(base[r][j].abs())) + 1e-6;
                     let d = (f64::from(got[r][j]) - want).abs();
-                    assert!(d <= tol, "{kernel:?} {format:?} [{r},{j}]: {d} > {tol}");
+                    assert!(
+                        d <= tol,
+                        "{kernel:?} {act} {format:?} [{r},{j}]: {d} > {tol}"
+                    );
                 }
             }
         }
@@ -317,7 +337,7 @@ fn fused_products_give_the_bits_of_one_call_each() {
     for rows in [0, 1, 5] {
         let x: Vec<f32> = (0..rows * k).map(|_| rng.unit()).collect();
         let xt = Tensor::from_vec(x, (rows, k), &dev).unwrap();
-        for kernel in kernels() {
+        for (kernel, act) in kernels().into_iter().flat_map(|k| [(k, Q8), (k, F32)]) {
             let products: Vec<Product<'_>> = weights
                 .iter()
                 .zip(&factors)
@@ -326,12 +346,12 @@ fn fused_products_give_the_bits_of_one_call_each() {
                     lora: f.as_ref().map(|(a, b)| LoraFactors { a, b, scale: 0.5 }),
                 })
                 .collect();
-            let fused = matmul_t_fused(&xt, &products, kernel).unwrap();
+            let fused = matmul_t_fused(&xt, &products, kernel, act).unwrap();
             assert_eq!(fused.len(), 3);
             for (p, got) in products.iter().zip(&fused) {
-                let alone = matmul_t_with(p.weight, &xt, kernel, p.lora).unwrap();
+                let alone = matmul_t_with(p.weight, &xt, kernel, act, p.lora).unwrap();
                 assert_eq!(got.dims(), &[rows, p.weight.dims().0]);
-                assert_eq!(bits(got), bits(&alone), "{kernel:?}, {rows} rows");
+                assert_eq!(bits(got), bits(&alone), "{kernel:?} {act}, {rows} rows");
             }
         }
     }
