@@ -366,7 +366,7 @@ fn inference_policies_sample_from_the_chosen_decode_weights() {
 }
 
 /// The f32-input path samples the trained policy: greedy decoding of the tiny GGUF through
-/// its Q4_1 and Q8_0 blocks picks, at every step, the training path's argmax over the same
+/// its Q4_1 and Q8_0 blocks (prefill included) picks, at every step, the training path's argmax over the same
 /// sequence, and each token's log-probability equals the training path's within 1e-4 (the
 /// products differ only in f32 summation order, a few units in the 7th digit; 1e-4 leaves
 /// room for their growth through two layers, softmax and the head, while the 8-bit input
@@ -398,9 +398,11 @@ fn f32_input_decoding_gives_the_training_paths_tokens_and_logprobs() {
             let path = model.set_decode_weights(DecodeWeights::Gguf, act).unwrap();
             assert!(path.formats.contains_key("q4_1"), "{path}");
             let s = Sampler::new(&model, &tok, &[]);
+            // Longer than a decode step's rows: the prefill reads the blocks too.
             let prompt = s
-                .encode("<|im_start|>user\nthe winter<|im_end|>\n")
+                .encode("<|im_start|>user\nthe winter the winter the winter the winter<|im_end|>\n")
                 .unwrap();
+            assert!(prompt.len() > quant_matmul::MAX_ROWS, "{}", prompt.len());
             let out = s
                 .sample(&prompt, 1, &greedy, &mut |_, _| {})
                 .unwrap()

@@ -140,14 +140,16 @@ impl Linear {
     }
 
     /// The quantised product of the inference path for `rows` input rows, with the adapter
-    /// when it is frozen; `None` when the inference path does not read blocks here.
+    /// when it is frozen and the rows are a decode step's; `None` when the inference path
+    /// does not read blocks here (the training path, or a prefill with 8-bit inputs).
     fn product(&self, pass: Pass, rows: usize) -> Option<Product<'_>> {
         let q = self.quant.as_deref()?;
-        if pass.train || rows > super::kernels::decode_quant_matmul::MAX_ROWS {
+        let decode_rows = rows <= super::kernels::decode_quant_matmul::MAX_ROWS;
+        if pass.train || (!decode_rows && self.activations != DecodeActivations::F32) {
             return None;
         }
         let lora = match &self.lora {
-            Some(l) if !pass.grad_lora => Some(LoraFactors {
+            Some(l) if !pass.grad_lora && decode_rows => Some(LoraFactors {
                 a: &l.a,
                 b: &l.b,
                 scale: l.scale as f32,

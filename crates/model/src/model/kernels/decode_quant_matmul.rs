@@ -28,8 +28,11 @@ use crate::model::quant::{BlockFormat, QuantWeight, RowPlanes, f16_bits_to_f32};
 /// Input rows multiplied together with one pass over a weight row.
 pub const GROUP: usize = 8;
 
-/// Most input rows the inference path sends through the blocks; a longer input (prefill)
-/// runs the f32 GEMM, which is faster there.
+/// Most input rows the inference path sends through the blocks with 8-bit inputs (a longer
+/// input, a prefill, runs the f32 GEMM, which is faster there), and most rows a fused LoRA
+/// update takes. With f32 inputs a prefill goes through the blocks too, eight rows per pass
+/// over each weight row: 1.4-1.6x the f32 GEMM's tokens/s on SmolLM2-135M (see
+/// docs/benchmarks.md), with its adapter added by candle ops.
 pub const MAX_ROWS: usize = 16;
 
 /// Output columns per parallel task.
