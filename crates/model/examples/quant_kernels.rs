@@ -33,9 +33,14 @@ fn main() -> candle_core::Result<()> {
             weights.push(QuantWeight::quantize(&w, BlockFormat::Q4_1)?);
         }
     }
-    let bytes: usize = weights.iter().map(QuantWeight::bytes).sum();
+    // The tied LM head, Q8_0 in the default GGUF: once a token.
+    let head = QuantWeight::quantize(
+        &Tensor::randn(0f32, 0.05, (49152, 576), &dev)?,
+        BlockFormat::Q8_0,
+    )?;
+    let bytes: usize = weights.iter().map(QuantWeight::bytes).sum::<usize>() + head.bytes();
     println!(
-        "threads: {}; {LAYERS} layers, {} MB of Q4_1 blocks per token",
+        "threads: {}; {LAYERS} layers, {} MB of Q4_1 blocks and the Q8_0 head per token",
         spade_model::model::kernels::decode_pool::threads(),
         bytes / 1_000_000
     );
@@ -61,6 +66,7 @@ fn main() -> candle_core::Result<()> {
                             quant_matmul::matmul_t_with(w, x, kernel, act, None)?;
                         }
                     }
+                    quant_matmul::matmul_t_with(&head, &x576, kernel, act, None)?;
                 }
                 best = best.min(t.elapsed().as_secs_f64() / 10.0);
             }

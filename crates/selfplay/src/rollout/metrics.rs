@@ -106,7 +106,7 @@ pub struct Metrics {
     /// Fraction of those weights cut at `tis_clamp`.
     pub tis_clamped_fraction: Option<f64>,
     /// What sampling read: the decode weights, the formats, bytes per token and the kernel
-    /// (`quant/avx2`, `quant/portable`, `f32/avx2-fma`, `f32/portable`). A run resumed on a
+    /// (`quant-f32act/avx512`, `quant-q8act/avx2`, `f32/avx2-fma`, ...). A run resumed on a
     /// CPU with another kernel samples other tokens from the same seed; this says why.
     pub decode_path: Option<String>,
     /// Seconds per phase.
