@@ -4,6 +4,7 @@
 
 #[cfg(feature = "train")]
 mod agreement;
+mod cpu;
 #[cfg(feature = "train")]
 mod llama;
 #[cfg(feature = "train")]

@@ -152,6 +152,10 @@ impl BenchModel {
         };
         say!("model: {what}");
         say!("threads: {}", candle_core::utils::get_num_threads());
+        say!(
+            "cpu: {} (the kernel of each line is named in it)",
+            super::cpu::describe()
+        );
         say!("load average: {}", load_average());
         let vocab = model.config().vocab_size as u32;
         let prompts: Vec<Vec<u32>> = (0..self.group.max(1) as u32)
