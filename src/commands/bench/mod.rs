@@ -4,10 +4,12 @@
 
 #[cfg(feature = "train")]
 mod agreement;
+#[cfg(feature = "train")]
 mod cpu;
 #[cfg(feature = "train")]
 mod llama;
 #[cfg(feature = "train")]
 pub mod model;
 pub mod sandbox;
+#[cfg(feature = "train")]
 mod variant;
