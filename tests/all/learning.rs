@@ -225,6 +225,9 @@ async fn the_designer_learns_to_write_the_environment_with_positive_regret() {
         lora: true,
         lr: 1e-2,
         decode_weights: spade_model::model::DecodeWeights::Q8_0,
+        // 8-bit inputs too, as these tests were calibrated: the widest sampler-trainer gap
+        // spade has, for TIS and the recomputed log-probs to correct.
+        decode_activations: spade_model::model::DecodeActivations::Q8,
         ..learning_cfg()
     };
     let dir = tmp("designer");
@@ -279,6 +282,9 @@ async fn the_agent_learns_the_winning_action_of_a_one_step_env() {
         lora: true,
         lr: 1e-2,
         decode_weights: spade_model::model::DecodeWeights::Q8_0,
+        // 8-bit inputs too, as these tests were calibrated: the widest sampler-trainer gap
+        // spade has, for TIS and the recomputed log-probs to correct.
+        decode_activations: spade_model::model::DecodeActivations::Q8,
         ..learning_cfg()
     };
     let dir = tmp("agent");
@@ -451,6 +457,9 @@ async fn both_roles_learn_together_at_the_computed_designer_scale() {
         designer_delay: 4,
         max_grad_norm: 1.0,
         decode_weights: spade_model::model::DecodeWeights::Q8_0,
+        // 8-bit inputs too, as these tests were calibrated: the widest sampler-trainer gap
+        // spade has, for TIS and the recomputed log-probs to correct.
+        decode_activations: spade_model::model::DecodeActivations::Q8,
         ..learning_cfg()
     };
     let dir = tmp("both");
