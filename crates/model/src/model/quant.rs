@@ -92,6 +92,22 @@ pub(crate) struct RowPlanes<'a> {
     pub qs: &'a [u8],
 }
 
+impl<'a> RowPlanes<'a> {
+    /// Rows `first..first + n` of these planes, for rows of `nb` blocks of `vb` value bytes.
+    pub(crate) fn rows(self, first: usize, n: usize, nb: usize, vb: usize) -> Self {
+        let blocks = first * nb..(first + n) * nb;
+        RowPlanes {
+            d: &self.d[blocks.clone()],
+            m: if self.m.is_empty() {
+                &[]
+            } else {
+                &self.m[blocks.clone()]
+            },
+            qs: &self.qs[blocks.start * vb..blocks.end * vb],
+        }
+    }
+}
+
 impl QuantWeight {
     /// Quantises an f32 `(rows, cols)` weight (GGML's rounding; `cols` a multiple of 32).
     pub fn quantize(weight: &Tensor, format: BlockFormat) -> Result<Self> {
@@ -215,18 +231,12 @@ impl QuantWeight {
 
     /// The planes of rows `first..first + n`.
     pub(crate) fn planes(&self, first: usize, n: usize) -> RowPlanes<'_> {
-        let nb = self.blocks_per_row();
-        let blocks = first * nb..(first + n) * nb;
-        let vb = self.format.value_bytes();
         RowPlanes {
-            d: &self.d[blocks.clone()],
-            m: if self.m.is_empty() {
-                &[]
-            } else {
-                &self.m[blocks.clone()]
-            },
-            qs: &self.qs[blocks.start * vb..blocks.end * vb],
+            d: &self.d,
+            m: &self.m,
+            qs: &self.qs,
         }
+        .rows(first, n, self.blocks_per_row(), self.format.value_bytes())
     }
 
     /// Undoes llama.cpp's q/k row permutation (see [`crate::load::gguf::unpermute`]) on whole

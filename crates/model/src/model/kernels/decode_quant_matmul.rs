@@ -461,18 +461,9 @@ fn q8_rows(
         #[allow(unsafe_code)]
         Kernel::Avx2 => unsafe { avx2::rows(format, planes, act, rows, out) },
         _ => {
-            let nb = act.blocks;
             let vb = format.value_bytes();
             for (j, cells) in out.chunks_mut(rows).enumerate() {
-                let one = RowPlanes {
-                    d: &planes.d[j * nb..][..nb],
-                    m: if planes.m.is_empty() {
-                        &[]
-                    } else {
-                        &planes.m[j * nb..][..nb]
-                    },
-                    qs: &planes.qs[j * nb * vb..][..nb * vb],
-                };
+                let one = planes.rows(j, 1, act.blocks, vb);
                 row_portable(format, one, act, cells);
             }
         }
