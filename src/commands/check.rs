@@ -10,7 +10,8 @@ use spade_envtools::Severity;
 use spade_envtools::check::{CheckOptions, CheckReport, check};
 use spade_sandbox::Config;
 
-use super::{executor, read_text};
+use super::env_arg::EnvArg;
+use super::executor;
 
 /// Exit code when the environment is rejected (at least one error finding).
 pub const EXIT_REJECTED: u8 = 2;
@@ -19,8 +20,8 @@ pub const EXIT_REJECTED: u8 = 2;
 /// episode-end, fuel and output checks. Exit 0 = accept, 2 = reject.
 #[derive(Debug, Args)]
 pub struct CheckArgs {
-    /// The environment source.
-    pub env: PathBuf,
+    #[command(flatten)]
+    pub env: EnvArg,
     /// Print the report as one JSON object (stable field names).
     #[arg(long)]
     pub json: bool,
@@ -44,7 +45,7 @@ pub struct CheckArgs {
 
 impl CheckArgs {
     pub fn execute(self) -> anyhow::Result<ExitCode> {
-        let source = read_text(&self.env, "environment file")?;
+        let source = self.env.source()?;
         let started = Instant::now();
         let mut runtime = super::run::start_runtime(Config::default())?;
         if let Some(fuel) = self.fuel {
@@ -60,13 +61,13 @@ impl CheckArgs {
         let mut report = executor()?.block_on(check(&runtime, &source, &options));
         let saved = match &self.out {
             Some(out) => save_trajectories(&mut report, out)?,
-            None => save_to_default(&mut report, &stem(&self.env))?,
+            None => save_to_default(&mut report, &self.env.name())?,
         };
         let seconds = started.elapsed().as_secs_f64();
         if self.json {
             say!("{}", serde_json::to_string(&report)?);
         } else {
-            print_human(&self.env, &report, seconds);
+            print_human(&self.env.env, &report, seconds);
         }
         if let Some(dir) = saved {
             // On stderr, so that `--json` output stays one object.
@@ -81,20 +82,6 @@ impl CheckArgs {
             ExitCode::from(EXIT_REJECTED)
         })
     }
-}
-
-fn stem(path: &Path) -> String {
-    let stem = path
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "env".to_owned());
-    // env.py files live in a folder named after the environment.
-    if stem == "env"
-        && let Some(parent) = path.parent().and_then(Path::file_name)
-    {
-        return parent.to_string_lossy().into_owned();
-    }
-    stem
 }
 
 /// Where `spade check` saves trajectories without `--out`: one folder per env under a folder
@@ -166,7 +153,7 @@ fn save_trajectories(report: &mut CheckReport, out: &Path) -> anyhow::Result<Opt
     Ok(wrote.then(|| out.to_path_buf()))
 }
 
-fn print_human(env: &Path, report: &CheckReport, seconds: f64) {
+fn print_human(env: &str, report: &CheckReport, seconds: f64) {
     let verdict = if report.accepted { "ACCEPT" } else { "REJECT" };
     let class = report
         .class_name
@@ -174,7 +161,7 @@ fn print_human(env: &Path, report: &CheckReport, seconds: f64) {
         .unwrap_or("no environment class");
     say!(
         "{verdict} {} ({class}): {} errors, {} warnings, {} episodes in {seconds:.1}s",
-        env.display(),
+        env,
         report.errors(),
         report.warnings(),
         report.stats.episodes

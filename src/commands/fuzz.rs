@@ -10,7 +10,8 @@ use clap::Args;
 use spade_envtools::fuzz::{FuzzOptions, FuzzReport, Progress, fuzz};
 use spade_sandbox::{Config, Runtime};
 
-use super::{executor, read_text};
+use super::env_arg::EnvArg;
+use super::executor;
 
 /// Exit code when the campaign found something.
 pub const EXIT_FOUND: u8 = 2;
@@ -18,8 +19,8 @@ pub const EXIT_FOUND: u8 = 2;
 /// Fuzz an environment with structure-aware actions across many seeded episodes.
 #[derive(Debug, Args)]
 pub struct FuzzArgs {
-    /// The environment source.
-    pub env: PathBuf,
+    #[command(flatten)]
+    pub env: EnvArg,
     /// Run for this long (`60s`, `5m`, `1h`; a bare number is seconds).
     #[arg(long, value_parser = parse_duration, conflicts_with = "episodes")]
     pub time: Option<Duration>,
@@ -65,7 +66,7 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
 
 impl FuzzArgs {
     pub fn execute(self) -> anyhow::Result<ExitCode> {
-        let source = read_text(&self.env, "environment file")?;
+        let source = self.env.source()?;
         if self.episodes == Some(0) {
             bail!("--episodes must be at least 1");
         }
@@ -115,7 +116,7 @@ impl FuzzArgs {
             value["seconds"] = serde_json::json!(elapsed);
             say!("{value}");
         } else {
-            print_summary(&self.env, &report, &files, elapsed);
+            print_summary(&self.env.env, &report, &files, elapsed);
         }
         Ok(if report.findings.is_empty() {
             ExitCode::SUCCESS
@@ -162,10 +163,10 @@ fn save(report: &FuzzReport, out: &Path) -> anyhow::Result<Vec<String>> {
     Ok(files)
 }
 
-fn print_summary(env: &Path, report: &FuzzReport, files: &[String], seconds: f64) {
+fn print_summary(env: &str, report: &FuzzReport, files: &[String], seconds: f64) {
     say!(
         "fuzzed {} ({}): {} episodes, {} steps in {seconds:.1}s ({:.1} episodes/s), seed {}, {} replays, median step fuel {}",
-        env.display(),
+        env,
         report.class_name.as_deref().unwrap_or("?"),
         report.episodes,
         report.steps,

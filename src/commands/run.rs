@@ -5,23 +5,28 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::Context as _;
+use anyhow::{Context as _, bail};
 use clap::Args;
 use serde_json::{Value, json};
 use spade_envtools::trajectory::{RecordError, RecordMeta, Recorder};
 use spade_sandbox::{CallError, CallOutput, Config, Pool, Runtime, Sandbox, SandboxOptions};
 
 use super::actions::{Format, InteractiveActions, read_actions};
-use super::{EXIT_ENV_FAILED, one_task_executor, read_text};
+use super::env_arg::EnvArg;
+use super::{EXIT_ENV_FAILED, one_task_executor};
 
 /// Run an environment in the sandbox: reset, then one step per action.
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// The environment source (a Python file defining one class whose name ends in `Env`).
-    pub env: PathBuf,
+    #[command(flatten)]
+    pub env: EnvArg,
     /// Seed for the sandbox and for `reset(seed=...)`.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// Passed to `reset` as `difficulty=` (RLVE environments: the parameter controller's level,
+    /// from 0).
+    #[arg(long, value_name = "N")]
+    pub difficulty: Option<u64>,
     /// Passed to the environment's constructor as `max_turns=`.
     #[arg(long)]
     pub max_turns: Option<u32>,
@@ -57,7 +62,7 @@ enum Actions {
 
 impl RunArgs {
     pub fn execute(self) -> anyhow::Result<ExitCode> {
-        let source = read_text(&self.env, "environment file")?;
+        let source = self.env.source()?;
         let actions = self.actions()?;
         let runtime = start_runtime(one_episode_config(!self.no_snapshots))?;
         let (code, sandbox) =
@@ -120,7 +125,20 @@ impl RunArgs {
             Ok(info) => out.loaded(&info.class_name, fuel(recorder)),
             Err(err) => return out.failure("load", None, err, 0, &CallOutput::default()),
         }
-        let reset = match recorder.reset(Some(self.seed)).await {
+        let result = match self.difficulty {
+            None => recorder.reset(Some(self.seed)).await,
+            Some(d) => {
+                let mut fields = serde_json::Map::new();
+                fields.insert("difficulty".into(), d.into());
+                match recorder.reset_with(Some(self.seed), &fields).await {
+                    Ok((_, dropped)) if !dropped.is_empty() => bail!(
+                        "--difficulty: this environment's reset() takes no `difficulty` argument"
+                    ),
+                    other => other.map(|(reset, _)| reset),
+                }
+            }
+        };
+        let reset = match result {
             Ok(reset) => reset,
             Err(err) => {
                 return out.failure(

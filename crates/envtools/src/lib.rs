@@ -18,6 +18,7 @@ pub mod check;
 pub mod episode;
 pub mod fuzz;
 pub mod oracles;
+pub mod package;
 pub mod rng;
 pub mod trajectory;
 
