@@ -15,6 +15,7 @@ mod fuzz;
 mod learning;
 mod model;
 mod model_cli;
+mod packages;
 mod real_model;
 mod replay;
 mod report;

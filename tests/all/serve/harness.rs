@@ -269,7 +269,10 @@ pub fn python() -> PathBuf {
     let python = venv.join("bin").join("python");
     let imports = |python: &Path| {
         Command::new(python)
-            .args(["-c", "import openenv, ray, spade_client, transformers, trl, Gym"])
+            .args([
+                "-c",
+                "import openenv, ray, spade_client, transformers, trl, Gym",
+            ])
             .stderr(Stdio::null())
             .status()
             .is_ok_and(|s| s.success())

@@ -3,7 +3,7 @@
 
 mod admission;
 mod cli;
-mod harness;
+pub mod harness;
 mod limits;
 mod load;
 mod mcp;

@@ -119,7 +119,8 @@ impl Bundle {
         is_package: bool,
     ) -> Result<(), PackageError> {
         let bytes = std::fs::read(path).map_err(|e| PackageError::io(path, e))?;
-        let text = String::from_utf8(bytes).map_err(|_| PackageError::NotUtf8(path.to_path_buf()))?;
+        let text =
+            String::from_utf8(bytes).map_err(|_| PackageError::NotUtf8(path.to_path_buf()))?;
         self.add_text(name, filename, is_package, text);
         Ok(())
     }
@@ -294,11 +295,15 @@ mod tests {
         let e = Bundle::from_dir(&missing).unwrap_err().to_string();
         assert!(e.contains("missing") && e.contains("cannot read"), "{e}");
         write(&root, "empty/notes.txt", "");
-        let e = Bundle::from_dir(&root.join("empty")).unwrap_err().to_string();
+        let e = Bundle::from_dir(&root.join("empty"))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("no Python modules"), "{e}");
         write(&root, "latin/mod.py", "");
         std::fs::write(root.join("latin/mod.py"), [0x41, 0xff, 0x0a]).unwrap();
-        let e = Bundle::from_dir(&root.join("latin")).unwrap_err().to_string();
+        let e = Bundle::from_dir(&root.join("latin"))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("mod.py") && e.contains("UTF-8"), "{e}");
         std::fs::remove_dir_all(root).unwrap();
     }

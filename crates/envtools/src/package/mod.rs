@@ -23,7 +23,9 @@ pub enum PackageError {
     },
     #[error("'{0}' is not a directory: --package takes the directory that holds the modules")]
     NotADirectory(PathBuf),
-    #[error("'{0}' holds an __init__.py but its name is not a Python identifier, so it cannot be imported")]
+    #[error(
+        "'{0}' holds an __init__.py but its name is not a Python identifier, so it cannot be imported"
+    )]
     BadPackageName(PathBuf),
     #[error("'{0}' holds no Python modules (no .py file under it whose path is importable)")]
     NoModules(PathBuf),
@@ -202,11 +204,8 @@ mod tests {
 
     #[test]
     fn bad_specs_say_what_is_expected() {
-        let e = |t: &str, p: Option<&str>| {
-            EnvSpec::parse(t, p.map(Path::new))
-                .unwrap_err()
-                .to_string()
-        };
+        let e =
+            |t: &str, p: Option<&str>| EnvSpec::parse(t, p.map(Path::new)).unwrap_err().to_string();
         assert!(e("rlve:", None).contains("rlve:Multiplication"));
         assert!(e("rlve:a-b", None).contains("identifier"));
         assert!(e("rlve:Sorting", Some("d")).contains("--package"));

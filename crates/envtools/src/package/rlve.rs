@@ -77,35 +77,49 @@ fn check_root(dir: &Path, how: &str) -> Result<(), PackageError> {
     }
 }
 
-/// One table of `Gym.environments` or `Gym.parameter_controllers`: identifier to
-/// (module directory, class name).
-fn read_table(gym: &Path, package: &str) -> Result<BTreeMap<String, (String, String)>, PackageError> {
+/// One table of `Gym.environments` or `Gym.parameter_controllers`: identifier to (module
+/// below the package, dotted, and class name), read from the package's `__init__.py`:
+/// `from Gym.environments.countdown import CountdownEqual_Environment, ...` lines and the
+/// entries `"CountdownEqual" : CountdownEqual_Environment,` (several may share a line).
+fn read_table(
+    gym: &Path,
+    package: &str,
+) -> Result<BTreeMap<String, (String, String)>, PackageError> {
     let path = gym.join(package).join("__init__.py");
     let text = std::fs::read_to_string(&path).map_err(|e| PackageError::io(&path, e))?;
     let prefix = format!("from Gym.{package}.");
-    // `from Gym.environments.multiplication import Multiplication_Environment`
     let mut module_of: BTreeMap<&str, &str> = BTreeMap::new();
-    // `"Multiplication" : Multiplication_Environment,`
     let mut table = BTreeMap::new();
     for line in text.lines().map(str::trim) {
-        if let Some(rest) = line.strip_prefix(&prefix)
-            && let Some((module, class)) = rest.split_once(" import ")
-        {
-            module_of.insert(class.trim(), module.trim());
-        } else if let Some(rest) = line.strip_prefix('"')
-            && let Some((id, class)) = rest.split_once('"')
-            && let Some(class) = class.trim().strip_prefix(':')
-        {
-            table.insert(id.to_owned(), class.trim().trim_end_matches(',').trim().to_owned());
+        if let Some(rest) = line.strip_prefix(&prefix) {
+            if let Some((module, classes)) = rest.split_once(" import ") {
+                for class in classes.split(',') {
+                    module_of.insert(class.trim(), module.trim());
+                }
+            }
+            continue;
+        }
+        // `"Id" : Class,` entries: split on the quotes; odd pieces are identifiers, each
+        // followed by `: Class,`.
+        let pieces: Vec<&str> = line.split('"').collect();
+        let mut k = 1;
+        while k + 1 < pieces.len() {
+            let (id, after) = (pieces[k], pieces[k + 1].trim());
+            if let Some(class) = after.strip_prefix(':') {
+                let class = class.trim().trim_end_matches(',').trim();
+                table.insert(id.to_owned(), class.to_owned());
+            }
+            k += 2;
         }
     }
     let mut out = BTreeMap::new();
     for (id, class) in table {
-        if !super::is_identifier(&id) || !super::is_identifier(&class) {
+        let Some(module) = module_of.get(class.as_str()) else {
             continue;
-        }
-        if let Some(module) = module_of.get(class.as_str())
-            && super::is_identifier(module)
+        };
+        if super::is_identifier(&id)
+            && super::is_identifier(&class)
+            && module.split('.').all(super::is_identifier)
         {
             out.insert(id, (module.to_string(), class));
         }
@@ -175,25 +189,41 @@ pub fn source(root: &Path, name: &str) -> Result<String, PackageError> {
             false,
         )?;
     }
-    for (package, module) in [("environments", env_module), ("parameter_controllers", ctrl_module)] {
+    for (package, module) in [
+        ("environments", env_module),
+        ("parameter_controllers", ctrl_module),
+    ] {
         bundle.add_text(
             &format!("Gym.{package}"),
             &format!("Gym/{package}/"),
             true,
             String::new(),
         );
-        let dotted = format!("Gym.{package}.{module}");
-        let filename = format!("Gym/{package}/{module}");
-        bundle.add_tree(&gym.join(package).join(module), &dotted, &filename, 0)?;
+        // The module's top directory under the package, with everything in it.
+        let top = module.split('.').next().unwrap_or(module);
+        let dotted = format!("Gym.{package}.{top}");
+        let filename = format!("Gym/{package}/{top}");
+        bundle.add_tree(&gym.join(package).join(top), &dotted, &filename, 0)?;
     }
     for module in ["numpy", "torch"] {
-        bundle.add_text(module, &format!("<spade stand-in for {module}>"), false, stand_in(module));
+        bundle.add_text(
+            module,
+            &format!("<spade stand-in for {module}>"),
+            false,
+            stand_in(module),
+        );
     }
     bundle.check_size()?;
     let entry = ADAPTER
-        .replace("__SPADE_ENV_MODULE__", &format!("Gym.environments.{env_module}"))
+        .replace(
+            "__SPADE_ENV_MODULE__",
+            &format!("Gym.environments.{env_module}"),
+        )
         .replace("__SPADE_ENV_CLASS__", env_class)
-        .replace("__SPADE_CTRL_MODULE__", &format!("Gym.parameter_controllers.{ctrl_module}"))
+        .replace(
+            "__SPADE_CTRL_MODULE__",
+            &format!("Gym.parameter_controllers.{ctrl_module}"),
+        )
         .replace("__SPADE_CTRL_CLASS__", ctrl_class)
         .replace("__SPADE_NAME__", name);
     let header = format!(

@@ -1,0 +1,2 @@
+"""A counting game split over modules."""
+GAME_NAME = "counting"
