@@ -48,6 +48,64 @@ pub struct TrainArgs {
     /// Rollouts to run now (default: the config's `rollouts`; 0 = until interrupted).
     #[arg(long)]
     rollouts: Option<u64>,
+    /// Fixed-environment training: train the agent alone on these environments, with the
+    /// config's difficulty controller. A comma-separated list or a file with one per line
+    /// (`#` starts a comment); each is `rlve:NAME` or an environment file. Overrides the
+    /// config's `fixed_envs`.
+    #[arg(
+        long,
+        value_name = "LIST|FILE",
+        conflicts_with_all = ["starter_envs", "no_starter_envs", "resume"]
+    )]
+    fixed_envs: Option<String>,
+}
+
+/// The environment specs of `--fixed-envs`: a file's lines, or a comma-separated list.
+fn fixed_env_specs(arg: &str) -> anyhow::Result<Vec<String>> {
+    let path = Path::new(arg);
+    let text = if path.is_file() {
+        super::read_text(path, "--fixed-envs file")?
+    } else {
+        arg.replace(',', "\n")
+    };
+    let specs: Vec<String> = text
+        .lines()
+        .map(|l| l.split('#').next().unwrap_or("").trim())
+        .filter(|l| !l.is_empty())
+        .map(str::to_owned)
+        .collect();
+    if specs.is_empty() {
+        bail!("--fixed-envs names no environment");
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for s in &specs {
+        if !seen.insert(s) {
+            bail!("--fixed-envs names '{s}' twice");
+        }
+    }
+    Ok(specs)
+}
+
+/// Each fixed environment's (name, source), resolved from its spec.
+fn resolve_fixed_envs(specs: &[String]) -> anyhow::Result<Vec<(String, String)>> {
+    specs
+        .iter()
+        .map(|spec| {
+            let parsed = spade_envtools::package::EnvSpec::parse(spec, None)?;
+            let source = match &parsed {
+                spade_envtools::package::EnvSpec::File(p) => {
+                    super::read_text(p, "fixed environment file")?
+                }
+                other => {
+                    other
+                        .resolve()
+                        .with_context(|| format!("loading fixed environment '{spec}'"))?
+                        .source
+                }
+            };
+            Ok((spec.clone(), source))
+        })
+        .collect()
 }
 
 fn read_starter_envs(dir: &Path) -> anyhow::Result<Vec<(String, String)>> {
@@ -93,6 +151,20 @@ impl TrainArgs {
             }
             (None, false) => TrainConfig::default(),
         };
+        let mut cfg = cfg;
+        if let Some(arg) = &self.fixed_envs {
+            cfg.fixed_envs = fixed_env_specs(arg)?;
+        }
+        let fixed = if cfg.is_fixed() && !self.resume {
+            if self.starter_envs.is_some() || self.no_starter_envs {
+                bail!(
+                    "fixed-env training plays its fixed_envs: --starter-envs and --no-starter-envs do not apply"
+                );
+            }
+            Some(resolve_fixed_envs(&cfg.fixed_envs)?)
+        } else {
+            None
+        };
         let corpus_text = match &self.corpus {
             Some(p) => super::read_text(p, "corpus file")?,
             None => DEFAULT_CORPUS.to_string(),
@@ -100,6 +172,7 @@ impl TrainArgs {
         let corpus =
             Corpus::parse(&corpus_text, cfg.max_doc_words).context("reading the corpus")?;
         let starter_envs = match &self.starter_envs {
+            _ if fixed.is_some() => fixed.unwrap_or_default(),
             Some(d) => read_starter_envs(d)?,
             None if self.no_starter_envs => Vec::new(),
             None => starter_envs(),
@@ -144,6 +217,25 @@ impl TrainArgs {
                     format!("ETA {:.0}s", per * (rollouts - done) as f64)
                 };
                 let opt = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.4}"));
+                if !m.fixed.is_empty() {
+                    let envs: Vec<String> = m
+                        .fixed
+                        .iter()
+                        .map(|f| format!("{} d{} win {:.2} [{}, {}]", f.env, f.difficulty, f.win_rate, f.low, f.high))
+                        .collect();
+                    say!(
+                        "rollout {}: fixed envs: {}; win {:.2}, trained {} agent (zero advantage {:.0}%), loss {}, clipped {}, {:.1}s ({eta})",
+                        m.rollout,
+                        envs.join("; "),
+                        m.win_rate,
+                        m.agent_samples_trained,
+                        100.0 * m.zero_advantage_fraction,
+                        opt(m.loss),
+                        opt(m.clip_fraction),
+                        m.time.total
+                    );
+                    continue;
+                }
                 say!(
                     "rollout {}: valid {}/{} designs, pool {}, win {:.2} / hint {:.2}, regret {:.3}, \
                      trained {} designer + {} agent (zero advantage {:.0}%), loss {}, grad norm {}, \

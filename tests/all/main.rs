@@ -11,6 +11,7 @@ mod delay;
 mod determinism;
 mod envs;
 mod fidelity;
+mod fixed_envs;
 mod fuzz;
 mod learning;
 mod model;

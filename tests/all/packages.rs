@@ -327,7 +327,10 @@ async fn rlve_problems_and_verdicts_match_rlve_under_cpython() {
         );
     }
     let expected: std::collections::BTreeSet<&str> = KNOWN_DIFFERENCES.iter().copied().collect();
-    assert_eq!(differs, expected, "environments whose problems differ from CPython's");
+    assert_eq!(
+        differs, expected,
+        "environments whose problems differ from CPython's"
+    );
 }
 
 #[test]

@@ -9,6 +9,7 @@ use spade_model::model::{DecodeActivations, DecodeWeights};
 use spade_model::schedule::{DecayKind, LrSchedule};
 
 use super::credit::{AgentBaseline, CreditConfig, EmaStart};
+use super::difficulty::DifficultyConfig;
 use super::policy::Role;
 
 /// How the designer's reward is computed from a played environment.
@@ -237,6 +238,17 @@ pub struct TrainConfig {
     /// never mixes quantised sampling with f32 training. On by default; the measured gap is
     /// `logprob_gap` in `metrics.jsonl`.
     pub recompute_old_logprobs: bool,
+    /// Fixed-environment training (the reference's fixed-env mode), the environments the
+    /// agent trains on as `spade train --fixed-envs` names them (`rlve:Multiplication`, a
+    /// file). Empty (the default): self-play. With them nothing is designed and nothing is
+    /// played with a hint: each rollout plays `fixed_envs_per_rollout` of them,
+    /// `plays_per_game` times each on one problem (one seed, one difficulty the controller
+    /// draws), and trains the agent on those plays, baselined per environment and difficulty.
+    pub fixed_envs: Vec<String>,
+    /// Environments played per rollout in fixed-env training (0 = all of them).
+    pub fixed_envs_per_rollout: usize,
+    /// The difficulty controller of fixed-env training.
+    pub difficulty: DifficultyConfig,
 }
 
 impl Default for TrainConfig {
@@ -320,6 +332,9 @@ impl Default for TrainConfig {
             decode_weights: DecodeWeights::Gguf,
             decode_activations: DecodeActivations::F32,
             recompute_old_logprobs: true,
+            fixed_envs: Vec::new(),
+            fixed_envs_per_rollout: 0,
+            difficulty: DifficultyConfig::default(),
         }
     }
 }
@@ -512,6 +527,9 @@ impl TrainConfig {
         if !(-1.0..=1.0).contains(&self.failed_play_return) {
             return bad("failed_play_return must be in [-1, 1], the range of a return");
         }
+        if let Some(problem) = self.difficulty.problem() {
+            return bad(&problem);
+        }
         let temps = [
             ("temperature", Some(self.temperature)),
             ("designer_temperature", self.designer_temperature),
@@ -524,6 +542,11 @@ impl TrainConfig {
             }
         }
         Ok(())
+    }
+
+    /// Whether this is fixed-environment training (`fixed_envs` is not empty).
+    pub fn is_fixed(&self) -> bool {
+        !self.fixed_envs.is_empty()
     }
 
     /// Whether rollout `r` is the run's last (`rollouts` set), which flushes the designer's

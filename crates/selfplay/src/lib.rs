@@ -7,6 +7,7 @@ pub mod config;
 pub mod corpus;
 pub mod credit;
 pub mod delay;
+pub mod difficulty;
 pub mod eval;
 pub mod extract;
 pub mod lockstep;

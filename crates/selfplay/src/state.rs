@@ -6,6 +6,7 @@ use spade_model::error::{ModelError, Result};
 
 use super::credit::Baselines;
 use super::delay::DesignerBuffer;
+use super::difficulty::DifficultyState;
 use super::memory::EnvMemory;
 use super::prompts::Variant;
 
@@ -59,6 +60,12 @@ pub struct RunState {
     /// Designer samples held until they train, with their environments' plays so far.
     #[serde(default)]
     pub designer_buffer: DesignerBuffer,
+    /// Fixed-env training: every environment's difficulty controller state.
+    #[serde(default)]
+    pub difficulty: DifficultyState,
+    /// Fixed-env training: the pool indices chosen at the last selection.
+    #[serde(default)]
+    pub fixed_selection: Vec<usize>,
 }
 
 /// Writes `bytes` to `path` through a temporary file and a rename.

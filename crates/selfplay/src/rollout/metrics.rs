@@ -42,6 +42,9 @@ pub struct Metrics {
     pub hint_failures: usize,
     /// Per played env: id, win rate, regret.
     pub envs: Vec<EnvMetrics>,
+    /// Fixed-env training: per environment played, its difficulty and the controller's state
+    /// after the rollout (empty in self-play).
+    pub fixed: Vec<FixedEnvMetrics>,
     /// This rollout's designer rewards at design time (regret or blend over this rollout's
     /// plays), in sample order; `null` for a design that never validated.
     pub designer_rewards: Vec<Option<f64>>,
@@ -128,6 +131,25 @@ pub struct EnvMetrics {
     pub regret: f64,
     /// Whether a play timed out.
     pub timeout: bool,
+}
+
+/// One environment of fixed-env training in a rollout.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct FixedEnvMetrics {
+    /// The environment as named in `fixed_envs` (`rlve:Multiplication`).
+    pub env: String,
+    /// The difficulty of this rollout's problem.
+    pub difficulty: u64,
+    /// Plays, and the win rate among them.
+    pub plays: usize,
+    /// Wins / plays.
+    pub win_rate: f64,
+    /// The controller's window after the rollout (sliding window; `[0, 0]` otherwise).
+    pub low: u64,
+    /// Highest difficulty reached.
+    pub high: u64,
+    /// The learning potential after the rollout.
+    pub potential: f64,
 }
 
 /// Seconds per phase.

@@ -3,7 +3,9 @@
 //! hint ([`play`]), score (regret, memory, what each game scored: [`score`]), delay (the
 //! designer samples due now leave the buffer with rewards recomputed over their window:
 //! [`delay`]), update (credit assignment and GRPO: [`update`]) and persist (metrics line and
-//! checkpoint: [`persist`]).
+//! checkpoint: [`persist`]). Fixed-env training ([`fixed`]) replaces the phases before the
+//! update: choose environments, draw one problem each from the difficulty controller, play,
+//! and record the outcomes in the controller.
 use std::collections::HashMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -22,6 +24,7 @@ use super::state::{self, PoolEnv, RunState};
 
 mod delay;
 mod design;
+mod fixed;
 mod hint;
 mod metrics;
 mod persist;
@@ -30,7 +33,7 @@ mod score;
 mod update;
 mod validate;
 
-pub use metrics::{EnvMetrics, Metrics, PhaseTimes};
+pub use metrics::{EnvMetrics, FixedEnvMetrics, Metrics, PhaseTimes};
 
 /// A running self-play training.
 pub struct Run<'p> {
@@ -83,18 +86,23 @@ impl<'p> Run<'p> {
                 .map(|l| l.split(['(', ':']).next().unwrap_or("").trim().to_string())
                 .find(|n| n.ends_with("Env"))
                 .unwrap_or_else(|| name.clone());
+            let fixed = cfg.is_fixed();
             st.pool.push(PoolEnv {
                 id,
                 class_name,
                 tool_use: source.contains("ToolUseBaseEnv"),
                 source,
-                skill: "Seed".into(),
+                skill: if fixed { name.clone() } else { "Seed".into() },
                 difficulty: "medium".into(),
                 variant: None,
                 doc_id: None,
                 hint: None,
                 created: 0,
-                origin: format!("seed:{name}"),
+                origin: if fixed {
+                    format!("fixed:{name}")
+                } else {
+                    format!("seed:{name}")
+                },
                 design_file: None,
                 banned: false,
             });
@@ -198,14 +206,24 @@ impl<'p> Run<'p> {
             decode_path: self.policy.decode_path(),
             ..Metrics::default()
         };
-        let designed = self.design(r, &mut m)?;
-        let designs = self.validate_designs(r, designed, &mut m).await?;
-        self.hint_phase(r, &designs, &mut m)?;
-        let games = self.choose_games(r, &designs);
-        let episodes = self.play(r, &games, &mut m).await?;
-        let scores = self.score(&games, &episodes, &designs, &mut m);
-        let released = self.delay(r, designs, &scores, &mut m);
-        self.update(r, released, episodes, &mut m)?;
+        if self.cfg.is_fixed() {
+            let games = self.choose_fixed_games(r);
+            let problems = self.draw_problems(r, &games);
+            let episodes = self.play_fixed(r, &problems, &mut m).await?;
+            self.score_fixed(&games, &problems, &episodes, &mut m);
+            let episodes = self.credit_episodes(episodes);
+            self.update(r, Vec::new(), episodes, &mut m)?;
+        } else {
+            let designed = self.design(r, &mut m)?;
+            let designs = self.validate_designs(r, designed, &mut m).await?;
+            self.hint_phase(r, &designs, &mut m)?;
+            let games = self.choose_games(r, &designs);
+            let episodes = self.play(r, &games, &mut m).await?;
+            let scores = self.score(&games, &episodes, &designs, &mut m);
+            let released = self.delay(r, designs, &scores, &mut m);
+            let episodes = self.credit_episodes(episodes);
+            self.update(r, released, episodes, &mut m)?;
+        }
         m.pool_size = self.playable();
         m.time.total = t0.elapsed().as_secs_f64();
         self.persist(r, &m)?;

@@ -27,6 +27,8 @@ pub(super) struct Played {
     pub ret: f64,
     /// The error kind of a call that failed (reset or step), if one did.
     pub failure: Option<ErrorKind>,
+    /// Fixed-env training: the difficulty its problem was generated at.
+    pub difficulty: Option<u64>,
     /// The agent's turns.
     pub turns: Vec<Sampled>,
 }
@@ -43,6 +45,25 @@ impl Played {
 }
 
 type Rec = Recorder<BufWriter<File>>;
+
+/// One problem of fixed-env training: every play of a game in a rollout shares it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Problem {
+    /// The reset seed (and sandbox seed).
+    pub seed: u64,
+    /// The difficulty passed to `reset`.
+    pub difficulty: u64,
+}
+
+/// An episode to start: play `i` of pool env `pool`, with or without the hint, on a fixed
+/// problem or (self-play) on a seed of its own.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Start {
+    pub pool: usize,
+    pub hint: bool,
+    pub i: usize,
+    pub problem: Option<Problem>,
+}
 
 impl Run<'_> {
     /// The games of this rollout: its new environments, then other playable ones in a seeded
@@ -68,47 +89,62 @@ impl Run<'_> {
         games: &[usize],
         m: &mut Metrics,
     ) -> Result<Vec<Played>> {
-        m.games = games.len();
+        let mut starts = Vec::new();
+        for &pool in games {
+            for (hint, plays) in [
+                (false, self.cfg.plays_per_game),
+                (true, self.cfg.hint_plays),
+            ] {
+                starts.extend((0..plays).map(|i| Start {
+                    pool,
+                    hint,
+                    i,
+                    problem: None,
+                }));
+            }
+        }
+        self.play_starts(r, games.len(), starts, m).await
+    }
+
+    /// Plays every start in lockstep, each recorded.
+    pub(super) async fn play_starts(
+        &mut self,
+        r: u64,
+        games: usize,
+        starts: Vec<Start>,
+        m: &mut Metrics,
+    ) -> Result<Vec<Played>> {
+        m.games = games;
         let traj_dir = self.dir.join("trajectories").join(format!("r{r:05}"));
         std::fs::create_dir_all(&traj_dir).map_err(io_err("creating", &traj_dir))?;
         let ts = Instant::now();
         let mut live: Vec<LiveEpisode<Rec>> = Vec::new();
         // Episodes that ended at reset, and where every live one came from.
         let mut played: Vec<Played> = Vec::new();
-        let mut origin: Vec<(usize, bool)> = Vec::new();
-        for &pi in games {
-            for (hint, plays) in [
-                (false, self.cfg.plays_per_game),
-                (true, self.cfg.hint_plays),
-            ] {
-                for i in 0..plays {
-                    match self.start_episode(r, pi, hint, i, &traj_dir).await? {
-                        Ok(episode) => {
-                            live.push(episode);
-                            origin.push((pi, hint));
-                        }
-                        Err((failure, rec)) => {
-                            finish(rec)?;
-                            played.push(Played {
-                                pool: pi,
-                                hint,
-                                ret: self.cfg.failed_play_return,
-                                failure: Some(failure),
-                                turns: Vec::new(),
-                            });
-                        }
-                    }
+        let mut origin: Vec<Start> = Vec::new();
+        for start in starts {
+            match self.start_episode(r, &start, &traj_dir).await? {
+                Ok(episode) => {
+                    live.push(episode);
+                    origin.push(start);
+                }
+                Err((failure, rec)) => {
+                    finish(rec)?;
+                    played.push(Played {
+                        pool: start.pool,
+                        hint: start.hint,
+                        ret: self.cfg.failed_play_return,
+                        failure: Some(failure),
+                        difficulty: start.problem.map(|p| p.difficulty),
+                        turns: Vec::new(),
+                    });
                 }
             }
         }
         m.time.play_sandbox += ts.elapsed().as_secs_f64();
         self.progress.start(
             r,
-            &format!(
-                "play {} games, {} episodes",
-                games.len(),
-                live.len() + played.len()
-            ),
+            &format!("play {games} games, {} episodes", live.len() + played.len()),
             u64::from(self.cfg.max_turns),
             "turns",
         );
@@ -132,7 +168,7 @@ impl Run<'_> {
         m.time.play_model += times.model;
         m.time.play_sandbox += times.env;
         m.tokens_sampled += times.tokens;
-        for (e, (pi, hint)) in live.into_iter().zip(origin) {
+        for (e, start) in live.into_iter().zip(origin) {
             // A failed play scores `failed_play_return` (the reference: -1).
             let failure = e.failure;
             let ret = match failure {
@@ -144,10 +180,11 @@ impl Run<'_> {
                 finish(rec)?;
             }
             played.push(Played {
-                pool: pi,
-                hint,
+                pool: start.pool,
+                hint: start.hint,
                 ret,
                 failure,
+                difficulty: start.problem.map(|p| p.difficulty),
                 turns,
             });
         }
@@ -160,14 +197,25 @@ impl Run<'_> {
     async fn start_episode(
         &self,
         r: u64,
-        pi: usize,
-        hint: bool,
-        i: usize,
+        start: &Start,
         traj_dir: &std::path::Path,
     ) -> Result<std::result::Result<LiveEpisode<Rec>, (ErrorKind, Rec)>> {
+        let Start {
+            pool: pi,
+            hint,
+            i,
+            problem,
+        } = *start;
         let env = &self.state.pool[pi];
-        let seed = self.seed("play", &[r, pi as u64, i as u64]);
-        let tag = if hint { "hint" } else { "nohint" };
+        let seed = match problem {
+            Some(p) => p.seed,
+            None => self.seed("play", &[r, pi as u64, i as u64]),
+        };
+        let tag = match (problem, hint) {
+            (Some(p), _) => format!("d{}", p.difficulty),
+            (None, true) => "hint".to_owned(),
+            (None, false) => "nohint".to_owned(),
+        };
         let path = traj_dir.join(format!("{}-{tag}-{i:02}.jsonl", env.id));
         let file = File::create(&path).map_err(io_err("creating", &path))?;
         let hint_text = if hint { env.hint.clone() } else { None };
@@ -186,7 +234,24 @@ impl Run<'_> {
             .await
             .map_err(io_err("writing", &path))?;
         let system = prompts::agent_system(env.tool_use);
-        Ok(match rec.reset(Some(seed)).await {
+        let reset = match problem {
+            None => rec.reset(Some(seed)).await,
+            Some(p) => {
+                let mut fields = serde_json::Map::new();
+                fields.insert("difficulty".into(), p.difficulty.into());
+                match rec.reset_with(Some(seed), &fields).await {
+                    Ok((_, dropped)) if !dropped.is_empty() => {
+                        return Err(ModelError::InvalidParameter(format!(
+                            "fixed environment {} ({}) takes no `difficulty` in reset(): \
+                             fixed-env training needs one (RLVE's environments take it)",
+                            env.id, env.origin
+                        )));
+                    }
+                    other => other.map(|(reset, _)| reset),
+                }
+            }
+        };
+        Ok(match reset {
             Ok(reset) => {
                 let obs = prompts::with_hint(&reset.observation, hint_text.as_deref());
                 Ok(LiveEpisode::new(rec, &system, obs, env.tool_use))

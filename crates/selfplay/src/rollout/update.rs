@@ -11,23 +11,35 @@ use crate::credit::{self, Design, Episode};
 use crate::policy::Role;
 
 impl Run<'_> {
+    /// The episodes as credit assignment sees them: each in its game, the environment's id
+    /// (self-play) or the environment at its difficulty (fixed-env training, as the
+    /// reference keys its baselines: `env@dN`).
+    pub(super) fn credit_episodes(&self, played: Vec<Played>) -> Vec<Episode> {
+        played
+            .into_iter()
+            .map(|p| {
+                let id = &self.state.pool[p.pool].id;
+                Episode {
+                    game: match p.difficulty {
+                        Some(d) => format!("{id}@d{d}"),
+                        None => id.clone(),
+                    },
+                    hint: p.hint,
+                    ret: p.ret,
+                    turns: p.turns,
+                }
+            })
+            .collect()
+    }
+
     /// Assigns credit and updates the policy.
     pub(super) fn update(
         &mut self,
         r: u64,
         designs: Vec<Design>,
-        played: Vec<Played>,
+        episodes: Vec<Episode>,
         m: &mut Metrics,
     ) -> Result<()> {
-        let episodes: Vec<Episode> = played
-            .into_iter()
-            .map(|p| Episode {
-                game: self.state.pool[p.pool].id.clone(),
-                hint: p.hint,
-                ret: p.ret,
-                turns: p.turns,
-            })
-            .collect();
         let cfg = self.cfg.credit();
         let seed = self.seed("subsample", &[r]);
         let batch = credit::assign(&designs, &episodes, &cfg, &mut self.state.baselines, seed);

@@ -1,0 +1,314 @@
+//! Fixed-environment training (`spade train --fixed-envs`): the difficulty controller driven by
+//! a scripted agent whose skill is known (it answers levels 0 to 2 and fails from 3 on), so
+//! every window move is derived by hand from the rule; resume; a tiny model that trains on
+//! mixed groups; and the errors a user can hit.
+use std::path::PathBuf;
+
+use spade_model::chat::Message;
+use spade_selfplay::difficulty::{ControllerKind, DifficultyConfig};
+use spade_selfplay::{CandlePolicy, Corpus, Metrics, Role, Run, Scripted, TrainConfig};
+
+use crate::common::{fails_with, runtime};
+
+/// An environment whose problem is its difficulty: answer `\boxed{d}` at level `d`.
+const LEVEL_ENV: &str = r#"
+class LevelEnv:
+    def __init__(self, max_turns=None):
+        self.level = None
+
+    def reset(self, seed=None, difficulty=0):
+        self.level = difficulty
+        return f"Level {difficulty} (seed {seed}). Answer with the level number.", {}
+
+    def step(self, action):
+        won = action.strip() == "\\boxed{%d}" % self.level
+        return ("right" if won else "wrong"), (1.0 if won else 0.0), True, False, {}
+
+    def solution(self):
+        return "\\boxed{%d}" % self.level
+
+    def close(self):
+        pass
+"#;
+
+/// The level in the first observation of an agent chat.
+fn level(msgs: &[Message]) -> u64 {
+    let obs = &msgs[1].content;
+    obs.strip_prefix("Level ")
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .expect("a level observation")
+}
+
+/// The agent solves levels up to `skill` and answers 0 above it.
+fn agent(skill: u64) -> Scripted {
+    Scripted::new(
+        Box::new(move |role: Role, msgs: &[Message]| {
+            assert_eq!(
+                role,
+                Role::Agent,
+                "fixed-env training samples only the agent"
+            );
+            let d = level(msgs);
+            format!("\\boxed{{{}}}", if d <= skill { d } else { 0 })
+        }),
+        None,
+    )
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("spade-fixed-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+fn corpus() -> Corpus {
+    Corpus::parse("{\"text\": \"unused in fixed-env training\"}", 100).unwrap()
+}
+
+fn cfg() -> TrainConfig {
+    TrainConfig {
+        seed: 5,
+        fixed_envs: vec!["level".into()],
+        plays_per_game: 4,
+        max_turns: 2,
+        difficulty: DifficultyConfig {
+            tau_num: 4,
+            ..DifficultyConfig::default()
+        },
+        ..TrainConfig::default()
+    }
+}
+
+fn envs() -> Vec<(String, String)> {
+    vec![("level".into(), LEVEL_ENV.into())]
+}
+
+/// The sliding window's rule, by hand: the rollout's difficulty lies in the window left by the
+/// previous rollout; its 4 plays at `high` (tau_num 4) all win when `high <= 2`, so the window
+/// rises by one; otherwise it stays. Returns the final `(low, high)`.
+fn check_window_moves(ms: &[Metrics], skill: u64) -> (u64, u64) {
+    let (mut low, mut high) = (0, 0);
+    for m in ms {
+        assert_eq!(m.fixed.len(), 1);
+        let f = &m.fixed[0];
+        assert!(
+            (low..=high).contains(&f.difficulty),
+            "rollout {}: {f:?} outside [{low}, {high}]",
+            m.rollout
+        );
+        let won = f.difficulty <= skill;
+        assert_eq!(
+            f.win_rate,
+            if won { 1.0 } else { 0.0 },
+            "rollout {}",
+            m.rollout
+        );
+        assert_eq!(f.plays, 4);
+        if f.difficulty == high && won {
+            high += 1;
+            low = low.max((high + 1).saturating_sub(4));
+        }
+        assert_eq!((f.low, f.high), (low, high), "rollout {}: {f:?}", m.rollout);
+        assert_eq!((m.games, m.episodes), (1, 4));
+        assert_eq!(m.designs, 0);
+        assert!(!m.designed);
+    }
+    (low, high)
+}
+
+#[tokio::test]
+async fn the_window_climbs_to_the_agents_edge_and_stops_there() {
+    let dir = tmp("climb");
+    let mut policy = agent(2);
+    let mut run = Run::create(&dir, cfg(), corpus(), runtime(), &mut policy, envs()).unwrap();
+    let ms = run.run(16).await.unwrap();
+    let (low, high) = check_window_moves(&ms, 2);
+    // Levels 0, 1 and 2 are won, so the window reaches 3 and stays: 3 is never won.
+    assert_eq!((low, high), (0, 3));
+    assert!(ms.iter().any(|m| m.fixed[0].difficulty == 3));
+    // Every play of a rollout is one problem: one seed, one difficulty, in its trajectory name.
+    let names: Vec<String> = std::fs::read_dir(dir.join("trajectories/r00000"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names.len(), 4);
+    assert!(
+        names.iter().all(|n| n.starts_with("env00000-d0-")),
+        "{names:?}"
+    );
+    // The controller's state is in the checkpoint.
+    let state: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.join("checkpoints/rollout-000016/state.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(state["difficulty"]["envs"]["level"]["high"], 3);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn a_resumed_run_continues_the_controller_exactly() {
+    let straight = tmp("straight");
+    let mut policy = agent(1);
+    let mut run = Run::create(&straight, cfg(), corpus(), runtime(), &mut policy, envs()).unwrap();
+    let all = run.run(8).await.unwrap();
+    drop(run);
+    let split = tmp("split");
+    let mut policy = agent(1);
+    let mut run = Run::create(&split, cfg(), corpus(), runtime(), &mut policy, envs()).unwrap();
+    let mut parts = run.run(3).await.unwrap();
+    drop(run);
+    let mut run = Run::resume(&split, corpus(), runtime(), &mut policy).unwrap();
+    parts.extend(run.run(5).await.unwrap());
+    let fixed = |ms: &[Metrics]| ms.iter().map(|m| m.fixed.clone()).collect::<Vec<_>>();
+    assert_eq!(fixed(&all), fixed(&parts));
+    check_window_moves(&all, 1);
+    let _ = std::fs::remove_dir_all(&straight);
+    let _ = std::fs::remove_dir_all(&split);
+}
+
+#[tokio::test]
+async fn learning_potential_plays_its_fixed_difficulty_and_selects_envs() {
+    let dir = tmp("lp");
+    let mut cfg = cfg();
+    cfg.fixed_envs = vec!["a".into(), "b".into(), "c".into()];
+    cfg.fixed_envs_per_rollout = 2;
+    cfg.difficulty = DifficultyConfig {
+        controller: ControllerKind::LearningPotential,
+        lp_difficulty: 2,
+        select_interval: 1,
+        ..DifficultyConfig::default()
+    };
+    let envs = ["a", "b", "c"]
+        .map(|n| (n.to_string(), LEVEL_ENV.to_string()))
+        .to_vec();
+    let mut policy = agent(5);
+    let mut run = Run::create(&dir, cfg, corpus(), runtime(), &mut policy, envs).unwrap();
+    let ms = run.run(3).await.unwrap();
+    for m in &ms {
+        assert_eq!(m.fixed.len(), 2);
+        assert!(
+            m.fixed
+                .iter()
+                .all(|f| f.difficulty == 2 && f.win_rate == 1.0 && f.high == 0)
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn a_tiny_model_trains_on_a_group_with_wins_and_losses() {
+    // Levels 0 and 1 won, 2 lost: a window of [0, 2] after the climb gives groups whose
+    // advantages (return minus the per-level EMA baseline, which starts at 0) are nonzero.
+    let dir = tmp("tiny");
+    let mut cfg = cfg();
+    cfg.lr = 1e-3;
+    cfg.agent_max_new_tokens = 4;
+    let model = CandlePolicy::new(crate::selfplay::tiny_loaded(2), &cfg).unwrap();
+    let mut policy = Scripted::new(
+        Box::new(|_: Role, msgs: &[Message]| {
+            let d = level(msgs);
+            format!("\\boxed{{{}}}", if d <= 1 { d } else { 0 })
+        }),
+        Some(model),
+    );
+    let mut run = Run::create(&dir, cfg, corpus(), runtime(), &mut policy, envs()).unwrap();
+    let m = run.rollout().await.unwrap();
+    // Rollout 0 plays level 0 and wins all 4: return 1 minus baseline 0 is advantage 1.
+    assert_eq!(m.fixed[0].difficulty, 0);
+    assert_eq!(m.agent_samples_trained, 4);
+    assert_eq!(m.zero_advantage_fraction, 0.0);
+    assert!(m.grad_norm.unwrap() > 0.0, "{m:?}");
+    assert!(m.tokens_scored > 0);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn an_environment_without_a_difficulty_is_refused_by_name() {
+    let dir = tmp("nodiff");
+    let src = LEVEL_ENV.replace(
+        "def reset(self, seed=None, difficulty=0):",
+        "def reset(self, seed=None):\n        difficulty = 0",
+    );
+    let mut policy = agent(1);
+    let mut run = Run::create(
+        &dir,
+        cfg(),
+        corpus(),
+        runtime(),
+        &mut policy,
+        vec![("level".into(), src)],
+    )
+    .unwrap();
+    let e = run.rollout().await.unwrap_err().to_string();
+    assert!(
+        e.contains("fixed environment env00000 (fixed:level) takes no `difficulty` in reset()"),
+        "{e}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn fixed_env_cli_errors_are_clear() {
+    fails_with(
+        &[
+            "train",
+            "--fixed-envs",
+            "rlve:Nope",
+            "--out",
+            "target/tmp/fixed-cli",
+        ],
+        None,
+        1,
+        "loading fixed environment 'rlve:Nope'",
+    );
+    fails_with(
+        &[
+            "train",
+            "--fixed-envs",
+            "tests/envs/grid_walk/env.py,tests/envs/grid_walk/env.py",
+            "--out",
+            "target/tmp/fixed-cli",
+        ],
+        None,
+        1,
+        "--fixed-envs names 'tests/envs/grid_walk/env.py' twice",
+    );
+    fails_with(
+        &[
+            "train",
+            "--fixed-envs",
+            " , ",
+            "--out",
+            "target/tmp/fixed-cli",
+        ],
+        None,
+        1,
+        "--fixed-envs names no environment",
+    );
+    fails_with(
+        &[
+            "train",
+            "--fixed-envs",
+            "tests/envs/missing.py",
+            "--out",
+            "target/tmp/fixed-cli",
+        ],
+        None,
+        1,
+        "fixed environment file 'tests/envs/missing.py' does not exist",
+    );
+    fails_with(
+        &[
+            "train",
+            "--fixed-envs",
+            "rlve:Sorting",
+            "--resume",
+            "--out",
+            "target/tmp/fixed-cli",
+        ],
+        None,
+        1,
+        "the argument '--fixed-envs <LIST|FILE>' cannot be used with '--resume'",
+    );
+}
