@@ -3,10 +3,11 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 use clap::Args;
+use spade_envtools::package::EnvSpec;
 use spade_model::checkpoint;
 use spade_model::model::{DecodeActivations, DecodeWeights};
 use spade_sandbox::{Config, Runtime};
-use spade_selfplay::eval::{evaluate, load_envs};
+use spade_selfplay::eval::{EVAL_SEED_LIMIT, EvalEnv, evaluate, load_envs};
 use spade_selfplay::{CandlePolicy, Policy as _, TrainConfig};
 
 /// Arguments of `spade eval`.
@@ -19,8 +20,15 @@ pub struct EvalArgs {
     #[arg(long)]
     lora: Option<PathBuf>,
     /// Directory of held-out environments: <name>/env.py and <name>/skill.txt.
-    #[arg(long)]
-    envs: PathBuf,
+    #[arg(long, required_unless_present = "env")]
+    envs: Option<PathBuf>,
+    /// An environment to evaluate besides (or instead of) --envs: `rlve:NAME` or an
+    /// environment file; repeat for more. Its skill is its name.
+    #[arg(long = "env", value_name = "ENV")]
+    env: Vec<String>,
+    /// Difficulty passed to `reset` of every --env environment (RLVE's level, from 0).
+    #[arg(long, value_name = "N")]
+    difficulty: Option<u64>,
     /// Plays per environment.
     #[arg(long, default_value_t = 4)]
     plays: usize,
@@ -46,9 +54,35 @@ pub struct EvalArgs {
 }
 
 impl EvalArgs {
+    /// The environments of --envs, then those of --env.
+    fn load_envs(&self) -> anyhow::Result<Vec<EvalEnv>> {
+        let mut envs = match &self.envs {
+            Some(dir) => load_envs(dir).context("reading --envs")?,
+            None => Vec::new(),
+        };
+        for spec in &self.env {
+            let source = match EnvSpec::parse(spec, None)? {
+                EnvSpec::File(path) => super::read_text(&path, "environment file")?,
+                other => {
+                    other
+                        .resolve()
+                        .with_context(|| format!("loading environment '{spec}'"))?
+                        .source
+                }
+            };
+            envs.push(EvalEnv {
+                name: spec.clone(),
+                skill: spec.clone(),
+                source,
+                difficulty: self.difficulty,
+            });
+        }
+        Ok(envs)
+    }
+
     /// Runs the subcommand.
     pub fn execute(self) -> anyhow::Result<()> {
-        let envs = load_envs(&self.envs).context("reading --envs")?;
+        let envs = self.load_envs()?;
         let mut loaded = super::load_model(self.model.as_deref())?;
         if let Some(dir) = &self.lora {
             checkpoint::load_lora(dir, &mut loaded.model)
@@ -86,14 +120,21 @@ impl EvalArgs {
                 serde_json::json!({"envs": scores, "per_skill": per_skill})
             );
         } else {
+            say!(
+                "held-out seeds (below {EVAL_SEED_LIMIT}; fixed-env training draws from [2^30, 2^31))"
+            );
             for s in &scores {
+                let difficulty = s.difficulty.map(|d| format!(" d{d}")).unwrap_or_default();
                 say!(
-                    "{:<24} {:<24} win {:.2}  mean return {:.2}  ({} plays)",
-                    s.name,
+                    "{:<28} {:<24} win {:.3} [{:.3}, {:.3}] 95% CI  {}/{} plays  mean return {:.2}",
+                    format!("{}{difficulty}", s.name),
                     s.skill,
                     s.win_rate,
-                    s.mean_return,
-                    s.plays
+                    s.ci_low,
+                    s.ci_high,
+                    s.wins,
+                    s.plays,
+                    s.mean_return
                 );
             }
             say!("win rate per skill:");

@@ -143,6 +143,17 @@ async fn the_window_climbs_to_the_agents_edge_and_stops_there() {
     )
     .unwrap();
     assert_eq!(state["difficulty"]["envs"]["level"]["high"], 3);
+    // `spade report` names the difficulty reached and charts it.
+    let report = spade_selfplay::report::write_report(&dir, &Default::default()).unwrap();
+    let lines = report.summary_lines();
+    assert!(
+        lines.contains(&"difficulty reached: level 3 (window [0, 3])".to_string()),
+        "{lines:?}"
+    );
+    let svg = std::fs::read_to_string(dir.join("report/difficulty.svg")).unwrap();
+    assert!(svg.contains("level"), "{svg}");
+    let html = std::fs::read_to_string(dir.join("report/index.html")).unwrap();
+    assert!(html.contains("<tr><th>Difficulty reached: level</th><td>3 (window [0, 3]; highest played 3)</td></tr>"), "{html}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -310,5 +321,40 @@ fn fixed_env_cli_errors_are_clear() {
         None,
         1,
         "the argument '--fixed-envs <LIST|FILE>' cannot be used with '--resume'",
+    );
+}
+
+#[tokio::test]
+async fn eval_plays_at_a_difficulty_and_gives_wilson_intervals() {
+    use spade_selfplay::eval::{EvalEnv, evaluate};
+    let envs = vec![EvalEnv {
+        name: "level".into(),
+        skill: "Levels".into(),
+        source: LEVEL_ENV.into(),
+        difficulty: Some(2),
+    }];
+    let (solved, _) = evaluate(&runtime(), &mut agent(2), &envs, 4, 0, 2, 8, |_| {})
+        .await
+        .unwrap();
+    let (failed, _) = evaluate(&runtime(), &mut agent(1), &envs, 4, 0, 2, 8, |_| {})
+        .await
+        .unwrap();
+    assert_eq!(
+        (solved[0].wins, solved[0].plays, solved[0].difficulty),
+        (4, 4, Some(2))
+    );
+    assert_eq!(failed[0].wins, 0);
+    // Wilson 95% for 4/4: [0.5101, 1]; for 0/4: [0, 0.4899] (= z^2 / (4 + z^2)).
+    assert!(
+        (solved[0].ci_low - 0.510_109).abs() < 1e-5,
+        "{:?}",
+        solved[0]
+    );
+    assert_eq!(solved[0].ci_high, 1.0);
+    assert_eq!(failed[0].ci_low, 0.0);
+    assert!(
+        (failed[0].ci_high - 3.841_459 / 7.841_459).abs() < 1e-5,
+        "{:?}",
+        failed[0]
     );
 }

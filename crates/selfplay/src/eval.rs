@@ -1,5 +1,9 @@
-//! Held-out evaluation: play a fixed set of environments without hints and report win rate
-//! per skill.
+//! Held-out evaluation: play a fixed set of environments without hints and report each one's
+//! win rate with a 95% confidence interval (Wilson), and the win rate per skill.
+//!
+//! Seeds are held out: evaluation plays seeds below [`EVAL_SEED_LIMIT`] (10^6), and
+//! fixed-env training draws its problem seeds from `[2^30, 2^31)`, so an evaluation of a
+//! training environment never replays a training problem.
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -20,6 +24,26 @@ pub struct EvalEnv {
     pub skill: String,
     /// Source (`env.py`).
     pub source: String,
+    /// The difficulty passed to `reset` (`None`: reset takes only the seed).
+    pub difficulty: Option<u64>,
+}
+
+/// Evaluation seeds are below this; fixed-env training's problem seeds are at least 2^30.
+pub const EVAL_SEED_LIMIT: u64 = 1_000_000;
+
+/// The 95% Wilson score interval of `wins` successes in `plays` trials (`(0, 1)` for none).
+pub fn wilson(wins: usize, plays: usize) -> (f64, f64) {
+    if plays == 0 {
+        return (0.0, 1.0);
+    }
+    const Z: f64 = 1.959_963_984_540_054;
+    let n = plays as f64;
+    let p = wins as f64 / n;
+    let z2 = Z * Z;
+    let denom = 1.0 + z2 / n;
+    let centre = (p + z2 / (2.0 * n)) / denom;
+    let half = Z * (p * (1.0 - p) / n + z2 / (4.0 * n * n)).sqrt() / denom;
+    ((centre - half).max(0.0), (centre + half).min(1.0))
 }
 
 /// Reads `<dir>/<name>/env.py` and `<dir>/<name>/skill.txt` (default skill: the name), sorted.
@@ -45,6 +69,7 @@ pub fn load_envs(dir: &Path) -> Result<Vec<EvalEnv>> {
             name,
             skill,
             source,
+            difficulty: None,
         });
     }
     out.sort_by(|a, b| a.name.cmp(&b.name));
@@ -64,8 +89,16 @@ pub struct EnvScore {
     pub name: String,
     /// Skill.
     pub skill: String,
+    /// The difficulty played, if the environment takes one.
+    pub difficulty: Option<u64>,
+    /// Plays won.
+    pub wins: usize,
     /// Wins / plays.
     pub win_rate: f64,
+    /// The 95% Wilson interval of the win rate: low end.
+    pub ci_low: f64,
+    /// High end.
+    pub ci_high: f64,
     /// Mean return.
     pub mean_return: f64,
     /// Plays.
@@ -81,17 +114,27 @@ pub async fn play_episode(
     max_turns: u32,
     max_new_tokens: usize,
 ) -> Result<f64> {
-    let rets = play_episodes(runtime, policy, source, &[seed], max_turns, max_new_tokens).await?;
+    let rets = play_episodes(
+        runtime,
+        policy,
+        source,
+        None,
+        &[seed],
+        max_turns,
+        max_new_tokens,
+    )
+    .await?;
     Ok(rets[0])
 }
 
 /// Plays one episode per seed (no hint), all in lockstep ([`lockstep::play`], the loop
-/// training uses). Returns the episode returns in seed order; an episode whose sandbox fails
-/// to start or reset scores 0.
+/// training uses), each reset with `difficulty` when given. Returns the episode returns in
+/// seed order; an episode whose sandbox fails to start or reset scores 0.
 pub async fn play_episodes(
     runtime: &Runtime,
     policy: &mut dyn Policy,
     source: &str,
+    difficulty: Option<u64>,
     seeds: &[u64],
     max_turns: u32,
     max_new_tokens: usize,
@@ -104,9 +147,27 @@ pub async fn play_episodes(
             seed,
             max_turns: Some(max_turns),
         };
-        if let Ok(mut sb) = runtime.sandbox(source, opts).await
-            && let Ok(reset) = sb.reset(Some(seed)).await
-        {
+        let Ok(mut sb) = runtime.sandbox(source, opts).await else {
+            continue;
+        };
+        let reset = match difficulty {
+            None => sb.reset(Some(seed)).await,
+            Some(d) => {
+                let mut fields = serde_json::Map::new();
+                fields.insert("difficulty".into(), d.into());
+                match sb.reset_with(Some(seed), &fields).await {
+                    Ok((_, dropped)) if !dropped.is_empty() => {
+                        return Err(ModelError::InvalidParameter(
+                            "a difficulty was given, but the environment's reset() takes no \
+                             `difficulty`"
+                                .into(),
+                        ));
+                    }
+                    other => other.map(|(reset, _)| reset),
+                }
+            }
+        };
+        if let Ok(reset) = reset {
             let system = prompts::agent_system(tool_use);
             live.push(LiveEpisode::new(sb, &system, reset.observation, tool_use));
             index.push(k);
@@ -145,12 +206,13 @@ pub async fn evaluate(
     for (k, env) in envs.iter().enumerate() {
         progress(&format!("eval {}/{}: {}", k + 1, envs.len(), env.name));
         let play_seeds: Vec<u64> = (0..plays)
-            .map(|i| seeds::derive(seed, "eval-play", &[k as u64, i as u64]) % 1_000_000)
+            .map(|i| seeds::derive(seed, "eval-play", &[k as u64, i as u64]) % EVAL_SEED_LIMIT)
             .collect();
         let rets = play_episodes(
             runtime,
             policy,
             &env.source,
+            env.difficulty,
             &play_seeds,
             max_turns,
             max_new_tokens,
@@ -160,9 +222,15 @@ pub async fn evaluate(
             .iter()
             .map(|&r| f64::from(u8::from(rewards::is_win(r))))
             .collect();
+        let won = rets.iter().filter(|&&r| rewards::is_win(r)).count();
+        let (ci_low, ci_high) = wilson(won, plays);
         scores.push(EnvScore {
             name: env.name.clone(),
             skill: env.skill.clone(),
+            difficulty: env.difficulty,
+            wins: won,
+            ci_low,
+            ci_high,
             win_rate: rewards::mean(&wins),
             mean_return: rewards::mean(&rets),
             plays,
@@ -177,4 +245,26 @@ pub async fn evaluate(
         .map(|(k, v)| (k, rewards::mean(&v)))
         .collect();
     Ok((scores, per))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::wilson;
+
+    #[test]
+    fn wilson_intervals_match_the_formula_computed_by_hand() {
+        // p = 0.5, n = 10: centre 0.5, half-width 1.96 sqrt(0.025 + 0.0096) / 1.384 = 0.2634.
+        let (lo, hi) = wilson(5, 10);
+        assert!(
+            (lo - 0.236_593).abs() < 1e-6 && (hi - 0.763_407).abs() < 1e-6,
+            "{lo} {hi}"
+        );
+        // No wins in 64: [0, z^2 / (n + z^2)] = [0, 3.8415 / 67.8415].
+        let (lo, hi) = wilson(0, 64);
+        assert_eq!(lo, 0.0);
+        assert!((hi - 3.841_459 / 67.841_459).abs() < 1e-6, "{hi}");
+        let (lo, hi) = wilson(64, 64);
+        assert!((lo - 0.943_376).abs() < 1e-6 && hi == 1.0, "{lo}");
+        assert_eq!(wilson(0, 0), (0.0, 1.0));
+    }
 }

@@ -38,8 +38,9 @@ fn chart(title: &str, y_label: &str, rows: &[RolloutRow], series: Vec<Series>) -
     }
 }
 
-/// The four charts over rollouts: win rate without and with the hint, regret, validity rate
-/// (rollouts that designed only) and pool size.
+/// The charts over rollouts: win rate without and with the hint, regret, validity rate
+/// (rollouts that designed only), pool size, and for fixed-env training the difficulty each
+/// environment reached.
 pub fn charts(rows: &[RolloutRow]) -> Vec<NamedChart> {
     let over = |f: fn(&RolloutRow) -> Option<f64>| -> Vec<(f64, Option<f64>)> {
         rows.iter().map(|r| (r.rollout as f64, f(r))).collect()
@@ -82,7 +83,7 @@ pub fn charts(rows: &[RolloutRow]) -> Vec<NamedChart> {
         vec![series("pool size", BLUE, over(|r| r.pool_size), false)],
     );
     pool.y_integer = true;
-    vec![
+    let mut named = vec![
         NamedChart {
             file: "win_rate.svg",
             chart: win,
@@ -99,5 +100,57 @@ pub fn charts(rows: &[RolloutRow]) -> Vec<NamedChart> {
             file: "pool_size.svg",
             chart: pool,
         },
-    ]
+    ];
+    if let Some(chart) = difficulty(rows) {
+        named.push(NamedChart {
+            file: "difficulty.svg",
+            chart,
+        });
+    }
+    named
+}
+
+/// Colours of the difficulty chart's environments, in turn.
+const PALETTE: [&str; 8] = [
+    BLUE, ORANGE, "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+];
+
+/// Fixed-env training: each environment's highest difficulty over rollouts (a gap where it
+/// was not played). `None` for a self-play run.
+fn difficulty(rows: &[RolloutRow]) -> Option<Chart> {
+    let mut envs: Vec<&str> = rows
+        .iter()
+        .flat_map(|r| r.fixed.iter().map(|f| f.env.as_str()))
+        .collect();
+    envs.sort_unstable();
+    envs.dedup();
+    if envs.is_empty() {
+        return None;
+    }
+    let lines = envs
+        .iter()
+        .enumerate()
+        .map(|(k, env)| {
+            let points = rows
+                .iter()
+                .map(|r| {
+                    let high = r
+                        .fixed
+                        .iter()
+                        .find(|f| f.env == *env)
+                        .map(|f| f.high as f64);
+                    (r.rollout as f64, high)
+                })
+                .collect();
+            series(env, PALETTE[k % PALETTE.len()], points, true)
+        })
+        .collect();
+    let mut c = chart(
+        "Highest difficulty reached per fixed environment",
+        "Difficulty",
+        rows,
+        lines,
+    );
+    c.y_integer = true;
+    Some(c)
 }

@@ -83,6 +83,17 @@ pub fn render(page: &Page) -> String {
     for (k, v) in rows {
         let _ = writeln!(out, "<tr><th>{k}</th><td>{}</td></tr>", escape(&v));
     }
+    for r in &s.difficulty {
+        let _ = writeln!(
+            out,
+            "<tr><th>Difficulty reached: {}</th><td>{} (window [{}, {}]; highest played {})</td></tr>",
+            escape(&r.env),
+            r.high,
+            r.low,
+            r.high,
+            r.max_played
+        );
+    }
     out.push_str("</table>\n<h2>Charts</h2>\n");
     for (file, svg) in page.charts {
         let id = file.trim_end_matches(".svg");

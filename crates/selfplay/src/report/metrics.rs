@@ -48,6 +48,28 @@ pub struct RolloutRow {
     /// GRPO loss (absent when no update ran).
     #[serde(default)]
     pub loss: Option<f64>,
+    /// Fixed-env training: per environment played, its difficulty and window.
+    #[serde(default)]
+    pub fixed: Vec<FixedRow>,
+}
+
+/// One environment of fixed-env training in a metrics line.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct FixedRow {
+    /// The environment (`rlve:Multiplication`).
+    pub env: String,
+    /// The difficulty played.
+    #[serde(default)]
+    pub difficulty: u64,
+    /// Win rate of its plays.
+    #[serde(default)]
+    pub win_rate: Option<f64>,
+    /// The controller's window after the rollout.
+    #[serde(default)]
+    pub low: u64,
+    /// Highest difficulty reached.
+    #[serde(default)]
+    pub high: u64,
 }
 
 /// One played environment in a metrics line.

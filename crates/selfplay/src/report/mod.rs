@@ -179,6 +179,14 @@ impl Report {
                 s.timeouts
             ),
         ];
+        if !s.difficulty.is_empty() {
+            let reached: Vec<String> = s
+                .difficulty
+                .iter()
+                .map(|r| format!("{} {} (window [{}, {}])", r.env, r.high, r.low, r.high))
+                .collect();
+            lines.push(format!("difficulty reached: {}", reached.join("; ")));
+        }
         if let Some(b) = self.best.first() {
             lines.push(format!(
                 "best environment: {} (mean regret {}, played in {} rollout{})",

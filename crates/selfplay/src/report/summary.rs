@@ -31,6 +31,22 @@ pub struct Summary {
     pub valid: usize,
     /// Games that timed out over the run.
     pub timeouts: usize,
+    /// Fixed-env training: each environment's last window `(env, low, high)` and the highest
+    /// difficulty it was played at, sorted by environment (empty in self-play).
+    pub difficulty: Vec<Reached>,
+}
+
+/// The difficulty one fixed environment reached.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reached {
+    /// The environment.
+    pub env: String,
+    /// Its window after the last rollout it was played in.
+    pub low: u64,
+    /// Its highest difficulty then.
+    pub high: u64,
+    /// The highest difficulty it was played at.
+    pub max_played: u64,
 }
 
 impl Summary {
@@ -57,8 +73,25 @@ impl Summary {
             designs: rows.iter().map(|r| r.designs).sum(),
             valid: rows.iter().map(|r| r.valid).sum(),
             timeouts: rows.iter().map(|r| r.timeouts).sum(),
+            difficulty: reached(rows),
         }
     }
+}
+
+/// Each fixed environment's last window and highest difficulty played.
+fn reached(rows: &[RolloutRow]) -> Vec<Reached> {
+    let mut by_env: std::collections::BTreeMap<&str, Reached> = std::collections::BTreeMap::new();
+    for f in rows.iter().flat_map(|r| &r.fixed) {
+        let e = by_env.entry(&f.env).or_insert_with(|| Reached {
+            env: f.env.clone(),
+            low: 0,
+            high: 0,
+            max_played: 0,
+        });
+        (e.low, e.high) = (f.low, f.high);
+        e.max_played = e.max_played.max(f.difficulty);
+    }
+    by_env.into_values().collect()
 }
 
 /// `v` with `decimals` decimals, or `-` when missing or not finite.
