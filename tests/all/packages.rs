@@ -142,10 +142,17 @@ fn a_traceback_from_a_package_module_names_its_file() {
 
 #[test]
 fn package_errors_say_what_is_wrong() {
-    let nope = ["run", "--package", PKG, "games.nope:X", "--actions", "-"];
+    let nope = [
+        "run",
+        "--package",
+        PKG,
+        "games.nope:X",
+        "--actions",
+        ACTIONS,
+    ];
     fails_with(
         &nope,
-        Some(b"x\n"),
+        None,
         1,
         "the package has no module 'games.nope' (it has: games, games.broken, games.counter, games.rules, scoring)",
     );
@@ -155,11 +162,11 @@ fn package_errors_say_what_is_wrong() {
         PKG,
         "games/counter.py",
         "--actions",
-        "-",
+        ACTIONS,
     ];
     fails_with(
         &no_colon,
-        Some(b"x\n"),
+        None,
         1,
         "with --package, the environment is an entry point `module:Class`",
     );
@@ -169,25 +176,20 @@ fn package_errors_say_what_is_wrong() {
         "tests/packages/none",
         "a:B",
         "--actions",
-        "-",
+        ACTIONS,
     ];
-    fails_with(
-        &missing,
-        Some(b"x\n"),
-        1,
-        "cannot read 'tests/packages/none'",
-    );
+    fails_with(&missing, None, 1, "cannot read 'tests/packages/none'");
     let file = [
         "run",
         "--package",
         "tests/packages/counting/scoring.py",
         "a:B",
         "--actions",
-        "-",
+        ACTIONS,
     ];
     fails_with(
         &file,
-        Some(b"x\n"),
+        None,
         1,
         "is not a directory: --package takes the directory that holds the modules",
     );
@@ -201,11 +203,11 @@ fn package_errors_say_what_is_wrong() {
         "tests/packages/counting/games",
         "games.counter:Counter",
         "--actions",
-        "-",
+        ACTIONS,
     ];
     fails_with(
         &alone,
-        Some(b"x\n"),
+        None,
         2,
         "No module named 'scoring': the spade sandbox provides only the Python standard library",
     );
@@ -407,9 +409,9 @@ fn rlve_errors_say_what_is_wrong() {
             "--difficulty",
             "1",
             "--actions",
-            "-",
+            ACTIONS,
         ],
-        Some(b"x\n"),
+        None,
         1,
         "--difficulty: this environment's reset() takes no `difficulty` argument",
     );
