@@ -121,6 +121,12 @@ impl Bundle {
         let bytes = std::fs::read(path).map_err(|e| PackageError::io(path, e))?;
         let text =
             String::from_utf8(bytes).map_err(|_| PackageError::NotUtf8(path.to_path_buf()))?;
+        // Python decodes a source file as UTF-8 with its byte-order mark removed; `compile`
+        // of a string would reject the mark.
+        let text = match text.strip_prefix('\u{feff}') {
+            Some(rest) => rest.to_owned(),
+            None => text,
+        };
         self.add_text(name, filename, is_package, text);
         Ok(())
     }
@@ -273,9 +279,12 @@ mod tests {
         write(&root, "pkg/not-a-name.py", "");
         write(&root, "pkg/__pycache__/x.py", "");
         write(&root, "pkg/data.txt", "");
+        write(&root, "bom.py", "\u{feff}X = 1\n");
         let b = Bundle::from_dir(&root).unwrap();
         let names: Vec<&str> = b.names().collect();
-        assert_eq!(names, ["pkg", "pkg.sub", "pkg.sub.leaf", "top"]);
+        assert_eq!(names, ["bom", "pkg", "pkg.sub", "pkg.sub.leaf", "top"]);
+        // A byte-order mark is dropped, as Python's own import drops it.
+        assert_eq!(b.module("bom").unwrap().text, "X = 1\n");
         assert!(b.module("pkg").unwrap().is_package);
         assert_eq!(b.module("pkg").unwrap().filename, "pkg/__init__.py");
         // A directory without `__init__.py` is a package with no code.
