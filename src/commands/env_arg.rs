@@ -34,7 +34,13 @@ impl EnvArg {
 
     /// The environment's source.
     pub fn source(&self) -> anyhow::Result<String> {
-        spec_source(&self.spec()?, &self.env, "environment")
+        match self.spec()? {
+            EnvSpec::File(path) => read_text(&path, "environment file"),
+            spec => Ok(spec
+                .resolve()
+                .with_context(|| format!("loading environment '{}'", self.env))?
+                .source),
+        }
     }
 
     /// A name for the folders that keep this environment's outputs: the file's stem (its
@@ -46,18 +52,6 @@ impl EnvArg {
             Ok(EnvSpec::Rlve(name)) => format!("rlve-{name}"),
             Err(_) => "env".to_owned(),
         }
-    }
-}
-
-/// The source of `spec` (written `text` by the user), with messages that call it `what`: a
-/// file is read with [`read_text`]'s messages, a package or RLVE environment is bundled.
-pub fn spec_source(spec: &EnvSpec, text: &str, what: &str) -> anyhow::Result<String> {
-    match spec {
-        EnvSpec::File(path) => read_text(path, &format!("{what} file")),
-        spec => Ok(spec
-            .resolve()
-            .with_context(|| format!("loading {what} '{text}'"))?
-            .source),
     }
 }
 
