@@ -1,12 +1,14 @@
 """One GRPO step of TRL's GRPOTrainer, unchanged, with `SpadeToolEnv.factory(url)` as its
-`environment_factory`, on a tiny random Qwen3 model and tokenizer that this script writes.
+`environment_factory` (or, with `inprocess:ENV.py` instead of a URL, the in-process
+`spade.trl.SandboxToolEnv`, recording to out_dir/traj), on a tiny random Qwen3 model and
+tokenizer that this script writes.
 
 So that the model calls the tool at all, it is first taught (a few hundred supervised steps) to
 answer any prompt with one fixed tool call to `reply`. Then one GRPO step runs through a real
 `spade serve`. Prints one JSON object: the rewards TRL logged and the episode ids the
 environments played, for the caller to compare with the server's trajectories.
 
-argv: url env_id out_dir
+argv: url|inprocess:ENV.py env_id out_dir
 """
 
 import json
@@ -24,9 +26,19 @@ from transformers.utils import get_json_schema  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 from trl.chat_template_utils import qwen3_chat_template  # noqa: E402
 
-from spade_client import SpadeToolEnv  # noqa: E402
-
 url, env_id, out_dir = sys.argv[1], sys.argv[2], sys.argv[3]
+if url.startswith("inprocess:"):
+    from spade.trl import SandboxToolEnv as ToolEnv  # noqa: E402
+
+    with open(url.removeprefix("inprocess:")) as f:
+        envs = {env_id: f.read()}
+    os.makedirs(os.path.join(out_dir, "traj"), exist_ok=True)
+    factory_args = (envs,)
+    factory_kwargs = {"record_dir": os.path.join(out_dir, "traj")}
+else:
+    from spade_client import SpadeToolEnv as ToolEnv  # noqa: E402
+
+    factory_args, factory_kwargs = (url,), {}
 torch.manual_seed(0)
 random.seed(0)
 
@@ -53,7 +65,7 @@ model = Qwen3ForCausalLM(config)
 # the dataset's message and the first observation), the tool call below, then <|im_end|>.
 CALL = '<tool_call>\n{"name": "reply", "arguments": {"message": "\\\\boxed{a}"}}\n</tool_call><|im_end|>'
 target = tokenizer(CALL, add_special_tokens=False)["input_ids"]
-tool_schema = [get_json_schema(SpadeToolEnv("http://unused").reply)]
+tool_schema = [get_json_schema(ToolEnv(*factory_args).reply)]
 # Many user messages, so that the model learns to ignore what the user says (TRL appends the
 # first observation to the dataset's message).
 WORDS = ["play", "the", "game", "say", "word", "apple", "river", "stone", "cloud", "in", "\\boxed{}",
@@ -88,8 +100,8 @@ rows = [{"prompt": [{"role": "user", "content": "Play the game."}], "env_id": en
 played = []
 
 
-class RecordingToolEnv(SpadeToolEnv):
-    """SpadeToolEnv as is; the episode ids it played are kept for the caller's check."""
+class RecordingToolEnv(ToolEnv):
+    """The tool environment as is; the episode ids it played are kept for the caller's check."""
 
     def reset(self, **kwargs):
         text = super().reset(**kwargs)
@@ -104,7 +116,7 @@ args = GRPOConfig(
 )
 trainer = GRPOTrainer(
     model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
-    environment_factory=RecordingToolEnv.factory(url),
+    environment_factory=RecordingToolEnv.factory(*factory_args, **factory_kwargs),
 )
 trainer.train()
 logged = [entry for entry in trainer.state.log_history if "rewards/RecordingToolEnv/mean" in entry]

@@ -17,6 +17,7 @@ mod learning;
 mod model;
 mod model_cli;
 mod packages;
+mod python_wheel;
 mod real_model;
 mod replay;
 mod report;
