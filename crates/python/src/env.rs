@@ -8,7 +8,7 @@ use std::sync::{Mutex, MutexGuard};
 use pyo3::exceptions::PyOSError;
 use pyo3::prelude::*;
 use spade_envtools::trajectory::{RecordError, Recorder};
-use spade_sandbox::{CallOutput, EnvInfo, Sandbox};
+use spade_sandbox::{EnvInfo, Sandbox};
 
 use crate::blocking;
 use crate::errors;
@@ -16,10 +16,10 @@ use crate::errors;
 /// How an instance is driven.
 pub enum Instance {
     /// Straight through its sandbox.
-    Plain(Sandbox),
+    Plain(Box<Sandbox>),
     /// Through a recorder that writes every call to `path`.
     Recorded {
-        recorder: Recorder<BufWriter<File>>,
+        recorder: Box<Recorder<BufWriter<File>>>,
         path: PathBuf,
     },
     /// Closed: the sandbox is freed and a recording is finished.
@@ -68,7 +68,7 @@ impl Env {
 
     fn sandbox_of(instance: &Instance) -> Option<&Sandbox> {
         match instance {
-            Instance::Plain(sandbox) => Some(sandbox),
+            Instance::Plain(sandbox) => Some(sandbox.as_ref()),
             Instance::Recorded { recorder, .. } => recorder.sandbox(),
             Instance::Closed => None,
         }
@@ -226,7 +226,7 @@ impl Env {
         let guard = self.lock();
         let output = Env::sandbox_of(&guard)
             .map(|s| s.last_output().clone())
-            .unwrap_or_else(CallOutput::default);
+            .unwrap_or_default();
         (output.stdout, output.stderr, output.dropped_bytes)
     }
 

@@ -11,14 +11,17 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use spade_sandbox::Limits;
 
+/// A limit's field in [`Limits`].
+type Field<T> = fn(&mut Limits) -> &mut T;
+
 /// The integer-valued limits, with their accessors.
-const INTEGER_LIMITS: &[(&str, fn(&mut Limits) -> &mut u64)] = &[
+const INTEGER_LIMITS: &[(&str, Field<u64>)] = &[
     ("fuel_per_call", |l| &mut l.fuel_per_call),
     ("load_fuel", |l| &mut l.load_fuel),
 ];
 
 /// The byte-sized limits, with their accessors.
-const SIZE_LIMITS: &[(&str, fn(&mut Limits) -> &mut usize)] = &[
+const SIZE_LIMITS: &[(&str, Field<usize>)] = &[
     ("memory_limit", |l| &mut l.memory_limit),
     ("output_limit", |l| &mut l.output_limit),
     ("observation_limit", |l| &mut l.observation_limit),

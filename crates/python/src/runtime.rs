@@ -95,7 +95,7 @@ impl Runtime {
             None => {
                 let sandbox = blocking::run(py, runtime.sandbox(&source, options))
                     .map_err(|e| errors::call_error(py, &e))?;
-                Instance::Plain(sandbox)
+                Instance::Plain(Box::new(sandbox))
             }
             Some(path) => {
                 let file = File::create(&path).map_err(|e| {
@@ -122,7 +122,10 @@ impl Runtime {
                     })?;
                     return Err(err);
                 }
-                Instance::Recorded { recorder, path }
+                Instance::Recorded {
+                    recorder: Box::new(recorder),
+                    path,
+                }
             }
         };
         Ok(Env::new(instance))
