@@ -47,6 +47,39 @@ def timed_steps(runtime, threads):
     return elapsed
 
 
+def test_a_short_guest_call_finishes_inside_a_long_one(runtime):
+    """While one thread's guest runs a long step, another thread's guest runs a short one to
+    its end: with the GIL held, the second call could not even start before the first returned.
+    (On one core the OS shares it; the short step still ends first.)"""
+    long_env, short_env = runtime.load(BUSY), runtime.load(BUSY)
+    long_env.reset(seed=1)
+    short_env.reset(seed=1)
+    ended = {}
+    started = threading.Event()
+
+    def long_call():
+        started.set()
+        long_env.step(str(int(ITERATIONS) * 2))
+        ended["long"] = time.perf_counter()
+
+    def short_call():
+        started.wait()
+        time.sleep(0.02)  # the long call is inside the guest by now
+        short_env.step(str(int(ITERATIONS) // 10))
+        ended["short"] = time.perf_counter()
+
+    threads = [threading.Thread(target=long_call), threading.Thread(target=short_call)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert ended["short"] < ended["long"], ended
+
+
+@pytest.mark.skipif(
+    not os.environ.get("SPADE_TIMING_TESTS"),
+    reason="a timing test: needs two idle cores (SPADE_TIMING_TESTS=1 pytest crates/python/tests)",
+)
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs two cores to run in parallel")
 def test_two_threads_step_in_parallel(runtime):
     timed_steps(runtime, 1)  # warm the source cache
