@@ -12,7 +12,8 @@ Printed:
 2. Fresh environment: load + reset + close of the same source, in-process against CPython's
    `exec` path (compile, exec into a fresh module, find the class, construct, reset), as the
    SPADE reference loads a game. Target: in-process <= 2x CPython.
-3. Throughput on tests/envs/grid_walk at 1 and 16 concurrent episodes: in-process (threads)
+3. GIL: two threads stepping two long environments against one thread stepping one.
+4. Throughput on tests/envs/grid_walk at 1 and 16 concurrent episodes: in-process (threads)
    and `spade serve` (OpenEnv's client over loopback WebSockets), steps/s.
 """
 
@@ -171,6 +172,41 @@ def throughput(args, runtime):
     return rows
 
 
+BUSY = """
+class BusyEnv:
+    def __init__(self, max_turns=5):
+        self.max_turns = max_turns
+    def reset(self, seed=None):
+        return "ready", {}
+    def step(self, action):
+        total = 0
+        for i in range(int(action)):
+            total += i % 7
+        return str(total), 0.0, False, False, {}
+"""
+
+
+def parallel_ratio(args, runtime):
+    """Two threads each stepping a long environment, against one thread stepping one: 1.0
+    means the two ran fully in parallel (the GIL is released), 2.0 fully serialised."""
+
+    def run(threads):
+        envs = [runtime.load(BUSY) for _ in range(threads)]
+        for env in envs:
+            env.reset(seed=1)
+        workers = [threading.Thread(target=env.step, args=("1500000",)) for env in envs]
+        t0 = time.perf_counter()
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        return time.perf_counter() - t0
+
+    run(1)
+    one, two = best(args.repeats, lambda: run(1)), best(args.repeats, lambda: run(2))
+    return one, two
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--spade", default=os.path.join(REPO, "target", "release", "spade"))
@@ -194,6 +230,10 @@ def main():
     print("|---|---|---|")
     print(f"| in-process (spade wheel) | {fresh * 1e3:.2f} ms | {fresh / fresh_exec:.2f}x |")
     print(f"| CPython exec (no sandbox) | {fresh_exec * 1e3:.3f} ms | 1.00x |")
+    print()
+    one, two = parallel_ratio(args, runtime)
+    print(f"GIL: one long step {one * 1e3:.0f} ms on one thread, two on two threads "
+          f"{two * 1e3:.0f} ms ({two / one:.2f}x; 1.0 = fully parallel)")
     print()
     print("| concurrent episodes (grid_walk) | in-process steps/s | spade serve steps/s | ratio |")
     print("|---|---|---|---|")

@@ -1,6 +1,5 @@
 """`Runtime`, `Env` and `Limits`: the in-process API over the native module."""
 
-import asyncio
 import dataclasses
 import json
 import sys
@@ -151,16 +150,25 @@ class Env:
         Closing twice does nothing."""
         self._native.close()
 
+    # asyncio is imported on first use: it is most of `import spade`'s time otherwise.
     async def areset(self, seed=None, **fields):
+        import asyncio
+
         return await asyncio.to_thread(self.reset, seed, **fields)
 
     async def astep(self, action):
+        import asyncio
+
         return await asyncio.to_thread(self.step, action)
 
     async def asolution(self):
+        import asyncio
+
         return await asyncio.to_thread(self.solution)
 
     async def aclose(self):
+        import asyncio
+
         await asyncio.to_thread(self.close)
 
     def __enter__(self):
