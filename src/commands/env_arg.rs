@@ -34,13 +34,7 @@ impl EnvArg {
 
     /// The environment's source.
     pub fn source(&self) -> anyhow::Result<String> {
-        match self.spec()? {
-            EnvSpec::File(path) => read_text(&path, "environment file"),
-            spec => Ok(spec
-                .resolve()
-                .with_context(|| format!("loading environment '{}'", self.env))?
-                .source),
-        }
+        spec_source(&self.spec()?, &self.env, "environment")
     }
 
     /// A name for the folders that keep this environment's outputs: the file's stem (its
@@ -52,6 +46,18 @@ impl EnvArg {
             Ok(EnvSpec::Rlve(name)) => format!("rlve-{name}"),
             Err(_) => "env".to_owned(),
         }
+    }
+}
+
+/// The source of `spec` (written `text` by the user), with messages that call it `what`: a
+/// file is read with [`read_text`]'s messages, a package or RLVE environment is bundled.
+pub fn spec_source(spec: &EnvSpec, text: &str, what: &str) -> anyhow::Result<String> {
+    match spec {
+        EnvSpec::File(path) => read_text(path, &format!("{what} file")),
+        spec => Ok(spec
+            .resolve()
+            .with_context(|| format!("loading {what} '{text}'"))?
+            .source),
     }
 }
 

@@ -10,6 +10,8 @@ use spade_sandbox::{Config, Runtime};
 use spade_selfplay::eval::{EVAL_SEED_LIMIT, EvalEnv, evaluate, load_envs};
 use spade_selfplay::{CandlePolicy, Policy as _, TrainConfig};
 
+use super::env_arg::spec_source;
+
 /// Arguments of `spade eval`.
 #[derive(Debug, Args)]
 pub struct EvalArgs {
@@ -61,15 +63,7 @@ impl EvalArgs {
             None => Vec::new(),
         };
         for spec in &self.env {
-            let source = match EnvSpec::parse(spec, None)? {
-                EnvSpec::File(path) => super::read_text(&path, "environment file")?,
-                other => {
-                    other
-                        .resolve()
-                        .with_context(|| format!("loading environment '{spec}'"))?
-                        .source
-                }
-            };
+            let source = spec_source(&EnvSpec::parse(spec, None)?, spec, "environment")?;
             envs.push(EvalEnv {
                 name: spec.clone(),
                 skill: spec.clone(),

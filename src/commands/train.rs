@@ -92,17 +92,7 @@ fn resolve_fixed_envs(specs: &[String]) -> anyhow::Result<Vec<(String, String)>>
         .iter()
         .map(|spec| {
             let parsed = spade_envtools::package::EnvSpec::parse(spec, None)?;
-            let source = match &parsed {
-                spade_envtools::package::EnvSpec::File(p) => {
-                    super::read_text(p, "fixed environment file")?
-                }
-                other => {
-                    other
-                        .resolve()
-                        .with_context(|| format!("loading fixed environment '{spec}'"))?
-                        .source
-                }
-            };
+            let source = super::env_arg::spec_source(&parsed, spec, "fixed environment")?;
             Ok((spec.clone(), source))
         })
         .collect()
