@@ -25,7 +25,8 @@ fn ours(
     (m, vm, a, b)
 }
 
-fn extra(cfg: &ModelConfig) -> serde_json::Value {
+/// `cfg` as the config candle-transformers' models read (their required fields filled in).
+pub(super) fn candle_transformers_config(cfg: &ModelConfig) -> serde_json::Value {
     let mut v = serde_json::to_value(cfg).unwrap();
     let o = v.as_object_mut().unwrap();
     o.insert("num_key_value_heads".into(), cfg.kv_heads().into());
@@ -42,7 +43,7 @@ fn llama_matches_candle_transformers() {
     let cfg = tiny("llama");
     let (prompt, next) = (ids(1, 7, cfg.vocab_size, 1), ids(1, 1, cfg.vocab_size, 2));
     let (_m, vm, a, b) = ours(&cfg, 21, &prompt, &next);
-    let lc: llama::LlamaConfig = serde_json::from_value(extra(&cfg)).unwrap();
+    let lc: llama::LlamaConfig = serde_json::from_value(candle_transformers_config(&cfg)).unwrap();
     let lc = lc.into_config(false);
     let vb = VarBuilder::from_varmap(&vm, DType::F32, &Device::Cpu);
     let reference = llama::Llama::load(vb, &lc).unwrap();
@@ -58,7 +59,7 @@ fn qwen2_matches_candle_transformers() {
     let cfg = tiny("qwen2");
     let (prompt, next) = (ids(1, 7, cfg.vocab_size, 3), ids(1, 1, cfg.vocab_size, 4));
     let (_m, vm, a, b) = ours(&cfg, 22, &prompt, &next);
-    let qc: qwen2::Config = serde_json::from_value(extra(&cfg)).unwrap();
+    let qc: qwen2::Config = serde_json::from_value(candle_transformers_config(&cfg)).unwrap();
     let vb = VarBuilder::from_varmap(&vm, DType::F32, &Device::Cpu);
     let mut reference = qwen2::ModelForCausalLM::new(&qc, vb).unwrap();
     let ra = reference
@@ -76,7 +77,7 @@ fn qwen3_matches_candle_transformers() {
     let cfg = tiny("qwen3");
     let (prompt, next) = (ids(1, 7, cfg.vocab_size, 5), ids(1, 1, cfg.vocab_size, 6));
     let (_m, vm, a, b) = ours(&cfg, 23, &prompt, &next);
-    let qc: qwen3::Config = serde_json::from_value(extra(&cfg)).unwrap();
+    let qc: qwen3::Config = serde_json::from_value(candle_transformers_config(&cfg)).unwrap();
     let vb = VarBuilder::from_varmap(&vm, DType::F32, &Device::Cpu);
     let mut reference = qwen3::ModelForCausalLM::new(&qc, vb).unwrap();
     let ra = reference

@@ -1,6 +1,7 @@
-//! Loading a llama-architecture GGUF file: metadata to [`ModelConfig`], tensors dequantised to f32,
-//! q/k rows un-permuted back to the HF rotate-half layout; the file's `Q8_0`/`Q4_1` blocks are
-//! kept beside them for the quantised decode path ([`Decoder::set_native_blocks`]).
+//! Loading a GGUF file of a llama, qwen2 or qwen3 model: metadata to [`ModelConfig`], tensors
+//! dequantised to f32 (a llama file's q/k rows un-permuted back to the HF rotate-half layout:
+//! llama.cpp permutes them for llama only); the file's `Q8_0`/`Q4_1` blocks are kept beside them
+//! for the quantised decode path ([`Decoder::set_native_blocks`]).
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::BufReader;
@@ -88,7 +89,10 @@ impl Meta<'_> {
     }
 }
 
-/// The GGUF tensor name of an HF tensor name (llama layout).
+/// The architectures whose GGUF files load (`general.architecture`).
+pub const ARCHITECTURES: [&str; 3] = ["llama", "qwen2", "qwen3"];
+
+/// The GGUF tensor name of an HF tensor name (llama.cpp's names for llama, qwen2 and qwen3).
 pub fn gguf_name(hf: &str) -> Option<String> {
     let fixed = match hf {
         "model.embed_tokens.weight" => Some("token_embd.weight"),
@@ -106,6 +110,12 @@ pub fn gguf_name(hf: &str) -> Option<String> {
         "self_attn.k_proj.weight" => "attn_k.weight",
         "self_attn.v_proj.weight" => "attn_v.weight",
         "self_attn.o_proj.weight" => "attn_output.weight",
+        "self_attn.q_proj.bias" => "attn_q.bias",
+        "self_attn.k_proj.bias" => "attn_k.bias",
+        "self_attn.v_proj.bias" => "attn_v.bias",
+        "self_attn.o_proj.bias" => "attn_output.bias",
+        "self_attn.q_norm.weight" => "attn_q_norm.weight",
+        "self_attn.k_norm.weight" => "attn_k_norm.weight",
         "input_layernorm.weight" => "attn_norm.weight",
         "post_attention_layernorm.weight" => "ffn_norm.weight",
         "mlp.gate_proj.weight" => "ffn_gate.weight",
@@ -135,18 +145,22 @@ pub fn unpermute(w: &Tensor, heads: usize) -> candle_core::Result<Tensor> {
 
 fn config_from_meta(meta: &Meta, has_output: bool, vocab: usize) -> Result<ModelConfig> {
     let arch = meta.string("general.architecture")?;
-    if arch != "llama" {
+    if !ARCHITECTURES.contains(&arch) {
         return Err(ModelError::UnsupportedArchitecture(arch.to_string()));
     }
-    let k = |s: &str| format!("llama.{s}");
+    // Keys are prefixed with the architecture's name (`qwen3.block_count`, ...).
+    let k = |s: &str| format!("{arch}.{s}");
     let heads = meta.usize(&k("attention.head_count"))?;
     let hidden = meta.usize(&k("embedding_length"))?;
-    let head_dim = match meta.0.metadata.get(&k("rope.dimension_count")) {
-        Some(_) => Some(meta.usize(&k("rope.dimension_count"))?),
-        None => None,
-    };
+    // The per-head width: `attention.key_length` (qwen3 writes it; its heads are not
+    // hidden / heads wide), else the rotary width.
+    let head_dim = ["attention.key_length", "rope.dimension_count"]
+        .into_iter()
+        .find(|key| meta.0.metadata.contains_key(&k(key)))
+        .map(|key| meta.usize(&k(key)))
+        .transpose()?;
     let cfg = ModelConfig {
-        model_type: "llama".into(),
+        model_type: arch.into(),
         vocab_size: vocab,
         hidden_size: hidden,
         intermediate_size: meta.usize(&k("feed_forward_length"))?,
@@ -187,7 +201,7 @@ fn read_content(path: &Path, reader: &mut BufReader<File>) -> Result<Content> {
     })
 }
 
-/// Loads a llama GGUF file in f32, with its tokenizer and chat template.
+/// Loads a llama, qwen2 or qwen3 GGUF file in f32, with its tokenizer and chat template.
 pub fn load_gguf(path: &Path, device: &Device) -> Result<LoadedModel> {
     let file = File::open(path).map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound => ModelError::MissingFile {
@@ -221,6 +235,8 @@ pub fn load_gguf(path: &Path, device: &Device) -> Result<LoadedModel> {
         VarBuilder::from_varmap(&varmap, DType::F32, device),
     )?;
     let (heads, kv_heads) = (config.num_attention_heads, config.kv_heads());
+    // llama.cpp's converter permutes q/k rows for llama only; qwen2/qwen3 keep HF's layout.
+    let permuted = config.model_type == "llama";
     // The file's own blocks of each 2-D weight, kept for the quantised decode path.
     let mut blocks: HashMap<String, QuantWeight> = HashMap::new();
     weights::assign(&varmap, |hf| {
@@ -232,7 +248,9 @@ pub fn load_gguf(path: &Path, device: &Device) -> Result<LoadedModel> {
         }
         let q = content.tensor(&mut reader, &name, device)?;
         let t = q.dequantize(device)?;
-        let heads = if name.ends_with("attn_q.weight") {
+        let heads = if !permuted {
+            None
+        } else if name.ends_with("attn_q.weight") {
             Some(heads)
         } else if name.ends_with("attn_k.weight") {
             Some(kv_heads)

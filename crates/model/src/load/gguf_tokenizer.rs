@@ -1,10 +1,12 @@
 //! Rebuilding a byte-level BPE `tokenizers::Tokenizer` from GGUF metadata.
+use tokenizers::SplitDelimiterBehavior;
 use tokenizers::decoders::byte_level::ByteLevel as ByteLevelDecoder;
 use tokenizers::models::bpe::{BPE, Vocab};
 use tokenizers::pre_tokenizers::PreTokenizerWrapper;
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 use tokenizers::pre_tokenizers::digits::Digits;
 use tokenizers::pre_tokenizers::sequence::Sequence;
+use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
 use tokenizers::{AddedToken, Tokenizer};
 
 use super::gguf::Meta;
@@ -29,11 +31,17 @@ fn strings(meta: &Meta, key: &str) -> Result<Vec<String>> {
         .collect()
 }
 
+/// The split regex of Qwen2's `tokenizer.json` (Qwen2.5 and Qwen3 use the same): contractions,
+/// letter runs with one leading non-letter, single digits, punctuation runs, newlines, spaces.
+pub const QWEN2_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
 /// Builds the tokenizer of `tokenizer.ggml.*` metadata (`gpt2` byte-level BPE models only).
 ///
 /// The pre-tokenizer follows `tokenizer.ggml.pre`: `smollm` and the starcoder family split
 /// digits individually before the GPT-2 byte-level split; `gpt2`/`default` use the byte-level
-/// split alone. Control and user-defined tokens become special added tokens.
+/// split alone; `qwen2` (Qwen2, Qwen2.5 and Qwen3) splits with Qwen's regex
+/// ([`QWEN2_SPLIT`]), then maps bytes. Control and user-defined tokens become special added
+/// tokens.
 pub fn tokenizer_from_gguf(meta: &Meta) -> Result<Tokenizer> {
     let model = meta.string("tokenizer.ggml.model")?;
     if model != "gpt2" {
@@ -70,6 +78,19 @@ pub fn tokenizer_from_gguf(meta: &Meta) -> Result<Tokenizer> {
         "default" | "gpt2" | "gpt-2" => byte_level.into(),
         "smollm" | "starcoder" | "refact" | "codeshell" => {
             Sequence::new(vec![Digits::new(true).into(), byte_level.into()]).into()
+        }
+        "qwen2" => {
+            let split = Split::new(
+                SplitPattern::Regex(QWEN2_SPLIT.to_owned()),
+                SplitDelimiterBehavior::Isolated,
+                false,
+            )
+            .map_err(|e| ModelError::Tokenizer(format!("qwen2 pre-tokenizer: {e}")))?;
+            Sequence::new(vec![
+                split.into(),
+                ByteLevel::new(false, false, false).into(),
+            ])
+            .into()
         }
         other => {
             return Err(ModelError::Tokenizer(format!(
