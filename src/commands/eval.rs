@@ -8,7 +8,8 @@ use spade_model::checkpoint;
 use spade_model::model::{DecodeActivations, DecodeWeights};
 use spade_sandbox::{Config, Runtime};
 use spade_selfplay::eval::{EVAL_SEED_LIMIT, EvalEnv, evaluate, load_envs};
-use spade_selfplay::{CandlePolicy, Policy as _, TrainConfig};
+use spade_selfplay::remote::{ClientConfig, RemotePolicy, api_key_from_env};
+use spade_selfplay::{CandlePolicy, Policy, TrainConfig};
 
 use super::env_arg::spec_source;
 
@@ -53,6 +54,18 @@ pub struct EvalArgs {
     /// path within f32 summation order) or `q8` (8-bit, as llama.cpp; faster, less exact).
     #[arg(long, default_value_t = DecodeActivations::F32)]
     decode_activations: DecodeActivations,
+    /// Sample on an OpenAI-compatible inference server (vLLM, SGLang, llama.cpp's server) at
+    /// this URL, `http://host:port`, instead of in-process. --model still gives the chat
+    /// template and the tokenizer, so the server must serve the same model; an API key, if the
+    /// server wants one, is read from $SPADE_INFERENCE_API_KEY.
+    #[arg(long, value_name = "URL")]
+    inference: Option<String>,
+    /// The model name the inference server serves (each request's `model`).
+    #[arg(long, value_name = "NAME", requires = "inference")]
+    inference_model: Option<String>,
+    /// Requests in flight at once on the inference server.
+    #[arg(long, value_name = "N", requires = "inference")]
+    inference_concurrency: Option<usize>,
 }
 
 impl EvalArgs {
@@ -74,25 +87,50 @@ impl EvalArgs {
         Ok(envs)
     }
 
-    /// Runs the subcommand.
-    pub fn execute(self) -> anyhow::Result<()> {
-        let envs = self.load_envs()?;
-        let mut loaded = super::load_model(self.model.as_deref())?;
-        if let Some(dir) = &self.lora {
-            checkpoint::load_lora(dir, &mut loaded.model)
-                .with_context(|| format!("loading LoRA adapters from {}", dir.display()))?;
+    /// The policy that plays: the model in-process, or the inference server (greedy either
+    /// way, as evaluation is).
+    fn policy(&self) -> anyhow::Result<Box<dyn Policy>> {
+        if self.inference.is_some() && self.lora.is_some() {
+            anyhow::bail!(
+                "--lora with --inference: the server samples, so load the adapters into the \
+                 server and name them with --inference-model"
+            );
         }
+        let mut loaded = super::load_model(self.model.as_deref())?;
         let cfg = TrainConfig {
             lora: false,
             temperature: 0.0,
             ..TrainConfig::default()
         };
-        let mut policy = CandlePolicy::for_inference(
+        if let Some(url) = &self.inference {
+            let mut client = ClientConfig::new(
+                url.clone(),
+                self.inference_model
+                    .clone()
+                    .unwrap_or_else(|| "default".into()),
+            );
+            client.api_key = api_key_from_env();
+            if let Some(n) = self.inference_concurrency {
+                client.max_concurrency = n;
+            }
+            return Ok(Box::new(RemotePolicy::new(loaded, client, &cfg)?));
+        }
+        if let Some(dir) = &self.lora {
+            checkpoint::load_lora(dir, &mut loaded.model)
+                .with_context(|| format!("loading LoRA adapters from {}", dir.display()))?;
+        }
+        Ok(Box::new(CandlePolicy::for_inference(
             loaded,
             &cfg,
             self.decode_weights,
             self.decode_activations,
-        )?;
+        )?))
+    }
+
+    /// Runs the subcommand.
+    pub fn execute(self) -> anyhow::Result<()> {
+        let envs = self.load_envs()?;
+        let mut policy = self.policy()?;
         if let Some(path) = policy.decode_path() {
             eprintln!("decode weights {path}");
         }
@@ -100,7 +138,7 @@ impl EvalArgs {
         let executor = super::executor()?;
         let (scores, per_skill) = executor.block_on(evaluate(
             &runtime,
-            &mut policy,
+            policy.as_mut(),
             &envs,
             self.plays,
             self.seed,

@@ -13,6 +13,7 @@ mod envs;
 mod fidelity;
 mod fixed_envs;
 mod fuzz;
+mod inference;
 mod learning;
 mod model;
 mod model_cli;

@@ -15,6 +15,7 @@ pub mod memory;
 pub mod policy;
 pub mod progress;
 pub mod prompts;
+pub mod remote;
 pub mod report;
 pub mod rewards;
 pub mod rollout;

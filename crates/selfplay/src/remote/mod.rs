@@ -1,0 +1,205 @@
+//! Sampling on an OpenAI-compatible inference server (vLLM, SGLang, llama.cpp's server) instead
+//! of in-process: [`RemotePolicy`] is a [`Policy`] whose completions come from
+//! `/v1/completions`, on the exact prompt text the in-process path renders.
+//!
+//! It samples and does not learn: [`Policy::update`] is an error, because the server's weights
+//! would not follow the update until LoRA adapters are synced to it (not built yet). `spade eval
+//! --inference URL` uses it.
+
+pub mod client;
+
+use std::path::Path;
+
+use spade_model::chat::Message;
+use spade_model::error::{ModelError, Result};
+use spade_model::grpo::{GrpoSample, UpdateStats};
+use spade_model::load::LoadedModel;
+
+pub use client::{ClientConfig, Completion, CompletionRequest, CompletionsClient, InferenceError};
+
+use crate::config::TrainConfig;
+use crate::policy::{Policy, Role, Sampled};
+
+/// The environment variable an inference server's API key is read from (never a flag).
+pub const API_KEY_ENV: &str = "SPADE_INFERENCE_API_KEY";
+
+/// A policy that samples on an inference server. The local model provides the chat template
+/// and the tokenizer: prompts are rendered exactly as in-process, and the completion text is
+/// tokenized locally for [`Sampled::tokens`] (the server's log-probs are kept as it gave them).
+pub struct RemotePolicy {
+    model: LoadedModel,
+    client: CompletionsClient,
+    /// The async runtime the requests run on (its own, so that a caller inside another
+    /// runtime can block on it from a scoped thread).
+    runtime: tokio::runtime::Runtime,
+    temperatures: [f64; 3],
+    top_p: f64,
+}
+
+impl std::fmt::Debug for RemotePolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemotePolicy")
+            .field("client", &self.client)
+            .finish_non_exhaustive()
+    }
+}
+
+fn inference_error(err: InferenceError) -> ModelError {
+    ModelError::InvalidParameter(err.to_string())
+}
+
+impl RemotePolicy {
+    /// A policy sampling on the server of `client`, with `model`'s chat template and tokenizer
+    /// and `cfg`'s temperatures and top-p.
+    pub fn new(model: LoadedModel, client: ClientConfig, cfg: &TrainConfig) -> Result<Self> {
+        let client = CompletionsClient::new(client).map_err(inference_error)?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| ModelError::io("starting the inference client's runtime", e))?;
+        Ok(RemotePolicy {
+            model,
+            client,
+            runtime,
+            temperatures: [
+                cfg.temperature_of(Role::Designer),
+                cfg.temperature_of(Role::Hint),
+                cfg.temperature_of(Role::Agent),
+            ],
+            top_p: cfg.top_p,
+        })
+    }
+
+    fn temperature(&self, role: Role) -> f64 {
+        match role {
+            Role::Designer | Role::Repair => self.temperatures[0],
+            Role::Hint => self.temperatures[1],
+            Role::Agent => self.temperatures[2],
+        }
+    }
+
+    fn encode(&self, text: &str) -> Result<Vec<u32>> {
+        self.model
+            .tokenizer
+            .encode(text, false)
+            .map(|e| e.get_ids().to_vec())
+            .map_err(|e| ModelError::Tokenizer(e.to_string()))
+    }
+
+    /// Sends every request together and waits for all answers, on the policy's runtime from a
+    /// scoped thread (the caller may itself be inside an async runtime).
+    fn complete_all(&self, requests: Vec<CompletionRequest>) -> Result<Vec<Completion>> {
+        let client = self.client.clone();
+        let runtime = &self.runtime;
+        std::thread::scope(|scope| {
+            scope
+                .spawn(move || runtime.block_on(client.complete_all(requests)))
+                .join()
+                .expect("the inference client's thread panicked")
+        })
+        .map_err(inference_error)
+    }
+
+    fn sampled(&self, prompt_text: &str, done: Completion) -> Result<Sampled> {
+        Ok(Sampled {
+            prompt: self.encode(prompt_text)?,
+            tokens: self.encode(&done.text)?,
+            logprobs: done.logprobs,
+            text: done.text,
+        })
+    }
+}
+
+impl Policy for RemotePolicy {
+    fn sample(
+        &mut self,
+        role: Role,
+        messages: &[Message],
+        n: usize,
+        max_new_tokens: usize,
+        seed: u64,
+    ) -> Result<Vec<Sampled>> {
+        let prompt = self.model.chat.render(messages, true);
+        // One request per completion, each with its own seed (`n` > 1 with one seed would
+        // not be reproducible on every server).
+        let requests = (0..n as u64)
+            .map(|i| CompletionRequest {
+                prompt: prompt.clone(),
+                max_tokens: max_new_tokens,
+                temperature: self.temperature(role),
+                top_p: self.top_p,
+                seed: crate::seeds::derive(seed, "remote", &[i]),
+                stop: Vec::new(),
+            })
+            .collect();
+        self.complete_all(requests)?
+            .into_iter()
+            .map(|done| self.sampled(&prompt, done))
+            .collect()
+    }
+
+    fn sample_each(
+        &mut self,
+        role: Role,
+        chats: &[&[Message]],
+        max_new_tokens: usize,
+        seeds: &[u64],
+    ) -> Result<Vec<Sampled>> {
+        let prompts: Vec<String> = chats
+            .iter()
+            .map(|c| self.model.chat.render(c, true))
+            .collect();
+        let requests = prompts
+            .iter()
+            .zip(seeds)
+            .map(|(prompt, &seed)| CompletionRequest {
+                prompt: prompt.clone(),
+                max_tokens: max_new_tokens,
+                temperature: self.temperature(role),
+                top_p: self.top_p,
+                seed,
+                stop: Vec::new(),
+            })
+            .collect();
+        self.complete_all(requests)?
+            .into_iter()
+            .zip(&prompts)
+            .map(|(done, prompt)| self.sampled(prompt, done))
+            .collect()
+    }
+
+    fn decode_path(&self) -> Option<String> {
+        let config = self.client.config();
+        Some(format!(
+            "inference server {} (model {}, {} requests in flight at most)",
+            config.url, config.model, config.max_concurrency
+        ))
+    }
+
+    fn update(&mut self, _batch: &[GrpoSample]) -> Result<Option<UpdateStats>> {
+        Err(ModelError::InvalidParameter(
+            "training with an inference server is not supported yet: the server's weights \
+             would not follow the update (LoRA adapters are not synced to it)"
+                .into(),
+        ))
+    }
+
+    fn save(&self, _dir: &Path) -> Result<()> {
+        Err(ModelError::InvalidParameter(
+            "a policy sampling on an inference server has no trainable state to save".into(),
+        ))
+    }
+
+    fn load(&mut self, _dir: &Path) -> Result<()> {
+        Err(ModelError::InvalidParameter(
+            "a policy sampling on an inference server cannot load adapters: load them into \
+             the server"
+                .into(),
+        ))
+    }
+}
+
+/// The API key from [`API_KEY_ENV`], if set and not empty.
+pub fn api_key_from_env() -> Option<String> {
+    std::env::var(API_KEY_ENV).ok().filter(|k| !k.is_empty())
+}
