@@ -18,6 +18,7 @@ mod learning;
 mod model;
 mod model_cli;
 mod packages;
+mod peft;
 mod python_wheel;
 mod real_model;
 mod replay;

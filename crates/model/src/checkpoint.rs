@@ -45,11 +45,52 @@ pub fn save_full(dir: &Path, model: &LoadedModel) -> Result<()> {
     write_json(&dir.join("tokenizer_config.json"), &tok_cfg)
 }
 
-/// Saves LoRA adapters (`adapter_model.safetensors` and `adapter_config.json`).
+/// The prefix PEFT puts before the base model's parameter names in `adapter_model.safetensors`
+/// (`base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight`).
+pub const PEFT_PREFIX: &str = "base_model.model.";
+
+/// `adapter_config.json` as PEFT writes it for a LoRA adapter: spade's [`LoraConfig`] fields and
+/// PEFT's own, so that `peft.PeftModel.from_pretrained(base, dir)` loads a spade adapter.
+#[derive(serde::Serialize)]
+struct PeftAdapterConfig<'a> {
+    peft_type: &'static str,
+    task_type: &'static str,
+    #[serde(flatten)]
+    lora: &'a LoraConfig,
+    lora_dropout: f64,
+    bias: &'static str,
+    fan_in_fan_out: bool,
+    use_rslora: bool,
+    inference_mode: bool,
+    base_model_name_or_path: Option<String>,
+}
+
+/// Saves LoRA adapters in PEFT's format: `adapter_config.json` (PEFT's fields, `peft_type`
+/// `LORA`) and `adapter_model.safetensors` (PEFT's tensor names: [`PEFT_PREFIX`] before the
+/// base model's, `lora_A` of shape `(r, in)`, `lora_B` of shape `(out, r)`, scaled by
+/// `lora_alpha / r` as PEFT scales them).
 pub fn save_lora(dir: &Path, cfg: &LoraConfig, adapters: &VarMap) -> Result<()> {
     create_dir(dir)?;
-    write_json(&dir.join(ADAPTER_CONFIG), cfg)?;
-    adapters.save(dir.join(ADAPTER_WEIGHTS))?;
+    let config = PeftAdapterConfig {
+        peft_type: "LORA",
+        task_type: "CAUSAL_LM",
+        lora: cfg,
+        lora_dropout: 0.0,
+        bias: "none",
+        fan_in_fan_out: false,
+        use_rslora: false,
+        inference_mode: true,
+        base_model_name_or_path: None,
+    };
+    write_json(&dir.join(ADAPTER_CONFIG), &config)?;
+    let tensors: std::collections::HashMap<String, candle_core::Tensor> = adapters
+        .data()
+        .lock()
+        .map_err(|_| ModelError::InvalidParameter("the adapters' lock is poisoned".into()))?
+        .iter()
+        .map(|(name, var)| (format!("{PEFT_PREFIX}{name}"), var.as_tensor().clone()))
+        .collect();
+    candle_core::safetensors::save(&tensors, dir.join(ADAPTER_WEIGHTS))?;
     Ok(())
 }
 
@@ -72,7 +113,12 @@ pub fn load_lora(dir: &Path, model: &mut Decoder) -> Result<(LoraConfig, VarMap)
     let vb = VarBuilder::from_varmap(&varmap, candle_core::DType::F32, model.device());
     model.attach_lora(&cfg, &vb)?;
     let mut tensors = candle_core::safetensors::load(&weights_path, model.device())?;
-    weights::assign(&varmap, |name| Ok(tensors.remove(name)))?;
+    // PEFT's names (what `save_lora` writes), or the bare names of adapters saved before.
+    weights::assign(&varmap, |name| {
+        Ok(tensors
+            .remove(&format!("{PEFT_PREFIX}{name}"))
+            .or_else(|| tensors.remove(name)))
+    })?;
     Ok((cfg, varmap))
 }
 
