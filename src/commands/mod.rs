@@ -19,6 +19,8 @@ pub mod fuzz;
 #[cfg(feature = "train")]
 pub mod generate;
 #[cfg(feature = "train")]
+pub mod inference;
+#[cfg(feature = "train")]
 pub mod model;
 #[cfg(feature = "train")]
 pub mod progress_bar;

@@ -10,7 +10,7 @@ use spade_sandbox::Config;
 use spade_selfplay::corpus::DEFAULT_CORPUS;
 use spade_selfplay::progress::{Lines, Progress};
 use spade_selfplay::starter_envs::starter_envs;
-use spade_selfplay::{CandlePolicy, Corpus, Run, TrainConfig};
+use spade_selfplay::{CandlePolicy, Corpus, Policy, Run, TrainConfig};
 
 use super::progress_bar::Bars;
 
@@ -58,6 +58,8 @@ pub struct TrainArgs {
         conflicts_with_all = ["starter_envs", "no_starter_envs", "resume"]
     )]
     fixed_envs: Option<String>,
+    #[command(flatten)]
+    inference: super::inference::InferenceArgs,
 }
 
 /// The environment specs of `--fixed-envs`: a file's lines, or a comma-separated list.
@@ -142,6 +144,8 @@ impl TrainArgs {
             (None, false) => TrainConfig::default(),
         };
         let mut cfg = cfg;
+        self.inference.apply(&mut cfg);
+        cfg.validate().context("the settings")?;
         if let Some(arg) = &self.fixed_envs {
             cfg.fixed_envs = fixed_env_specs(arg)?;
         }
@@ -174,8 +178,17 @@ impl TrainArgs {
             );
         }
         let loaded = super::load_model(self.model.as_deref())?;
-        let mut policy = CandlePolicy::new(loaded, &cfg)?;
-        if let Some(path) = spade_selfplay::policy::Policy::decode_path(&policy) {
+        let mut policy: Box<dyn Policy> = match &cfg.inference {
+            None => Box::new(CandlePolicy::new(loaded, &cfg)?),
+            Some(section) => Box::new(super::inference::server_policy(
+                loaded,
+                &cfg,
+                section,
+                &self.out,
+                self.model.as_deref(),
+            )?),
+        };
+        if let Some(path) = policy.decode_path() {
             eprintln!("spade train: sampling reads {path}");
         }
         let runtime = super::run::start_runtime(Config::default())?;
@@ -183,10 +196,10 @@ impl TrainArgs {
         let executor = super::executor()?;
         executor.block_on(async {
             let mut run = if self.resume {
-                Run::resume(&self.out, corpus, runtime, &mut policy)?
+                Run::resume(&self.out, corpus, runtime, policy.as_mut())?
             } else {
                 say!("spade train: run directory {}", self.out.display());
-                Run::create(&self.out, cfg, corpus, runtime, &mut policy, starter_envs)?
+                Run::create(&self.out, cfg, corpus, runtime, policy.as_mut(), starter_envs)?
             };
             let start = Instant::now();
             let first = run.state.rollouts_done;

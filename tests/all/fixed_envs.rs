@@ -11,7 +11,7 @@ use spade_selfplay::{CandlePolicy, Corpus, Metrics, Role, Run, Scripted, TrainCo
 use crate::common::{fails_with, runtime};
 
 /// An environment whose problem is its difficulty: answer `\boxed{d}` at level `d`.
-const LEVEL_ENV: &str = r#"
+pub(crate) const LEVEL_ENV: &str = r#"
 class LevelEnv:
     def __init__(self, max_turns=None):
         self.level = None

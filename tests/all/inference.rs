@@ -246,7 +246,7 @@ fn busy_and_failing_servers_are_retried_then_named() {
     // A remote policy does not train.
     let err = policy.update(&[]).unwrap_err().to_string();
     assert!(
-        err.contains("training with an inference server is not supported yet"),
+        err.contains("a policy that only samples on an inference server does not learn"),
         "{err}"
     );
 }

@@ -8,6 +8,7 @@ pub mod chat;
 pub mod checkpoint;
 pub mod error;
 pub mod fetch;
+pub mod gguf_lora;
 pub mod grpo;
 pub mod load;
 pub mod logprob;

@@ -1,6 +1,6 @@
 //! The self-play configuration: every number of the method is a field with a documented
 //! default (docs/environment-contract.md section 3), read from TOML or JSON.
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use spade_model::error::{ModelError, Result};
@@ -11,6 +11,7 @@ use spade_model::schedule::{DecayKind, LrSchedule};
 use super::credit::{AgentBaseline, CreditConfig, EmaStart};
 use super::difficulty::DifficultyConfig;
 use super::policy::Role;
+use super::remote::adapters::AdapterServer;
 
 /// How the designer's reward is computed from a played environment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -249,6 +250,77 @@ pub struct TrainConfig {
     pub fixed_envs_per_rollout: usize,
     /// The difficulty controller of fixed-env training.
     pub difficulty: DifficultyConfig,
+    /// Sample on an OpenAI-compatible inference server instead of in-process (`[inference]`;
+    /// `spade train --inference URL` sets it). `None` (the default): in-process.
+    pub inference: Option<InferenceConfig>,
+}
+
+/// `[inference]`: where every role samples when an inference server does, and how the trained
+/// adapters reach it (docs/inference.md). The API key is never here: it is read from
+/// `$SPADE_INFERENCE_API_KEY`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct InferenceConfig {
+    /// The server's base URL, `http://host:port`.
+    pub url: String,
+    /// The base model's name on the server (each request's `model` before the first update).
+    pub model: String,
+    /// Requests in flight at once (default 64).
+    pub concurrency: usize,
+    /// How adapters are loaded into the server after each update: `vllm`, `sglang` or
+    /// `llama-cpp` (required to train).
+    pub adapters: Option<AdapterServer>,
+    /// Where spade writes the adapters it loads (default: `served-adapters` in the run
+    /// directory).
+    pub adapter_dir: Option<PathBuf>,
+    /// The same directory as the server sees it, when the server runs elsewhere (default:
+    /// `adapter_dir`, absolute).
+    pub server_adapter_dir: Option<PathBuf>,
+    /// Adapter names are `<prefix>-step<N>` (default: `spade-` and the run directory's name).
+    pub adapter_prefix: Option<String>,
+    /// `llama-cpp` only: the router's preset file (`llama-server --models-preset FILE`), which
+    /// spade appends a preset to per adapter.
+    pub llama_presets: Option<PathBuf>,
+    /// `llama-cpp` only: the base GGUF as the server sees it (default: `--model`, when it is a
+    /// `.gguf` file).
+    pub llama_base_gguf: Option<PathBuf>,
+}
+
+impl Default for InferenceConfig {
+    fn default() -> Self {
+        Self {
+            url: String::new(),
+            model: "default".into(),
+            concurrency: 64,
+            adapters: None,
+            adapter_dir: None,
+            server_adapter_dir: None,
+            adapter_prefix: None,
+            llama_presets: None,
+            llama_base_gguf: None,
+        }
+    }
+}
+
+impl InferenceConfig {
+    /// Rejects settings training cannot run with.
+    pub fn validate(&self) -> std::result::Result<(), String> {
+        if self.url.is_empty() {
+            return Err("[inference] needs the server's url".into());
+        }
+        if self.concurrency == 0 {
+            return Err("[inference] concurrency must be at least 1".into());
+        }
+        if self.adapters.is_none() {
+            return Err(
+                "training through an inference server needs to know how to load the trained \
+                 adapters into it: set [inference] adapters (or --inference-adapters) to vllm, \
+                 sglang or llama-cpp"
+                    .into(),
+            );
+        }
+        Ok(())
+    }
 }
 
 impl Default for TrainConfig {
@@ -335,6 +407,7 @@ impl Default for TrainConfig {
             fixed_envs: Vec::new(),
             fixed_envs_per_rollout: 0,
             difficulty: DifficultyConfig::default(),
+            inference: None,
         }
     }
 }
@@ -539,6 +612,21 @@ impl TrainConfig {
         for (name, t) in temps {
             if t.is_some_and(|t| !(t >= 0.0 && t.is_finite())) {
                 return bad(&format!("{name} must be a finite number >= 0"));
+            }
+        }
+        if let Some(inference) = &self.inference {
+            inference.validate().map_err(ModelError::InvalidParameter)?;
+            if !self.lora {
+                return bad(
+                    "training through an inference server needs lora = true: the server loads \
+                     adapters after each update, not whole models",
+                );
+            }
+            if !self.recompute_old_logprobs {
+                return bad(
+                    "training through an inference server needs recompute_old_logprobs = true: \
+                     the server's log-probs come from other kernels than training's",
+                );
             }
         }
         Ok(())

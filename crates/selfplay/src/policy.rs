@@ -293,6 +293,16 @@ impl CandlePolicy {
         &self.model
     }
 
+    /// The trained adapters and their configuration; `None` when every weight trains.
+    pub fn lora(&self) -> Option<(&LoraConfig, &VarMap)> {
+        self.lora.as_ref().map(|(c, v)| (c, v))
+    }
+
+    /// Optimiser steps taken so far (restored by [`Policy::load`]).
+    pub fn optimizer_steps(&self) -> u64 {
+        self.optimizer.as_ref().map_or(0, AdamW::steps)
+    }
+
     /// Renders and tokenizes a chat, cutting its middle when it would not leave
     /// `max_new_tokens` (at least 16) of context.
     fn prompt_ids(&self, messages: &[Message], max_new_tokens: usize) -> Result<(Vec<u32>, usize)> {

@@ -102,6 +102,9 @@ pub struct ClientConfig {
     pub first_backoff: Duration,
     /// Time limit of one attempt.
     pub timeout: Duration,
+    /// Fields added to every completion request's body (a server's own extensions: vLLM's
+    /// `return_tokens_as_token_ids`, SGLang's `lora_path`).
+    pub extra: serde_json::Map<String, Value>,
 }
 
 impl std::fmt::Debug for ClientConfig {
@@ -115,6 +118,7 @@ impl std::fmt::Debug for ClientConfig {
             .field("attempts", &self.attempts)
             .field("first_backoff", &self.first_backoff)
             .field("timeout", &self.timeout)
+            .field("extra", &self.extra)
             .finish()
     }
 }
@@ -131,6 +135,7 @@ impl ClientConfig {
             attempts: 6,
             first_backoff: Duration::from_millis(500),
             timeout: Duration::from_secs(600),
+            extra: serde_json::Map::new(),
         }
     }
 }
@@ -140,6 +145,8 @@ impl ClientConfig {
 struct Endpoint {
     /// `host:port` to connect to.
     authority: String,
+    /// The URL's own path (`""`, or `/proxy` for `http://host/proxy/v1`), before `/v1/...`.
+    base: String,
     /// The completions path (`/v1/completions` under the URL's path).
     path: String,
 }
@@ -172,12 +179,17 @@ fn endpoint(url: &str) -> Result<Endpoint, InferenceError> {
         .strip_suffix("v1")
         .unwrap_or(path)
         .trim_end_matches('/');
-    let path = if base.is_empty() {
-        "/v1/completions".to_owned()
+    let base = if base.is_empty() {
+        String::new()
     } else {
-        format!("/{base}/v1/completions")
+        format!("/{base}")
     };
-    Ok(Endpoint { authority, path })
+    let path = format!("{base}/v1/completions");
+    Ok(Endpoint {
+        authority,
+        base,
+        path,
+    })
 }
 
 /// What one attempt gave.
@@ -220,6 +232,73 @@ impl CompletionsClient {
         &self.config
     }
 
+    /// The same client (sharing its concurrency bound) asking for `model`, with `extra` in
+    /// place of the configured extra fields: sampling moves to a newly loaded adapter.
+    pub fn with_target(&self, model: &str, extra: serde_json::Map<String, Value>) -> Self {
+        let mut config = (*self.config).clone();
+        config.model = model.to_owned();
+        config.extra = extra;
+        CompletionsClient {
+            config: Arc::new(config),
+            endpoint: self.endpoint.clone(),
+            slots: self.slots.clone(),
+        }
+    }
+
+    /// A management call (loading an adapter, listing models): `method` on `path` under the
+    /// URL's own path, with a JSON body for a POST, retried as completions are. Returns the
+    /// answer's body (any status below 300).
+    pub async fn call(
+        &self,
+        method: hyper::Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<Bytes, InferenceError> {
+        let path = format!("{}{path}", self.endpoint.base);
+        let body = body.map(Value::to_string);
+        let url = &self.config.url;
+        let mut backoff = self.config.first_backoff;
+        let mut last = None;
+        for attempt in 1..=self.config.attempts {
+            let answer = tokio::time::timeout(
+                self.config.timeout,
+                self.send(method.clone(), &path, body.as_deref()),
+            )
+            .await;
+            let err = match answer {
+                Err(_) => InferenceError::Unreachable {
+                    url: url.clone(),
+                    attempts: attempt,
+                    why: format!("no answer within {:?}", self.config.timeout),
+                },
+                Ok(Err(why)) => InferenceError::Unreachable {
+                    url: url.clone(),
+                    attempts: attempt,
+                    why,
+                },
+                Ok(Ok((status, bytes))) if status < 300 => return Ok(bytes),
+                Ok(Ok((status, bytes))) => {
+                    let err = InferenceError::Status {
+                        url: format!("{url} ({method} {path})"),
+                        status,
+                        attempts: attempt,
+                        body: String::from_utf8_lossy(&bytes).chars().take(500).collect(),
+                    };
+                    if status != 429 && status < 500 {
+                        return Err(err);
+                    }
+                    err
+                }
+            };
+            last = Some(err);
+            if attempt < self.config.attempts {
+                tokio::time::sleep(backoff).await;
+                backoff *= 2;
+            }
+        }
+        Err(last.expect("at least one attempt ran"))
+    }
+
     /// The request's JSON body.
     fn body(&self, request: &CompletionRequest) -> Value {
         let mut body = json!({
@@ -235,6 +314,9 @@ impl CompletionsClient {
         });
         if !request.stop.is_empty() {
             body["stop"] = json!(request.stop);
+        }
+        for (key, value) in &self.config.extra {
+            body[key] = value.clone();
         }
         body
     }
@@ -305,7 +387,11 @@ impl CompletionsClient {
                 why,
             })
         };
-        let answer = tokio::time::timeout(self.config.timeout, self.post(body)).await;
+        let answer = tokio::time::timeout(
+            self.config.timeout,
+            self.send(hyper::Method::POST, &self.endpoint.path, Some(body)),
+        )
+        .await;
         let (status, bytes) = match answer {
             Err(_) => return unreachable(format!("no answer within {:?}", self.config.timeout)),
             Ok(Err(why)) => return unreachable(why),
@@ -334,8 +420,13 @@ impl CompletionsClient {
         }
     }
 
-    /// One POST over a fresh connection: `(status, body)`.
-    async fn post(&self, body: &str) -> Result<(u16, Bytes), String> {
+    /// One request over a fresh connection: `(status, body)`.
+    async fn send(
+        &self,
+        method: hyper::Method,
+        path: &str,
+        body: Option<&str>,
+    ) -> Result<(u16, Bytes), String> {
         let stream = TcpStream::connect(&self.endpoint.authority)
             .await
             .map_err(|e| e.to_string())?;
@@ -344,14 +435,16 @@ impl CompletionsClient {
             .await
             .map_err(|e| e.to_string())?;
         let driver = tokio::spawn(connection);
-        let mut request = Request::post(&self.endpoint.path)
+        let mut request = Request::builder()
+            .method(method)
+            .uri(path)
             .header("host", &self.endpoint.authority)
             .header("content-type", "application/json");
         if let Some(key) = &self.config.api_key {
             request = request.header("authorization", format!("Bearer {key}"));
         }
         let request = request
-            .body(Full::new(Bytes::from(body.to_owned())))
+            .body(Full::new(Bytes::from(body.unwrap_or_default().to_owned())))
             .map_err(|e| e.to_string())?;
         let response = sender
             .send_request(request)

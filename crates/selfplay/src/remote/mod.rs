@@ -2,11 +2,13 @@
 //! of in-process: [`RemotePolicy`] is a [`Policy`] whose completions come from
 //! `/v1/completions`, on the exact prompt text the in-process path renders.
 //!
-//! It samples and does not learn: [`Policy::update`] is an error, because the server's weights
-//! would not follow the update until LoRA adapters are synced to it (not built yet). `spade eval
-//! --inference URL` uses it.
+//! [`RemotePolicy`] samples and does not learn (`spade eval --inference URL`);
+//! [`ServerPolicy`] samples on the server, trains LoRA adapters in-process and loads them into
+//! the server after each update (`spade train --inference URL`, [`adapters`]).
 
+pub mod adapters;
 pub mod client;
+pub mod trained;
 
 use std::path::Path;
 
@@ -16,6 +18,7 @@ use spade_model::grpo::{GrpoSample, UpdateStats};
 use spade_model::load::LoadedModel;
 
 pub use client::{ClientConfig, Completion, CompletionRequest, CompletionsClient, InferenceError};
+pub use trained::ServerPolicy;
 
 use crate::config::TrainConfig;
 use crate::policy::{Policy, Role, Sampled};
@@ -31,8 +34,8 @@ pub struct RemotePolicy {
     model: LoadedModel,
     client: CompletionsClient,
     /// The async runtime the requests run on (its own, so that a caller inside another
-    /// runtime can block on it from a scoped thread).
-    runtime: tokio::runtime::Runtime,
+    /// runtime can block on it from a scoped thread). Always `Some` but in `drop`.
+    runtime: Option<tokio::runtime::Runtime>,
     temperatures: [f64; 3],
     top_p: f64,
 }
@@ -49,6 +52,16 @@ fn inference_error(err: InferenceError) -> ModelError {
     ModelError::InvalidParameter(err.to_string())
 }
 
+impl Drop for RemotePolicy {
+    /// Shuts the runtime down without waiting, so that a policy dropped inside another async
+    /// runtime (a caller's `#[tokio::main]`) does not panic.
+    fn drop(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
 impl RemotePolicy {
     /// A policy sampling on the server of `client`, with `model`'s chat template and tokenizer
     /// and `cfg`'s temperatures and top-p.
@@ -61,13 +74,41 @@ impl RemotePolicy {
         Ok(RemotePolicy {
             model,
             client,
-            runtime,
+            runtime: Some(runtime),
             temperatures: [
                 cfg.temperature_of(Role::Designer),
                 cfg.temperature_of(Role::Hint),
                 cfg.temperature_of(Role::Agent),
             ],
             top_p: cfg.top_p,
+        })
+    }
+
+    /// Samples from now on with `target` (a newly loaded adapter), keeping the client's
+    /// concurrency bound.
+    pub fn set_target(&mut self, target: &adapters::Target) {
+        self.client = self.client.with_target(&target.model, target.extra.clone());
+    }
+
+    /// The client's configuration (the model requests name now, among others).
+    pub fn client(&self) -> &CompletionsClient {
+        &self.client
+    }
+
+    /// The local model (chat template, tokenizer).
+    pub fn model(&self) -> &LoadedModel {
+        &self.model
+    }
+
+    /// Runs `future` to its end on the policy's runtime, from a scoped thread (the caller
+    /// may itself be inside an async runtime).
+    pub fn block_on<T: Send>(&self, future: impl std::future::Future<Output = T> + Send) -> T {
+        let runtime = self.runtime.as_ref().expect("the runtime lives until drop");
+        std::thread::scope(|scope| {
+            scope
+                .spawn(move || runtime.block_on(future))
+                .join()
+                .expect("the inference client's thread panicked")
         })
     }
 
@@ -91,14 +132,8 @@ impl RemotePolicy {
     /// scoped thread (the caller may itself be inside an async runtime).
     fn complete_all(&self, requests: Vec<CompletionRequest>) -> Result<Vec<Completion>> {
         let client = self.client.clone();
-        let runtime = &self.runtime;
-        std::thread::scope(|scope| {
-            scope
-                .spawn(move || runtime.block_on(client.complete_all(requests)))
-                .join()
-                .expect("the inference client's thread panicked")
-        })
-        .map_err(inference_error)
+        self.block_on(async move { client.complete_all(requests).await })
+            .map_err(inference_error)
     }
 
     /// The record of a completion: the server's token ids when it gave them, else the text
@@ -185,8 +220,8 @@ impl Policy for RemotePolicy {
 
     fn update(&mut self, _batch: &[GrpoSample]) -> Result<Option<UpdateStats>> {
         Err(ModelError::InvalidParameter(
-            "training with an inference server is not supported yet: the server's weights \
-             would not follow the update (LoRA adapters are not synced to it)"
+            "a policy that only samples on an inference server does not learn: train with \
+             ServerPolicy, which syncs its adapters to the server"
                 .into(),
         ))
     }
