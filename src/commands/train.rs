@@ -62,10 +62,11 @@ pub struct TrainArgs {
     inference: super::inference::InferenceArgs,
 }
 
-/// The environment specs of `--fixed-envs`: a file's lines, or a comma-separated list.
+/// The environment specs of `--fixed-envs`: a file's lines, or a comma-separated list (an
+/// environment file, `.py`, is a list of one, not a list file).
 fn fixed_env_specs(arg: &str) -> anyhow::Result<Vec<String>> {
     let path = Path::new(arg);
-    let text = if path.is_file() {
+    let text = if path.is_file() && path.extension().is_none_or(|e| e != "py") {
         super::read_text(path, "--fixed-envs file")?
     } else {
         arg.replace(',', "\n")

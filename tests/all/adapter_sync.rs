@@ -500,3 +500,141 @@ async fn a_server_that_goes_away_stops_the_rollout_and_the_run_resumes() {
     assert!(sampled_with(&fake2).iter().all(|m| m == "t-step2"));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `spade train --inference` end to end: flags, the default adapter names and places, the gap
+/// in `metrics.jsonl`.
+#[test]
+fn spade_train_samples_on_the_server_and_loads_its_adapters() {
+    let dir = tmp("cli");
+    let fake = Arc::new(Fake::new(AdapterServer::Vllm, dir.join("presets.ini")));
+    let url = serve(fake.clone());
+    let model = dir.join("model");
+    spade_model::checkpoint::save_full(&model, &tiny_chat_model(1, None)).unwrap();
+    let env = dir.join("level.py");
+    std::fs::write(&env, LEVEL_ENV).unwrap();
+    let config = dir.join("config.toml");
+    std::fs::write(
+        &config,
+        "seed = 5\nplays_per_game = 4\nmax_turns = 1\nagent_max_new_tokens = 8\n",
+    )
+    .unwrap();
+    let out = dir.join("myrun");
+    let output = crate::common::spade(&[
+        "train",
+        "--config",
+        config.to_str().unwrap(),
+        "--model",
+        model.to_str().unwrap(),
+        "--fixed-envs",
+        env.to_str().unwrap(),
+        "--rollouts",
+        "2",
+        "--out",
+        out.to_str().unwrap(),
+        "--inference",
+        &url,
+        "--inference-model",
+        "tiny",
+        "--inference-adapters",
+        "vllm",
+    ]);
+    let err = crate::common::stderr(&output);
+    assert!(output.status.success(), "{err}");
+    assert!(
+        err.contains(&format!(
+            "sampling reads inference server {url} (model tiny, 64 requests in flight at most); adapters trained here and loaded into it after each update (vllm)"
+        )),
+        "{err}"
+    );
+    assert_eq!(
+        *fake.loaded.lock().unwrap(),
+        BTreeSet::from(["spade-myrun-step4".to_owned()])
+    );
+    assert!(
+        out.join("served-adapters/spade-myrun-step4/adapter_model.safetensors")
+            .exists()
+    );
+    // The saved config keeps the section, so that --resume samples on the same server.
+    let saved: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("config.json")).unwrap()).unwrap();
+    assert_eq!(saved["inference"]["url"], url.as_str());
+    assert_eq!(saved["inference"]["adapters"], "vllm");
+    let metrics = std::fs::read_to_string(out.join("metrics.jsonl")).unwrap();
+    for line in metrics.lines() {
+        let m: Value = serde_json::from_str(line).unwrap();
+        assert!(m["logprob_gap"].as_f64().unwrap() > 0.0, "{line}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn inference_training_errors_are_clear() {
+    use crate::common::fails_with;
+    let out = "target/tmp/inference-cli";
+    let base = [
+        "train",
+        "--fixed-envs",
+        "tests/envs/grid_walk/env.py",
+        "--out",
+        out,
+        "--inference",
+        "http://127.0.0.1:9",
+    ];
+    fails_with(
+        &base,
+        None,
+        1,
+        "set [inference] adapters (or --inference-adapters) to vllm, sglang or llama-cpp",
+    );
+    fn with<'a>(base: &[&'a str], extra: &[&'a str]) -> Vec<&'a str> {
+        let mut args = base.to_vec();
+        args.extend_from_slice(extra);
+        args
+    }
+    fails_with(
+        &with(&base, &["--inference-adapters", "ollama"]),
+        None,
+        1,
+        "unknown adapter server 'ollama' (known: vllm, sglang, llama-cpp)",
+    );
+    fails_with(
+        &with(&base, &["--inference-adapters", "llama-cpp"]),
+        None,
+        1,
+        "llama.cpp adapter sync needs the router's preset file",
+    );
+    fails_with(
+        &["train", "--inference-model", "m", "--out", out],
+        None,
+        1,
+        "--inference <URL>",
+    );
+    let config = std::env::temp_dir().join(format!("spade-inference-{}.toml", std::process::id()));
+    std::fs::write(&config, "lora = false\n").unwrap();
+    fails_with(
+        &with(
+            &base,
+            &[
+                "--inference-adapters",
+                "vllm",
+                "--config",
+                config.to_str().unwrap(),
+            ],
+        ),
+        None,
+        1,
+        "training through an inference server needs lora = true",
+    );
+    std::fs::write(
+        &config,
+        "recompute_old_logprobs = false\n[inference]\nurl = \"http://127.0.0.1:9\"\nadapters = \"sglang\"\n",
+    )
+    .unwrap();
+    fails_with(
+        &["train", "--config", config.to_str().unwrap(), "--out", out],
+        None,
+        1,
+        "training through an inference server needs recompute_old_logprobs = true",
+    );
+    let _ = std::fs::remove_file(&config);
+}

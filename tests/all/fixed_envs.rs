@@ -285,6 +285,21 @@ fn fixed_env_cli_errors_are_clear() {
         1,
         "--fixed-envs names 'tests/envs/grid_walk/env.py' twice",
     );
+    // One environment file is one environment (not a list file of Python lines).
+    fails_with(
+        &[
+            "train",
+            "--fixed-envs",
+            "tests/envs/grid_walk/env.py",
+            "--model",
+            "target/tmp/no-such-model",
+            "--out",
+            "target/tmp/fixed-cli",
+        ],
+        None,
+        1,
+        "loading model target/tmp/no-such-model",
+    );
     fails_with(
         &[
             "train",

@@ -340,56 +340,9 @@ fn inference_flags_are_checked() {
 #[test]
 #[ignore = "needs llama.cpp's server (scripts/build-llama-server.sh, $LLAMA_SERVER) and the default model (spade model fetch)"]
 fn eval_through_llama_server() {
-    use std::io::{Read as _, Write as _};
-
-    let bin = std::path::PathBuf::from(
-        std::env::var("LLAMA_SERVER").expect("set LLAMA_SERVER to the llama-server binary"),
-    );
-    let models = std::env::var_os("SPADE_MODELS_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| {
-            std::path::PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/spade/models")
-        });
-    let gguf = models.join("SmolLM2-135M-Instruct.Q4_1.gguf");
-    assert!(
-        gguf.exists(),
-        "{} is missing: run `spade model fetch`",
-        gguf.display()
-    );
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let mut server = std::process::Command::new(&bin)
-        .args(["-m", gguf.to_str().unwrap(), "--host", "127.0.0.1"])
-        .args([
-            "--port",
-            &port.to_string(),
-            "-t",
-            "2",
-            "-np",
-            "4",
-            "-c",
-            "8192",
-        ])
-        .env("LD_LIBRARY_PATH", bin.parent().unwrap())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let healthy = (0..600).any(|_| {
-        std::thread::sleep(Duration::from_millis(100));
-        let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
-            return false;
-        };
-        let _ = s.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-        let mut answer = String::new();
-        let _ = s.read_to_string(&mut answer);
-        answer.starts_with("HTTP/1.1 200")
-    });
-    assert!(healthy, "llama-server did not become healthy");
-    let url = format!("http://127.0.0.1:{port}");
+    let gguf = crate::llama_server::default_gguf();
+    let server = crate::llama_server::LlamaServer::start(&["-m", gguf.to_str().unwrap()]);
+    let url = server.url.clone();
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_spade"))
         .args(["eval", "--env", "tests/envs/echo_word/env.py"])
         .args(["--env", "tests/envs/arithmetic_puzzle/env.py"])
@@ -406,8 +359,7 @@ fn eval_through_llama_server() {
         .current_dir(crate::common::repo_root())
         .output()
         .unwrap();
-    let _ = server.kill();
-    let _ = server.wait();
+    drop(server);
     assert!(output.status.success(), "{}", stderr(&output));
     let report: Value = serde_json::from_str(stdout(&output).trim()).unwrap();
     println!("{report}");

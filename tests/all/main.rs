@@ -16,6 +16,7 @@ mod fixed_envs;
 mod fuzz;
 mod inference;
 mod learning;
+mod llama_server;
 mod model;
 mod model_cli;
 mod packages;

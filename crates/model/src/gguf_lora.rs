@@ -108,3 +108,75 @@ mod tests {
         assert_eq!(adapter_name("model.layers.0.mlp.down_proj.weight"), None);
     }
 }
+
+#[cfg(test)]
+mod file_tests {
+    use candle_core::Device;
+
+    use super::*;
+    use crate::load::gguf::unpermute;
+    use crate::model::{Decoder, lora};
+
+    /// A written adapter reads back with llama.cpp's names, its metadata, every tensor equal
+    /// to the variable it came from, and `lora_B` of q/k permuted as llama.cpp permutes rows.
+    #[test]
+    fn a_written_adapter_reads_back_as_llama_cpp_expects() {
+        let cfg = ModelConfig::tiny("llama");
+        let (mut model, _) = Decoder::random(&cfg, 3, 0.2, &Device::Cpu).unwrap();
+        let lc = LoraConfig::default();
+        let adapters = lora::attach_new(&mut model, &lc, 9).unwrap();
+        // B starts at zero: give it values so that the permutation shows.
+        for (name, var) in adapters.data().lock().unwrap().iter() {
+            if name.contains("lora_B") {
+                let n = var.elem_count();
+                let values: Vec<f32> = (0..n).map(|i| i as f32).collect();
+                var.set(&candle_core::Tensor::from_vec(values, var.dims(), &Device::Cpu).unwrap())
+                    .unwrap();
+            }
+        }
+        let path =
+            std::env::temp_dir().join(format!("spade-gguf-lora-{}.gguf", std::process::id()));
+        save_gguf_lora(&path, &cfg, &lc, &adapters).unwrap();
+        let mut file = std::fs::File::open(&path).unwrap();
+        let content = gguf_file::Content::read(&mut file).unwrap();
+        let meta = |k: &str| content.metadata[k].clone();
+        assert_eq!(meta("general.type").to_string().unwrap(), "adapter");
+        assert_eq!(meta("adapter.type").to_string().unwrap(), "lora");
+        assert_eq!(meta("general.architecture").to_string().unwrap(), "llama");
+        assert_eq!(meta("adapter.lora.alpha").to_f32().unwrap(), 16.0);
+        let data = adapters.data().lock().unwrap();
+        assert_eq!(content.tensor_infos.len(), data.len());
+        for (var, value) in data.iter() {
+            let (name, is_b) = adapter_name(var).unwrap();
+            let read = content
+                .tensor(&mut file, &name, &Device::Cpu)
+                .unwrap()
+                .dequantize(&Device::Cpu)
+                .unwrap();
+            let read = match (is_b, var.contains(".q_proj."), var.contains(".k_proj.")) {
+                (true, true, _) => unpermute(&read, cfg.num_attention_heads).unwrap(),
+                (true, _, true) => unpermute(&read, cfg.kv_heads()).unwrap(),
+                _ => read,
+            };
+            let want = value.as_tensor();
+            assert_eq!(read.dims(), want.dims(), "{name}");
+            let diff = (read - want).unwrap().abs().unwrap().max_all().unwrap();
+            assert_eq!(diff.to_scalar::<f32>().unwrap(), 0.0, "{name}");
+        }
+        // The q rows really moved (the check above is not vacuous).
+        let q_b = "model.layers.0.self_attn.q_proj.lora_B.weight";
+        let written = content
+            .tensor(&mut file, "blk.0.attn_q.weight.lora_b", &Device::Cpu)
+            .unwrap()
+            .dequantize(&Device::Cpu)
+            .unwrap();
+        let moved = (written - data[q_b].as_tensor())
+            .unwrap()
+            .abs()
+            .unwrap()
+            .max_all()
+            .unwrap();
+        assert!(moved.to_scalar::<f32>().unwrap() > 0.0);
+        let _ = std::fs::remove_file(&path);
+    }
+}
