@@ -31,6 +31,10 @@ pub struct InferenceArgs {
     /// How the trained adapters are loaded into the server: `vllm`, `sglang` or `llama-cpp`.
     #[arg(long, value_name = "SERVER", requires = "inference")]
     pub inference_adapters: Option<AdapterServer>,
+    /// With `--inference-adapters llama-cpp`: the preset file llama-server was started with
+    /// (`--models-preset FILE`, router mode); spade appends a preset per adapter.
+    #[arg(long, value_name = "FILE", requires = "inference")]
+    pub inference_llama_presets: Option<PathBuf>,
 }
 
 impl InferenceArgs {
@@ -49,6 +53,9 @@ impl InferenceArgs {
         }
         if let Some(kind) = self.inference_adapters {
             section.adapters = Some(kind);
+        }
+        if let Some(file) = &self.inference_llama_presets {
+            section.llama_presets = Some(file.clone());
         }
     }
 }

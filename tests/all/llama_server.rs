@@ -20,6 +20,26 @@ use spade_selfplay::remote::adapters::{AdapterServer, AdapterSync, SyncConfig};
 use spade_selfplay::remote::{ClientConfig, CompletionsClient, RemotePolicy};
 use spade_selfplay::{CandlePolicy, Policy as _, Role, TrainConfig};
 
+/// Won by any answer with a digit in it.
+const DIGIT_ENV: &str = r#"
+class DigitEnv:
+    def __init__(self, max_turns=None):
+        pass
+
+    def reset(self, seed=None, difficulty=0):
+        return "Name any number.", {}
+
+    def step(self, action):
+        won = any(c.isdigit() for c in action)
+        return ("right" if won else "wrong"), (1.0 if won else 0.0), True, False, {}
+
+    def solution(self):
+        return "7"
+
+    def close(self):
+        pass
+"#;
+
 /// A running `llama-server`, killed on drop.
 pub struct LlamaServer {
     child: std::process::Child,
@@ -204,4 +224,84 @@ fn a_gguf_lora_from_spade_moves_llama_servers_sample_as_spade_predicts() {
     assert!(base_gap > 4.0 * adapted_gap, "{base_gap} vs {adapted_gap}");
     drop(server);
     let _ = std::fs::remove_dir_all(Path::new(&dir));
+}
+
+/// `spade train --inference` against llama.cpp's router, end to end on the default model:
+/// two fixed-env rollouts on an environment won by any answer with a digit; after each update the adapter is written
+/// as GGUF, added to the router's presets and loaded, and the next rollout samples with it.
+/// Prints the server/trainer log-prob gap of each rollout.
+#[test]
+#[ignore = "needs llama.cpp's server ($LLAMA_SERVER) and the default model (spade model fetch)"]
+fn spade_train_samples_on_llama_servers_router_with_each_updates_adapter() {
+    let gguf = default_gguf();
+    let dir = std::env::temp_dir().join(format!("spade-llama-train-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let presets = dir.join("presets.ini");
+    std::fs::write(
+        &presets,
+        format!("version = 1\n\n[base]\nmodel = {}\n", gguf.display()),
+    )
+    .unwrap();
+    let server = LlamaServer::start(&["--models-preset", presets.to_str().unwrap()]);
+    // Won by any answer with a digit in it, so that a group of samples mixes wins and losses.
+    let env = dir.join("digit.py");
+    std::fs::write(&env, DIGIT_ENV).unwrap();
+    // A high learning rate so that two updates move the adapters measurably.
+    let config = dir.join("config.toml");
+    std::fs::write(
+        &config,
+        "seed = 3\nplays_per_game = 8\nmax_turns = 1\nagent_max_new_tokens = 16\nlr = 1e-3\n",
+    )
+    .unwrap();
+    let out = dir.join("run");
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_spade"))
+        .args(["train", "--config", config.to_str().unwrap()])
+        .args(["--model", gguf.to_str().unwrap()])
+        .args(["--fixed-envs", env.to_str().unwrap(), "--rollouts", "2"])
+        .args(["--out", out.to_str().unwrap()])
+        .args(["--inference", &server.url, "--inference-model", "base"])
+        .args(["--inference-adapters", "llama-cpp"])
+        .args(["--inference-llama-presets", presets.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{err}");
+    println!("{}", String::from_utf8_lossy(&output.stdout));
+    let written = std::fs::read_to_string(&presets).unwrap();
+    println!("{written}");
+    assert!(written.contains("[spade-run-step2]"), "{written}");
+    assert!(written.contains("[spade-run-step4]"), "{written}");
+    assert!(out.join("served-adapters/spade-run-step4.gguf").exists());
+    let models = std::process::Command::new("curl")
+        .args(["-s", &format!("{}/models", server.url)])
+        .output()
+        .unwrap();
+    let models: serde_json::Value = serde_json::from_slice(&models.stdout).unwrap();
+    let status = |id: &str| {
+        models["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["id"] == id)
+            .map(|m| m["status"]["value"].as_str().unwrap().to_owned())
+    };
+    assert_eq!(status("spade-run-step4").as_deref(), Some("loaded"));
+    assert_eq!(status("spade-run-step2").as_deref(), Some("unloaded"));
+    let metrics = std::fs::read_to_string(out.join("metrics.jsonl")).unwrap();
+    let mut gaps = Vec::new();
+    for line in metrics.lines() {
+        let m: serde_json::Value = serde_json::from_str(line).unwrap();
+        println!(
+            "rollout {}: win {}, logprob_gap {}, ratio_mean {}, clip {}",
+            m["rollout"], m["win_rate"], m["logprob_gap"], m["ratio_mean"], m["clip_fraction"]
+        );
+        gaps.extend(m["logprob_gap"].as_f64());
+    }
+    assert!(!gaps.is_empty(), "no rollout scored a token:\n{metrics}");
+    for gap in gaps {
+        assert!(gap < 0.5, "server/trainer gap {gap}");
+    }
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
 }

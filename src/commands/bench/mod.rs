@@ -1,11 +1,14 @@
 //! The benchmarks: `spade bench` measures the sandbox against CPython ([`sandbox`]);
 //! `spade bench-model` measures sampling and the RL update ([`model`]), optionally against
-//! llama.cpp's server ([`llama`]).
+//! llama.cpp's server ([`llama`]), or one default iteration in-process against an inference
+//! server ([`iteration`]).
 
 #[cfg(feature = "train")]
 mod agreement;
 #[cfg(feature = "train")]
 mod cpu;
+#[cfg(feature = "train")]
+mod iteration;
 #[cfg(feature = "train")]
 mod llama;
 #[cfg(feature = "train")]

@@ -83,6 +83,14 @@ pub struct BenchModel {
     /// on the written prompt set; needs a real model, not the random stand-in); 0 skips it.
     #[arg(long, default_value_t = 32, value_name = "N")]
     agreement_tokens: usize,
+    /// Time one default iteration (`spade train`'s default config, one rollout) sampled
+    /// in-process, then on this inference server, on the same seed (`--inference-adapters`
+    /// says how the update's adapters are loaded into it). Only this is measured then.
+    #[command(flatten)]
+    inference: crate::commands::inference::InferenceArgs,
+    /// The iteration's seed (with --inference).
+    #[arg(long, default_value_t = 0, requires = "inference")]
+    seed: u64,
 }
 
 fn peak_rss_mib() -> f64 {
@@ -123,6 +131,9 @@ const RUN_NAMES: [&str; 4] = ["prefill G=1", "decode G=1", "prefill G=N", "decod
 impl BenchModel {
     /// Runs the benchmark and prints a table.
     pub fn execute(self) -> anyhow::Result<()> {
+        if self.inference.inference.is_some() {
+            return super::iteration::compare(self.model.as_deref(), &self.inference, self.seed);
+        }
         let path = self.model.clone().or_else(|| {
             let p = fetch::default_model_path();
             p.exists().then_some(p)
