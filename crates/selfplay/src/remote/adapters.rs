@@ -312,25 +312,26 @@ impl AdapterSync {
             base.display(),
             path.display()
         );
-        let existing = std::fs::read_to_string(presets).unwrap_or_default();
+        let write_err = |e: std::io::Error| SyncError::Write {
+            name: name.to_owned(),
+            why: format!("appending to {}: {e}", presets.display()),
+        };
+        let existing = match std::fs::read_to_string(presets) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+            Err(e) => return Err(write_err(e)),
+        };
         if !existing.contains(&format!("\n[{name}]\n")) {
             use std::io::Write as _;
             let mut file = std::fs::OpenOptions::new()
                 .create(true)
                 .append(true)
                 .open(presets)
-                .and_then(|mut f| {
-                    if existing.is_empty() {
-                        f.write_all(b"version = 1\n")?;
-                    }
-                    f.write_all(section.as_bytes())?;
-                    Ok(f)
-                })
-                .map_err(|e| SyncError::Write {
-                    name: name.to_owned(),
-                    why: format!("appending to {}: {e}", presets.display()),
-                })?;
-            file.flush().ok();
+                .map_err(write_err)?;
+            if existing.is_empty() {
+                file.write_all(b"version = 1\n").map_err(write_err)?;
+            }
+            file.write_all(section.as_bytes()).map_err(write_err)?;
         }
         let server_err = |source| SyncError::Server {
             name: name.to_owned(),
@@ -468,6 +469,22 @@ mod tests {
         );
         let sync = AdapterSync::new(config(AdapterServer::Vllm), client.clone()).unwrap();
         assert_eq!(sync.server_path("x").unwrap(), PathBuf::from("/mnt/a/x"));
+        // A preset file that cannot be read is an error, not an empty file to start over.
+        let mut unreadable = config(AdapterServer::LlamaCpp);
+        unreadable.llama_presets = Some(std::env::temp_dir());
+        let mut sync = AdapterSync::new(unreadable, client.clone()).unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let err = runtime.block_on(sync.publish("x")).unwrap_err().to_string();
+        assert!(
+            err.starts_with(&format!(
+                "writing adapter x: appending to {}:",
+                std::env::temp_dir().display()
+            )),
+            "{err}"
+        );
         let mut incomplete = config(AdapterServer::LlamaCpp);
         incomplete.llama_presets = None;
         let err = AdapterSync::new(incomplete, client)
