@@ -212,28 +212,15 @@ fn read_presets(path: &Path) -> BTreeMap<String, String> {
 }
 
 fn serve(fake: Arc<Fake>) -> String {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            listener.set_nonblocking(true).unwrap();
-            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-            let app = Router::new()
-                .fallback(
-                    |State(fake): State<Arc<Fake>>, method: Method, uri: Uri, body: Bytes| async move {
-                        fake.handle(&method, &uri, &body)
-                    },
-                )
-                .with_state(fake);
-            axum::serve(listener, app).await.unwrap();
-        });
-    });
-    url
+    crate::common::serve_on_loopback(
+        Router::new()
+            .fallback(
+                |State(fake): State<Arc<Fake>>, method: Method, uri: Uri, body: Bytes| async move {
+                    fake.handle(&method, &uri, &body)
+                },
+            )
+            .with_state(fake),
+    )
 }
 
 fn tmp(name: &str) -> PathBuf {
@@ -268,6 +255,11 @@ fn policy(cfg: &TrainConfig, run: &Path) -> ServerPolicy {
     ServerPolicy::from_config(tiny_chat_model(1, None), cfg, &section, run, None).unwrap()
 }
 
+/// A new run of `cfg` in `run_dir` on the level environment.
+fn create<'p>(run_dir: &Path, cfg: &TrainConfig, server: &'p mut ServerPolicy) -> Run<'p> {
+    Run::create(run_dir, cfg.clone(), corpus(), runtime(), server, envs()).unwrap()
+}
+
 fn corpus() -> Corpus {
     Corpus::parse("{\"text\": \"unused\"}", 100).unwrap()
 }
@@ -299,15 +291,7 @@ async fn sync_through(kind: AdapterServer) {
     let cfg = cfg(kind, &url, &dir);
     let run_dir = dir.join("run");
     let mut server = policy(&cfg, &run_dir);
-    let mut run = Run::create(
-        &run_dir,
-        cfg.clone(),
-        corpus(),
-        runtime(),
-        &mut server,
-        envs(),
-    )
-    .unwrap();
+    let mut run = create(&run_dir, &cfg, &mut server);
     let ms = run.run(2).await.unwrap();
     drop(run);
     // ppo_epochs 2: rollout 0's update ends at optimiser step 2, rollout 1's at step 4.
@@ -465,15 +449,7 @@ async fn a_server_that_goes_away_stops_the_rollout_and_the_run_resumes() {
     let cfg = cfg(AdapterServer::Vllm, &url, &dir);
     let run_dir = dir.join("run");
     let mut server = policy(&cfg, &run_dir);
-    let mut run = Run::create(
-        &run_dir,
-        cfg.clone(),
-        corpus(),
-        runtime(),
-        &mut server,
-        envs(),
-    )
-    .unwrap();
+    let mut run = create(&run_dir, &cfg, &mut server);
     run.run(1).await.unwrap();
     let err = run.run(1).await.unwrap_err().to_string();
     drop(run);

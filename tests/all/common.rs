@@ -114,3 +114,23 @@ pub fn byte_level_tokenizer(
     ]);
     tok
 }
+
+/// Serves `app` on a free loopback port from its own thread and runtime (an in-process fake
+/// server for the inference tests); returns its `http://` URL.
+pub fn serve_on_loopback(app: axum::Router) -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            listener.set_nonblocking(true).unwrap();
+            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+            axum::serve(listener, app).await.unwrap();
+        });
+    });
+    url
+}

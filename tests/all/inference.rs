@@ -87,24 +87,11 @@ async fn completions(
 
 /// Starts the fake server on loopback in its own thread; returns its URL.
 fn serve(script: Arc<Script>) -> String {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            listener.set_nonblocking(true).unwrap();
-            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-            let app = Router::new()
-                .route("/v1/completions", post(completions))
-                .with_state(script);
-            axum::serve(listener, app).await.unwrap();
-        });
-    });
-    url
+    crate::common::serve_on_loopback(
+        Router::new()
+            .route("/v1/completions", post(completions))
+            .with_state(script),
+    )
 }
 
 fn client(url: &str, concurrency: usize, attempts: u32) -> ClientConfig {

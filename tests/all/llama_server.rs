@@ -66,6 +66,23 @@ pub fn default_gguf() -> PathBuf {
 }
 
 impl LlamaServer {
+    /// Starts `$LLAMA_SERVER` in router mode on a fresh directory `spade-llama-<tag>-PID` under
+    /// the temporary directory, with a preset file that names `gguf` as `base`. Returns the
+    /// directory, the preset file and the server.
+    pub fn start_router(tag: &str, gguf: &Path) -> (PathBuf, PathBuf, LlamaServer) {
+        let dir = std::env::temp_dir().join(format!("spade-llama-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let presets = dir.join("presets.ini");
+        std::fs::write(
+            &presets,
+            format!("version = 1\n\n[base]\nmodel = {}\n", gguf.display()),
+        )
+        .unwrap();
+        let server = LlamaServer::start(&["--models-preset", presets.to_str().unwrap()]);
+        (dir, presets, server)
+    }
+
     /// Starts `$LLAMA_SERVER` with `args` (2 threads, 4 slots, 8,192 positions) on a free
     /// loopback port and waits until `/health` answers 200 (one minute at most).
     pub fn start(args: &[&str]) -> LlamaServer {
@@ -124,16 +141,7 @@ fn mean_abs_diff(a: &[f32], b: &[f32]) -> f32 {
 #[ignore = "needs llama.cpp's server ($LLAMA_SERVER) and the default model (spade model fetch)"]
 fn a_gguf_lora_from_spade_moves_llama_servers_sample_as_spade_predicts() {
     let gguf = default_gguf();
-    let dir = std::env::temp_dir().join(format!("spade-llama-lora-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let presets = dir.join("presets.ini");
-    std::fs::write(
-        &presets,
-        format!("version = 1\n\n[base]\nmodel = {}\n", gguf.display()),
-    )
-    .unwrap();
-    let server = LlamaServer::start(&["--models-preset", presets.to_str().unwrap()]);
+    let (dir, presets, server) = LlamaServer::start_router("lora", &gguf);
 
     let loaded = spade_model::load::load(&gguf, &Device::Cpu).unwrap();
     let cfg = TrainConfig {
@@ -234,16 +242,7 @@ fn a_gguf_lora_from_spade_moves_llama_servers_sample_as_spade_predicts() {
 #[ignore = "needs llama.cpp's server ($LLAMA_SERVER) and the default model (spade model fetch)"]
 fn spade_train_samples_on_llama_servers_router_with_each_updates_adapter() {
     let gguf = default_gguf();
-    let dir = std::env::temp_dir().join(format!("spade-llama-train-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let presets = dir.join("presets.ini");
-    std::fs::write(
-        &presets,
-        format!("version = 1\n\n[base]\nmodel = {}\n", gguf.display()),
-    )
-    .unwrap();
-    let server = LlamaServer::start(&["--models-preset", presets.to_str().unwrap()]);
+    let (dir, presets, server) = LlamaServer::start_router("train", &gguf);
     // Won by any answer with a digit in it, so that a group of samples mixes wins and losses.
     let env = dir.join("digit.py");
     std::fs::write(&env, DIGIT_ENV).unwrap();
