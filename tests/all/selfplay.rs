@@ -823,3 +823,114 @@ async fn every_bundled_starter_env_passes_check_and_the_edge_envs_score_by_hand(
         assert!(won, "seed {seed}");
     }
 }
+
+/// The whole numbers in an observation, in order.
+fn numbers_in(obs: &str) -> Vec<u64> {
+    obs.split(|c: char| !c.is_ascii_digit())
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse().unwrap())
+        .collect()
+}
+
+/// A bundled starter environment's sandbox, reset at `difficulty` (`None`: no difficulty
+/// passed, as self-play calls it).
+async fn starter_at(
+    name: &str,
+    seed: u64,
+    difficulty: Option<serde_json::Value>,
+    max_turns: Option<u32>,
+) -> (spade_sandbox::Sandbox, Result<String, String>) {
+    let envs = spade_selfplay::starter_envs::starter_envs();
+    let source = &envs.iter().find(|(n, _)| n == name).unwrap().1;
+    let opts = spade_sandbox::SandboxOptions { seed, max_turns };
+    let mut sb = runtime().sandbox(source, opts).await.unwrap();
+    let obs = match difficulty {
+        None => sb.reset(Some(seed)).await.map(|r| r.observation),
+        Some(d) => {
+            let mut fields = serde_json::Map::new();
+            fields.insert("difficulty".into(), d);
+            sb.reset_with(Some(seed), &fields)
+                .await
+                .map(|(r, dropped)| {
+                    assert!(dropped.is_empty(), "{name} takes a difficulty");
+                    r.observation
+                })
+        }
+    };
+    (sb, obs.map_err(|e| e.to_string()))
+}
+
+/// The edge starter environments take RLVE's `difficulty` so that fixed-env training can play
+/// them; the levels, written from their docstrings: bigger_number draws numbers of up to d + 1
+/// digits, next_number draws n from 1 to 20 * 10^d, guess_three hides a number among 1 to 3 + d.
+/// Difficulty 0 is the environment self-play plays (no difficulty passed).
+#[tokio::test]
+async fn the_edge_starter_envs_take_a_difficulty_and_level_0_is_self_plays_env() {
+    for name in ["bigger_number", "next_number", "guess_three"] {
+        for seed in [1, 2, 3] {
+            let (_, plain) = starter_at(name, seed, None, None).await;
+            let (_, zero) = starter_at(name, seed, Some(0.into()), None).await;
+            assert_eq!(plain.unwrap(), zero.unwrap(), "{name} seed {seed}");
+        }
+        for bad in [
+            serde_json::json!(-1),
+            serde_json::json!("2"),
+            serde_json::json!(true),
+        ] {
+            let (_, e) = starter_at(name, 1, Some(bad.clone()), None).await;
+            let e = e.unwrap_err();
+            assert!(
+                e.contains("ValueError: difficulty must be an integer >= 0, not"),
+                "{name} {bad}: {e}"
+            );
+        }
+    }
+    // bigger_number at difficulty 2: both numbers below 1,000, some above 99 (the level is
+    // used), and naming the bigger one still wins.
+    let mut three_digits = false;
+    for seed in 0..12 {
+        let (mut sb, obs) = starter_at("bigger_number", seed, Some(2.into()), None).await;
+        let nums = numbers_in(&obs.unwrap());
+        let (a, b) = (nums[0], nums[1]);
+        assert!((1..1000).contains(&a) && (1..1000).contains(&b), "{a} {b}");
+        three_digits |= a.max(b) >= 100;
+        let step = sb.step(&format!("\\boxed{{{}}}", a.max(b))).await.unwrap();
+        assert_eq!(step.reward, 1.0);
+    }
+    assert!(
+        three_digits,
+        "difficulty 2 drew no three-digit number in 12 seeds"
+    );
+    // next_number at difficulty 1: n from 1 to 200, some above 20; n + 1 wins.
+    let mut above_20 = false;
+    for seed in 0..12 {
+        let (mut sb, obs) = starter_at("next_number", seed, Some(1.into()), None).await;
+        let n = numbers_in(&obs.unwrap())[0];
+        assert!((1..=200).contains(&n), "{n}");
+        above_20 |= n > 20;
+        let step = sb.step(&format!("{}", n + 1)).await.unwrap();
+        assert_eq!(step.reward, 1.0);
+    }
+    assert!(above_20, "difficulty 1 drew no n above 20 in 12 seeds");
+    // guess_three at difficulty 2: the secret is among 1 to 5, so five guesses 1..=5 always
+    // win, and some secret is above 3.
+    let mut above_3 = false;
+    for seed in 0..12 {
+        let (mut sb, obs) = starter_at("guess_three", seed, Some(2.into()), Some(5)).await;
+        let obs = obs.unwrap();
+        assert!(obs.contains("a whole number from 1 to 5"), "{obs}");
+        assert!(obs.contains("You have 5 guesses"), "{obs}");
+        let mut won_at = None;
+        for g in 1..=5 {
+            let step = sb.step(&format!("\\boxed{{{g}}}")).await.unwrap();
+            if step.terminated {
+                assert_eq!(step.reward, 1.0);
+                won_at = Some(g);
+                break;
+            }
+        }
+        let g = won_at.unwrap_or_else(|| panic!("seed {seed}: not found in 1..=5"));
+        above_3 |= g > 3;
+    }
+    assert!(above_3, "difficulty 2 hid no number above 3 in 12 seeds");
+}

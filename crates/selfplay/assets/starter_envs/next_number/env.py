@@ -11,17 +11,28 @@ def first_number(text):
     return int(found.group(0)) if found else None
 
 
+def level(difficulty):
+    """The difficulty as a level from 0 (fixed-env training passes one; self-play passes none)."""
+    if isinstance(difficulty, bool) or not isinstance(difficulty, int) or difficulty < 0:
+        raise ValueError(f"difficulty must be an integer >= 0, not {difficulty!r}")
+    return difficulty
+
+
 class NextNumberEnv:
-    """Single answer with a second try: the number that comes after n (lenient parsing)."""
+    """Single answer with a second try: the number that comes after n (lenient parsing).
+
+    Difficulty d draws n from 1 to 20 * 10**d (20 at 0), at most 20 * 10**7.
+    """
 
     def __init__(self, max_turns=2):
         self.max_turns = max_turns
         self.reset()
 
-    def reset(self, seed=None):
+    def reset(self, seed=None, difficulty=0):
+        top = 20 * 10 ** min(level(difficulty), 7)
         if seed is not None:
             random.seed(seed)
-        self.n = random.randint(1, 20)
+        self.n = random.randint(1, top)
         self.turn_count = 0
         obs = f"Count up: what number comes right after {self.n}? Answer as \\boxed{{n}}."
         return obs, {}
