@@ -117,6 +117,86 @@ fn check_window_moves(ms: &[Metrics], skill: u64) -> (u64, u64) {
     (low, high)
 }
 
+/// What a perfect player of the edge starter environments answers: the bigger number, the next
+/// number, and for guess_three the guesses 1, 2, 3 in turn (which find any number from 1 to 3).
+fn edge_oracle() -> Scripted {
+    Scripted::new(
+        Box::new(|_: Role, msgs: &[Message]| {
+            let obs = &msgs[1].content;
+            let nums: Vec<u64> = obs
+                .split(|c: char| !c.is_ascii_digit())
+                .filter(|s| !s.is_empty())
+                .map(|s| s.parse().unwrap())
+                .collect();
+            let answer = if obs.starts_with("Which number is bigger") {
+                nums[0].max(nums[1])
+            } else if obs.starts_with("Count up") {
+                nums[0] + 1
+            } else {
+                assert!(obs.starts_with("I am thinking of"), "{obs}");
+                msgs.iter().filter(|m| m.role == "assistant").count() as u64 + 1
+            };
+            format!("\\boxed{{{answer}}}")
+        }),
+        None,
+    )
+}
+
+/// The shipped demonstration config (configs/fixed-edge.toml) is valid, names the bundled edge
+/// starter environments and RLVE's Division, and its starter environments train at difficulties
+/// the window moves through. By hand, with tau_num 8 and 8 plays of one problem per rollout:
+/// rollout 0 plays every environment at 0 and the oracle wins all 8 plays, so each window
+/// becomes [0, 1]; in rollout 1, bigger_number and next_number are won at the drawn difficulty,
+/// so their window rises to [0, 2] exactly when that difficulty was 1.
+#[tokio::test]
+async fn the_shipped_edge_config_trains_the_starter_envs_through_their_levels() {
+    let cfg = TrainConfig::from_file(std::path::Path::new("configs/fixed-edge.toml")).unwrap();
+    cfg.validate().unwrap();
+    let starters = spade_selfplay::starter_envs::starter_envs();
+    let mut envs = Vec::new();
+    for spec in &cfg.fixed_envs {
+        if let Some(name) = spec.strip_prefix("rlve:") {
+            assert_eq!(name, "Division");
+            continue;
+        }
+        let source = std::fs::read_to_string(spec).unwrap();
+        assert!(
+            starters.iter().any(|(_, s)| *s == source),
+            "{spec} is not a bundled starter environment"
+        );
+        envs.push((spec.clone(), source));
+    }
+    assert_eq!(envs.len(), 3);
+    assert_eq!(
+        (cfg.rollouts, cfg.plays_per_game, cfg.max_turns),
+        (30, 8, 3)
+    );
+    assert_eq!(cfg.difficulty.tau_num, 8);
+    let cfg = TrainConfig {
+        fixed_envs: envs.iter().map(|(n, _)| n.clone()).collect(),
+        ..cfg
+    };
+    let dir = tmp("edge-config");
+    let mut policy = edge_oracle();
+    let mut run = Run::create(&dir, cfg, corpus(), runtime(), &mut policy, envs).unwrap();
+    let ms = run.run(2).await.unwrap();
+    for f in &ms[0].fixed {
+        assert_eq!(
+            (f.difficulty, f.plays, f.win_rate, f.low, f.high),
+            (0, 8, 1.0, 0, 1),
+            "{f:?}"
+        );
+    }
+    for f in &ms[1].fixed {
+        assert!(f.difficulty <= 1, "{f:?}");
+        if !f.env.contains("guess_three") {
+            assert_eq!(f.win_rate, 1.0, "{f:?}");
+            assert_eq!((f.low, f.high), (0, 1 + f.difficulty), "{f:?}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[tokio::test]
 async fn the_window_climbs_to_the_agents_edge_and_stops_there() {
     let dir = tmp("climb");
