@@ -134,3 +134,11 @@ pub fn serve_on_loopback(app: axum::Router) -> String {
     });
     url
 }
+
+/// The whole numbers in an observation, in order.
+pub fn numbers_in(obs: &str) -> Vec<u64> {
+    obs.split(|c: char| !c.is_ascii_digit())
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse().unwrap())
+        .collect()
+}

@@ -8,7 +8,7 @@ use spade_model::chat::Message;
 use spade_selfplay::difficulty::{ControllerKind, DifficultyConfig};
 use spade_selfplay::{CandlePolicy, Corpus, Metrics, Role, Run, Scripted, TrainConfig};
 
-use crate::common::{fails_with, runtime};
+use crate::common::{fails_with, numbers_in, runtime};
 
 /// An environment whose problem is its difficulty: answer `\boxed{d}` at level `d`.
 pub(crate) const LEVEL_ENV: &str = r#"
@@ -123,11 +123,7 @@ fn edge_oracle() -> Scripted {
     Scripted::new(
         Box::new(|_: Role, msgs: &[Message]| {
             let obs = &msgs[1].content;
-            let nums: Vec<u64> = obs
-                .split(|c: char| !c.is_ascii_digit())
-                .filter(|s| !s.is_empty())
-                .map(|s| s.parse().unwrap())
-                .collect();
+            let nums = numbers_in(obs);
             let answer = if obs.starts_with("Which number is bigger") {
                 nums[0].max(nums[1])
             } else if obs.starts_with("Count up") {

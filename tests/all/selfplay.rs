@@ -13,7 +13,7 @@ use spade_selfplay::{
     CandlePolicy, Corpus, Policy, Role, Run, Scripted, TrainConfig, extract, prompts, rewards,
 };
 
-use crate::common::{env_source, runtime, test_limits};
+use crate::common::{env_source, numbers_in, runtime, test_limits};
 
 fn tmp(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("spade-selfplay-{}-{name}", std::process::id()));
@@ -785,11 +785,7 @@ async fn every_bundled_starter_env_passes_check_and_the_edge_envs_score_by_hand(
             .await
             .unwrap();
         let obs = sb.reset(Some(3)).await.unwrap().observation;
-        let nums: Vec<i64> = obs
-            .split(|c: char| !c.is_ascii_digit())
-            .filter(|s| !s.is_empty())
-            .map(|s| s.parse().unwrap())
-            .collect();
+        let nums = numbers_in(&obs);
         let (hi, lo) = (nums[0].max(nums[1]), nums[0].min(nums[1]));
         let action = match reply {
             "big" => format!("It is {hi}."),
@@ -822,14 +818,6 @@ async fn every_bundled_starter_env_passes_check_and_the_edge_envs_score_by_hand(
         }
         assert!(won, "seed {seed}");
     }
-}
-
-/// The whole numbers in an observation, in order.
-fn numbers_in(obs: &str) -> Vec<u64> {
-    obs.split(|c: char| !c.is_ascii_digit())
-        .filter(|s| !s.is_empty())
-        .map(|s| s.parse().unwrap())
-        .collect()
 }
 
 /// A bundled starter environment's sandbox, reset at `difficulty` (`None`: no difficulty
