@@ -7,7 +7,8 @@ use spade_envtools::package::EnvSpec;
 use spade_model::checkpoint;
 use spade_model::model::{DecodeActivations, DecodeWeights};
 use spade_sandbox::{Config, Runtime};
-use spade_selfplay::eval::{EVAL_SEED_LIMIT, EvalEnv, evaluate, load_envs};
+use spade_selfplay::eval::{EVAL_SEED_LIMIT, EvalEnv, PlaySettings, evaluate, load_envs};
+use spade_selfplay::prompts::{AgentExample, check_agent_examples};
 use spade_selfplay::remote::{ClientConfig, RemotePolicy, api_key_from_env};
 use spade_selfplay::{CandlePolicy, Policy, TrainConfig};
 
@@ -41,6 +42,11 @@ pub struct EvalArgs {
     /// Agent tokens per turn.
     #[arg(long, default_value_t = 48)]
     max_tokens: usize,
+    /// A `spade train` config (TOML or JSON) whose `agent_examples` the agent is shown before
+    /// each first observation, as training showed them (e.g. configs/fixed-rlve.toml). Only
+    /// that key is used.
+    #[arg(long, value_name = "CONFIG")]
+    agent_examples: Option<PathBuf>,
     /// Seed.
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -87,6 +93,25 @@ impl EvalArgs {
         Ok(envs)
     }
 
+    /// The worked examples of --agent-examples (none without it).
+    fn agent_examples(&self) -> anyhow::Result<Vec<AgentExample>> {
+        let Some(path) = &self.agent_examples else {
+            return Ok(Vec::new());
+        };
+        let cfg = TrainConfig::from_file(path)
+            .with_context(|| format!("reading --agent-examples {}", path.display()))?;
+        if cfg.agent_examples.is_empty() {
+            anyhow::bail!(
+                "--agent-examples {} has no agent_examples: give a config with \
+                 [[agent_examples]] tables (`user` and `assistant`)",
+                path.display()
+            );
+        }
+        check_agent_examples(&cfg.agent_examples)
+            .map_err(|e| anyhow::anyhow!("--agent-examples {}: {e}", path.display()))?;
+        Ok(cfg.agent_examples)
+    }
+
     /// The policy that plays: the model in-process, or the inference server (greedy either
     /// way, as evaluation is).
     fn policy(&self) -> anyhow::Result<Box<dyn Policy>> {
@@ -130,6 +155,7 @@ impl EvalArgs {
     /// Runs the subcommand.
     pub fn execute(self) -> anyhow::Result<()> {
         let envs = self.load_envs()?;
+        let examples = self.agent_examples()?;
         let mut policy = self.policy()?;
         if let Some(path) = policy.decode_path() {
             eprintln!("decode weights {path}");
@@ -142,8 +168,11 @@ impl EvalArgs {
             &envs,
             self.plays,
             self.seed,
-            self.max_turns,
-            self.max_tokens,
+            PlaySettings {
+                max_turns: self.max_turns,
+                max_new_tokens: self.max_tokens,
+                examples: &examples,
+            },
             |l| eprintln!("{l}"),
         ))?;
         if self.json {

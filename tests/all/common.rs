@@ -4,6 +4,7 @@
 use std::process::{Command, Output};
 
 use spade_model::load::LoadedModel;
+use spade_selfplay::eval::PlaySettings;
 
 #[path = "../support/fixtures.rs"]
 mod fixtures;
@@ -141,4 +142,13 @@ pub fn numbers_in(obs: &str) -> Vec<u64> {
         .filter(|s| !s.is_empty())
         .map(|s| s.parse().unwrap())
         .collect()
+}
+
+/// Evaluation play settings without worked examples.
+pub fn play_settings(max_turns: u32, max_new_tokens: usize) -> PlaySettings<'static> {
+    PlaySettings {
+        max_turns,
+        max_new_tokens,
+        examples: &[],
+    }
 }

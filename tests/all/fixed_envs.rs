@@ -3,12 +3,16 @@
 //! every window move is derived by hand from the rule; resume; a tiny model that trains on
 //! mixed groups; and the errors a user can hit.
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 
 use spade_model::chat::Message;
 use spade_selfplay::difficulty::{ControllerKind, DifficultyConfig};
+use spade_selfplay::eval::{EvalEnv, PlaySettings, evaluate};
+use spade_selfplay::lockstep::{self, LiveEpisode};
+use spade_selfplay::prompts::AgentExample;
 use spade_selfplay::{CandlePolicy, Corpus, Metrics, Role, Run, Scripted, TrainConfig};
 
-use crate::common::{fails_with, numbers_in, runtime};
+use crate::common::{fails_with, numbers_in, play_settings, runtime};
 
 /// An environment whose problem is its difficulty: answer `\boxed{d}` at level `d`.
 pub(crate) const LEVEL_ENV: &str = r#"
@@ -417,19 +421,34 @@ fn fixed_env_cli_errors_are_clear() {
 
 #[tokio::test]
 async fn eval_plays_at_a_difficulty_and_gives_wilson_intervals() {
-    use spade_selfplay::eval::{EvalEnv, evaluate};
     let envs = vec![EvalEnv {
         name: "level".into(),
         skill: "Levels".into(),
         source: LEVEL_ENV.into(),
         difficulty: Some(2),
     }];
-    let (solved, _) = evaluate(&runtime(), &mut agent(2), &envs, 4, 0, 2, 8, |_| {})
-        .await
-        .unwrap();
-    let (failed, _) = evaluate(&runtime(), &mut agent(1), &envs, 4, 0, 2, 8, |_| {})
-        .await
-        .unwrap();
+    let (solved, _) = evaluate(
+        &runtime(),
+        &mut agent(2),
+        &envs,
+        4,
+        0,
+        play_settings(2, 8),
+        |_| {},
+    )
+    .await
+    .unwrap();
+    let (failed, _) = evaluate(
+        &runtime(),
+        &mut agent(1),
+        &envs,
+        4,
+        0,
+        play_settings(2, 8),
+        |_| {},
+    )
+    .await
+    .unwrap();
     assert_eq!(
         (solved[0].wins, solved[0].plays, solved[0].difficulty),
         (4, 4, Some(2))
@@ -448,4 +467,197 @@ async fn eval_plays_at_a_difficulty_and_gives_wilson_intervals() {
         "{:?}",
         failed[0]
     );
+}
+
+/// Two worked examples, answered in the format LEVEL_ENV reads.
+fn examples() -> Vec<AgentExample> {
+    vec![
+        AgentExample {
+            user: "Level 7 (an example). Answer with the level number.".into(),
+            assistant: "\\boxed{7}".into(),
+        },
+        AgentExample {
+            user: "Level 9 (an example). Answer with the level number.".into(),
+            assistant: "\\boxed{9}".into(),
+        },
+    ]
+}
+
+/// An agent that checks every chat it is asked to continue: the system prompt, then each
+/// worked example as a user message and an assistant reply, then the observation. It answers
+/// the observation's level and counts the chats it checked.
+fn example_reader(want: Vec<AgentExample>, seen: Arc<Mutex<usize>>) -> Scripted {
+    Scripted::new(
+        Box::new(move |_: Role, msgs: &[Message]| {
+            assert_eq!(msgs.len(), 2 + 2 * want.len(), "{msgs:?}");
+            assert_eq!(msgs[0].role, "system");
+            for (k, ex) in want.iter().enumerate() {
+                assert_eq!(
+                    (msgs[1 + 2 * k].role.as_str(), &msgs[1 + 2 * k].content),
+                    ("user", &ex.user)
+                );
+                assert_eq!(
+                    (msgs[2 + 2 * k].role.as_str(), &msgs[2 + 2 * k].content),
+                    ("assistant", &ex.assistant)
+                );
+            }
+            let obs = &msgs[msgs.len() - 1];
+            assert_eq!(obs.role, "user");
+            *seen.lock().unwrap() += 1;
+            let d = level(&[msgs[0].clone(), obs.clone()]);
+            format!("\\boxed{{{d}}}")
+        }),
+        None,
+    )
+}
+
+/// `agent_examples` put each worked exchange between the system prompt and the first
+/// observation, in training and in evaluation, and only the agent's own reply is sampled: the
+/// examples are in the prompt it was sampled from, never in its tokens.
+#[tokio::test]
+async fn agent_examples_come_before_the_observation_and_are_prompt_not_reply() {
+    // Training: every play of the rollout is shown both examples, and the agent that reads the
+    // observation after them wins all 4 plays at level 0 (so the window rises, as in rollout 0
+    // of the climb above).
+    let seen = Arc::new(Mutex::new(0));
+    let dir = tmp("examples");
+    let cfg = TrainConfig {
+        agent_examples: examples(),
+        ..cfg()
+    };
+    let mut policy = example_reader(examples(), seen.clone());
+    let mut run = Run::create(&dir, cfg, corpus(), runtime(), &mut policy, envs()).unwrap();
+    let ms = run.run(1).await.unwrap();
+    let f = &ms[0].fixed[0];
+    assert_eq!((f.difficulty, f.win_rate, f.high), (0, 1.0, 1), "{f:?}");
+    assert_eq!(*seen.lock().unwrap(), 4);
+    let _ = std::fs::remove_dir_all(&dir);
+
+    // Evaluation with the same examples: 4 plays at level 3, all won by the same reader.
+    let envs = vec![EvalEnv {
+        name: "level".into(),
+        skill: "Levels".into(),
+        source: LEVEL_ENV.into(),
+        difficulty: Some(3),
+    }];
+    let shown = examples();
+    let settings = PlaySettings {
+        examples: &shown,
+        ..play_settings(2, 8)
+    };
+    let mut reader = example_reader(examples(), seen.clone());
+    let (scores, _) = evaluate(&runtime(), &mut reader, &envs, 4, 0, settings, |_| {})
+        .await
+        .unwrap();
+    assert_eq!((scores[0].wins, scores[0].plays), (4, 4));
+    assert_eq!(*seen.lock().unwrap(), 8);
+
+    // The sampled turn: its prompt holds the examples' text, its tokens are the reply alone
+    // (the scripted policy's tokens are the bytes of its text).
+    let mut sandbox = runtime()
+        .sandbox(LEVEL_ENV, spade_sandbox::SandboxOptions::seeded(1))
+        .await
+        .unwrap();
+    let mut fields = serde_json::Map::new();
+    fields.insert("difficulty".into(), 5.into());
+    let (reset, _) = sandbox.reset_with(Some(1), &fields).await.unwrap();
+    let mut episode = vec![LiveEpisode::new(
+        sandbox,
+        "system",
+        &shown,
+        reset.observation,
+        false,
+    )];
+    let mut reader = example_reader(examples(), seen.clone());
+    lockstep::play(&mut reader, &mut episode, 1, 8, |_, _| 0, || {})
+        .await
+        .unwrap();
+    let turn = &episode[0].turns[0];
+    let prompt: Vec<u8> = turn.prompt.iter().map(|&b| b as u8).collect();
+    let prompt = String::from_utf8(prompt).unwrap();
+    assert!(
+        prompt.contains("Level 7 (an example)") && prompt.contains("\\boxed{9}"),
+        "{prompt}"
+    );
+    assert_eq!(turn.text, "\\boxed{5}");
+    assert_eq!(turn.tokens, b"\\boxed{5}".map(u32::from).to_vec());
+    assert_eq!(episode[0].ret(), 1.0);
+}
+
+/// A worked example needs both messages, and a misspelt key is refused by name.
+#[test]
+fn a_bad_agent_example_is_refused_with_its_number() {
+    let err = TrainConfig::parse(
+        "[[agent_examples]]\nuser = \"Q\"\nassistant = \"\\\\boxed{1}\"\n\n\
+         [[agent_examples]]\nuser = \"Q\"\nassistant = \" \"\n",
+        true,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("agent example 2 needs a non-empty `user` message and `assistant` reply"),
+        "{err}"
+    );
+    let err = TrainConfig::parse("[[agent_examples]]\nuser = \"Q\"\nanswer = \"A\"\n", true)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("unknown field `answer`"), "{err}");
+}
+
+/// `spade eval --agent-examples` reads a config's examples, and says which file is wrong.
+#[test]
+fn eval_agent_examples_errors_name_the_file() {
+    let env = "crates/selfplay/assets/starter_envs/bigger_number/env.py";
+    fails_with(
+        &[
+            "eval",
+            "--env",
+            env,
+            "--agent-examples",
+            "tests/envs/missing.toml",
+        ],
+        None,
+        1,
+        "reading --agent-examples tests/envs/missing.toml",
+    );
+    fails_with(
+        &[
+            "eval",
+            "--env",
+            env,
+            "--agent-examples",
+            "configs/fixed-edge.toml",
+        ],
+        None,
+        1,
+        "--agent-examples configs/fixed-edge.toml has no agent_examples: give a config with \
+         [[agent_examples]] tables (`user` and `assistant`)",
+    );
+}
+
+/// The shipped RLVE demonstration config (configs/fixed-rlve.toml) is valid: six RLVE
+/// environments, one turn, and two worked examples whose replies are the `\boxed{}` answers
+/// RLVE's adapter reads.
+#[test]
+fn the_shipped_rlve_config_shows_boxed_examples() {
+    let cfg = TrainConfig::from_file(std::path::Path::new("configs/fixed-rlve.toml")).unwrap();
+    cfg.validate().unwrap();
+    assert_eq!(cfg.fixed_envs.len(), 6);
+    assert!(
+        cfg.fixed_envs.iter().all(|e| e.starts_with("rlve:")),
+        "{:?}",
+        cfg.fixed_envs
+    );
+    assert_eq!(
+        (cfg.rollouts, cfg.plays_per_game, cfg.max_turns),
+        (30, 8, 1)
+    );
+    assert_eq!(cfg.agent_examples.len(), 2);
+    for ex in &cfg.agent_examples {
+        assert_eq!(
+            spade_selfplay::extract::action(&ex.assistant, false),
+            ex.assistant
+        );
+        assert!(ex.assistant.starts_with("\\boxed{") && ex.assistant.ends_with('}'));
+    }
 }

@@ -13,7 +13,7 @@ use spade_selfplay::{
     CandlePolicy, Corpus, Policy, Role, Run, Scripted, TrainConfig, extract, prompts, rewards,
 };
 
-use crate::common::{env_source, numbers_in, runtime, test_limits};
+use crate::common::{env_source, numbers_in, play_settings, runtime, test_limits};
 
 fn tmp(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("spade-selfplay-{}-{name}", std::process::id()));
@@ -729,10 +729,17 @@ async fn eval_reports_win_rate_per_skill_with_multi_turn_history() {
         }),
         None,
     );
-    let (scores, per_skill) =
-        spade_selfplay::eval::evaluate(&runtime(), &mut policy, &envs, 2, 0, 8, 16, |_| {})
-            .await
-            .unwrap();
+    let (scores, per_skill) = spade_selfplay::eval::evaluate(
+        &runtime(),
+        &mut policy,
+        &envs,
+        2,
+        0,
+        play_settings(8, 16),
+        |_| {},
+    )
+    .await
+    .unwrap();
     assert_eq!(scores.len(), 4);
     assert_eq!(per_skill.len(), 4);
     assert_eq!(per_skill["Strategic Planning"], 1.0);

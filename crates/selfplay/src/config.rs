@@ -11,6 +11,7 @@ use spade_model::schedule::{DecayKind, LrSchedule};
 use super::credit::{AgentBaseline, CreditConfig, EmaStart};
 use super::difficulty::DifficultyConfig;
 use super::policy::Role;
+use super::prompts::{AgentExample, check_agent_examples};
 use super::remote::adapters::AdapterServer;
 
 /// How the designer's reward is computed from a played environment.
@@ -123,6 +124,12 @@ pub struct TrainConfig {
     pub hint_max_new_tokens: usize,
     /// Agent completion budget per turn.
     pub agent_max_new_tokens: usize,
+    /// Worked exchanges shown to the agent before the first observation of every play, in
+    /// training and in `spade eval --agent-examples` (few-shot turns: `[[agent_examples]]` with
+    /// `user` and `assistant`). They are prompt, never trained. Default: none, as the
+    /// reference. A small model that never writes `\boxed{}` when told to does when shown
+    /// (configs/fixed-rlve.toml, docs/fixed-envs.md).
+    pub agent_examples: Vec<AgentExample>,
     /// Sampling temperature of every role without its own below.
     pub temperature: f64,
     /// The designer's (and repairs') temperature (`None`: `temperature`; reference 0.6).
@@ -366,6 +373,7 @@ impl Default for TrainConfig {
             designer_max_new_tokens: 1024,
             hint_max_new_tokens: 128,
             agent_max_new_tokens: 32,
+            agent_examples: Vec::new(),
             temperature: 1.0,
             designer_temperature: None,
             hint_temperature: None,
@@ -566,6 +574,7 @@ impl TrainConfig {
         if self.ppo_epochs == 0 {
             return bad("ppo_epochs must be at least 1");
         }
+        check_agent_examples(&self.agent_examples).map_err(ModelError::InvalidParameter)?;
         if !(0.0..=1.0).contains(&self.agent_ema_decay) {
             return bad("agent_ema_decay must be in [0, 1]");
         }

@@ -13,6 +13,7 @@ use spade_sandbox::{Runtime, SandboxOptions};
 
 use super::lockstep::{self, LiveEpisode};
 use super::policy::Policy;
+use super::prompts::AgentExample;
 use super::{prompts, rewards, seeds};
 
 /// One held-out environment.
@@ -105,25 +106,26 @@ pub struct EnvScore {
     pub plays: usize,
 }
 
+/// How the agent plays an evaluation episode.
+#[derive(Debug, Clone, Copy)]
+pub struct PlaySettings<'a> {
+    /// Most turns per episode (passed to the environment as `max_turns`).
+    pub max_turns: u32,
+    /// Agent tokens per turn.
+    pub max_new_tokens: usize,
+    /// Worked exchanges before the first observation (training's `agent_examples`).
+    pub examples: &'a [AgentExample],
+}
+
 /// Plays one episode (no hint); returns the episode return.
 pub async fn play_episode(
     runtime: &Runtime,
     policy: &mut dyn Policy,
     source: &str,
     seed: u64,
-    max_turns: u32,
-    max_new_tokens: usize,
+    settings: PlaySettings<'_>,
 ) -> Result<f64> {
-    let rets = play_episodes(
-        runtime,
-        policy,
-        source,
-        None,
-        &[seed],
-        max_turns,
-        max_new_tokens,
-    )
-    .await?;
+    let rets = play_episodes(runtime, policy, source, None, &[seed], settings).await?;
     Ok(rets[0])
 }
 
@@ -136,9 +138,13 @@ pub async fn play_episodes(
     source: &str,
     difficulty: Option<u64>,
     seeds: &[u64],
-    max_turns: u32,
-    max_new_tokens: usize,
+    settings: PlaySettings<'_>,
 ) -> Result<Vec<f64>> {
+    let PlaySettings {
+        max_turns,
+        max_new_tokens,
+        examples,
+    } = settings;
     let tool_use = source.contains("ToolUseBaseEnv");
     let mut live = Vec::with_capacity(seeds.len());
     let mut index = Vec::with_capacity(seeds.len());
@@ -169,7 +175,13 @@ pub async fn play_episodes(
         };
         if let Ok(reset) = reset {
             let system = prompts::agent_system(tool_use);
-            live.push(LiveEpisode::new(sb, &system, reset.observation, tool_use));
+            live.push(LiveEpisode::new(
+                sb,
+                &system,
+                examples,
+                reset.observation,
+                tool_use,
+            ));
             index.push(k);
         }
     }
@@ -191,15 +203,13 @@ pub async fn play_episodes(
 }
 
 /// Plays every env `plays` times; scores per env and win rate per skill.
-#[allow(clippy::too_many_arguments)]
 pub async fn evaluate(
     runtime: &Runtime,
     policy: &mut dyn Policy,
     envs: &[EvalEnv],
     plays: usize,
     seed: u64,
-    max_turns: u32,
-    max_new_tokens: usize,
+    settings: PlaySettings<'_>,
     mut progress: impl FnMut(&str),
 ) -> Result<(Vec<EnvScore>, BTreeMap<String, f64>)> {
     let mut scores = Vec::new();
@@ -214,8 +224,7 @@ pub async fn evaluate(
             &env.source,
             env.difficulty,
             &play_seeds,
-            max_turns,
-            max_new_tokens,
+            settings,
         )
         .await?;
         let wins: Vec<f64> = rets

@@ -13,6 +13,7 @@ use spade_sandbox::{CallError, ErrorKind, Sandbox, Step};
 
 use super::extract;
 use super::policy::{Policy, Role, Sampled};
+use super::prompts::AgentExample;
 use super::rewards;
 
 /// Why a step produced no result.
@@ -57,7 +58,7 @@ impl<W: Write + Send + 'static> EpisodeEnv for Recorder<W> {
 pub struct LiveEpisode<E> {
     /// Its environment (taken while a step runs).
     env: Option<E>,
-    /// The chat so far: system prompt, observations and the agent's replies.
+    /// The chat so far: system prompt, worked examples, observations and the agent's replies.
     pub messages: Vec<Message>,
     /// Tool-use env: actions are `<tool_call>` blocks.
     pub tool_use: bool,
@@ -72,14 +73,25 @@ pub struct LiveEpisode<E> {
 }
 
 impl<E> LiveEpisode<E> {
-    /// An episode whose first observation is `observation` (hint included, if any).
-    pub fn new(env: E, system: &str, observation: String, tool_use: bool) -> Self {
+    /// An episode whose first observation is `observation` (hint included, if any), after the
+    /// system prompt and the worked `examples` (each a user message and the agent's reply).
+    pub fn new(
+        env: E,
+        system: &str,
+        examples: &[AgentExample],
+        observation: String,
+        tool_use: bool,
+    ) -> Self {
+        let mut messages = Vec::with_capacity(2 + 2 * examples.len());
+        messages.push(Message::new("system", system));
+        for ex in examples {
+            messages.push(Message::new("user", ex.user.clone()));
+            messages.push(Message::new("assistant", ex.assistant.clone()));
+        }
+        messages.push(Message::new("user", observation));
         Self {
             env: Some(env),
-            messages: vec![
-                Message::new("system", system),
-                Message::new("user", observation),
-            ],
+            messages,
             tool_use,
             turns: Vec::new(),
             last: None,

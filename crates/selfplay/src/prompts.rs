@@ -158,6 +158,31 @@ pub fn agent_system(tool_use: bool) -> String {
     }
 }
 
+/// A worked exchange shown to the agent before its first observation (a few-shot turn): a
+/// user message and the reply the agent is shown to give. Examples are prompt, never trained.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentExample {
+    /// The example's user message (an observation).
+    pub user: String,
+    /// The example's reply, in the format the environments read (e.g. `\boxed{3}`).
+    pub assistant: String,
+}
+
+/// Checks that every example has a user message and a reply; the error names the first that
+/// does not (counted from 1).
+pub fn check_agent_examples(examples: &[AgentExample]) -> std::result::Result<(), String> {
+    for (i, ex) in examples.iter().enumerate() {
+        if ex.user.trim().is_empty() || ex.assistant.trim().is_empty() {
+            return Err(format!(
+                "agent example {} needs a non-empty `user` message and `assistant` reply",
+                i + 1
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The first observation with the hint appended as the method prescribes.
 pub fn with_hint(observation: &str, hint: Option<&str>) -> String {
     match hint {

@@ -254,7 +254,13 @@ impl Run<'_> {
         Ok(match reset {
             Ok(reset) => {
                 let obs = prompts::with_hint(&reset.observation, hint_text.as_deref());
-                Ok(LiveEpisode::new(rec, &system, obs, env.tool_use))
+                Ok(LiveEpisode::new(
+                    rec,
+                    &system,
+                    &self.cfg.agent_examples,
+                    obs,
+                    env.tool_use,
+                ))
             }
             Err(e) => match e.call_error() {
                 Some(c) => Err((c.kind(), rec)),
