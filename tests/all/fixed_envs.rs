@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use spade_model::chat::Message;
+use spade_selfplay::credit::AgentBaseline;
 use spade_selfplay::difficulty::{ControllerKind, DifficultyConfig};
 use spade_selfplay::eval::{EvalEnv, PlaySettings, evaluate};
 use spade_selfplay::lockstep::{self, LiveEpisode};
@@ -636,8 +637,8 @@ fn eval_agent_examples_errors_name_the_file() {
 }
 
 /// The shipped RLVE demonstration config (configs/fixed-rlve.toml) is valid: six RLVE
-/// environments, one turn, and two worked examples whose replies are the `\boxed{}` answers
-/// RLVE's adapter reads.
+/// environments, one turn, group z-score advantages, and two worked examples whose replies are
+/// the `\boxed{}` answers RLVE's adapter reads.
 #[test]
 fn the_shipped_rlve_config_shows_boxed_examples() {
     let cfg = TrainConfig::from_file(std::path::Path::new("configs/fixed-rlve.toml")).unwrap();
@@ -652,6 +653,7 @@ fn the_shipped_rlve_config_shows_boxed_examples() {
         (cfg.rollouts, cfg.plays_per_game, cfg.max_turns),
         (30, 8, 1)
     );
+    assert_eq!(cfg.agent_baseline, AgentBaseline::Zscore);
     assert_eq!(cfg.agent_examples.len(), 2);
     for ex in &cfg.agent_examples {
         assert_eq!(
