@@ -8,7 +8,7 @@ use spade_model::checkpoint;
 use spade_model::model::{DecodeActivations, DecodeWeights};
 use spade_sandbox::{Config, Runtime};
 use spade_selfplay::eval::{EVAL_SEED_LIMIT, EvalEnv, PlaySettings, evaluate, load_envs};
-use spade_selfplay::prompts::{AgentExample, check_agent_examples};
+use spade_selfplay::prompts::AgentExample;
 use spade_selfplay::remote::{ClientConfig, RemotePolicy, api_key_from_env};
 use spade_selfplay::{CandlePolicy, Policy, TrainConfig};
 
@@ -93,7 +93,7 @@ impl EvalArgs {
         Ok(envs)
     }
 
-    /// The worked examples of --agent-examples (none without it).
+    /// The worked examples of --agent-examples (none without it), checked as the config is.
     fn agent_examples(&self) -> anyhow::Result<Vec<AgentExample>> {
         let Some(path) = &self.agent_examples else {
             return Ok(Vec::new());
@@ -107,8 +107,6 @@ impl EvalArgs {
                 path.display()
             );
         }
-        check_agent_examples(&cfg.agent_examples)
-            .map_err(|e| anyhow::anyhow!("--agent-examples {}: {e}", path.display()))?;
         Ok(cfg.agent_examples)
     }
 

@@ -605,7 +605,8 @@ fn a_bad_agent_example_is_refused_with_its_number() {
     assert!(err.contains("unknown field `answer`"), "{err}");
 }
 
-/// `spade eval --agent-examples` reads a config's examples, and says which file is wrong.
+/// `spade eval --agent-examples` reads a config's examples, and says which file is wrong and
+/// which example.
 #[test]
 fn eval_agent_examples_errors_name_the_file() {
     let env = "crates/selfplay/assets/starter_envs/bigger_number/env.py";
@@ -634,6 +635,16 @@ fn eval_agent_examples_errors_name_the_file() {
         "--agent-examples configs/fixed-edge.toml has no agent_examples: give a config with \
          [[agent_examples]] tables (`user` and `assistant`)",
     );
+    let bad = tmp("bad-examples.toml");
+    std::fs::write(&bad, "[[agent_examples]]\nuser = \"Q\"\nassistant = \"\"\n").unwrap();
+    let bad = bad.to_str().unwrap();
+    fails_with(
+        &["eval", "--env", env, "--agent-examples", bad],
+        None,
+        1,
+        "agent example 1 needs a non-empty `user` message and `assistant` reply",
+    );
+    let _ = std::fs::remove_file(bad);
 }
 
 /// The shipped RLVE demonstration config (configs/fixed-rlve.toml) is valid: six RLVE
