@@ -674,3 +674,18 @@ fn the_shipped_rlve_config_shows_boxed_examples() {
         assert!(ex.assistant.starts_with("\\boxed{") && ex.assistant.ends_with('}'));
     }
 }
+
+#[test]
+fn a_negative_entropy_coef_is_refused() {
+    for value in ["-0.01", "-1"] {
+        let err = TrainConfig::parse(&format!("entropy_coef = {value}\n"), true)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("entropy_coef must be a finite number >= 0"),
+            "{value}: {err}"
+        );
+    }
+    let cfg = TrainConfig::parse("entropy_coef = 0.01\n", true).unwrap();
+    assert_eq!(cfg.entropy_coef, 0.01);
+}

@@ -7,13 +7,14 @@
 //! within each sample, then the mean over samples ([`LossAggregation::SampleMean`]), and each
 //! token's policy-gradient term is weighted by truncated importance sampling,
 //! `min(clamp, exp(logp_train - logp_rollout))` ([`GrpoConfig::tis_clamp`]), which corrects for
-//! a sampler that read other weights than training, or an older policy.
+//! a sampler that read other weights than training, or an older policy. An optional entropy
+//! bonus ([`GrpoConfig::entropy_coef`]) keeps the policy from collapsing onto one answer.
 use std::ops::Range;
 
 use candle_core::Tensor;
 
 use crate::error::{ModelError, Result};
-use crate::logprob::{Spans, span_logprobs};
+use crate::logprob::{Spans, span_logprobs, span_logprobs_and_entropy};
 use crate::model::Decoder;
 use crate::optim::AdamW;
 use crate::schedule::LrSchedule;
@@ -91,6 +92,13 @@ pub struct GrpoConfig {
     pub tis_clamp: f64,
     /// Weight of the KL penalty to the reference model (0 disables it).
     pub kl_coef: f64,
+    /// Weight of the entropy bonus: each trained token's loss is lowered by `entropy_coef`
+    /// times the policy's entropy (nats) at that position, so the update also pushes the
+    /// next-token distribution to stay spread. Once a policy answers a problem the same way in
+    /// every play, the group's advantages are all 0 and GRPO alone no longer moves it; this
+    /// term still does. With it on, a zero-advantage sample is scored. 0 disables it (the
+    /// reference's `--entropy-coef 0.00`).
+    pub entropy_coef: f64,
     /// Global gradient-norm clip (0 disables it).
     pub max_grad_norm: f64,
     /// Samples per forward/backward pass; gradients are accumulated across micro-batches.
@@ -120,6 +128,7 @@ impl Default for GrpoConfig {
             aggregation: LossAggregation::SampleMean,
             tis_clamp: 2.0,
             kl_coef: 0.0,
+            entropy_coef: 0.0,
             max_grad_norm: 1.0,
             micro_batch: 4,
             micro_batch_tokens: 0,
@@ -143,6 +152,10 @@ pub struct StepStats {
     pub clip_fraction: f64,
     /// Mean KL estimate to the reference (0 without one).
     pub kl: f64,
+    /// Mean entropy (nats) of the policy's next-token distribution per scored token (0 when
+    /// none was scored). Without the entropy bonus or a KL term only samples with a nonzero
+    /// advantage are scored, so this is their entropy.
+    pub entropy: f64,
     /// Gradient norm before clipping.
     pub grad_norm: f64,
     /// The learning rate of the step.
@@ -190,6 +203,15 @@ impl UpdateStats {
     /// Mean KL to the reference over the steps.
     pub fn kl(&self) -> f64 {
         self.mean(|s| s.kl)
+    }
+
+    /// The first step's mean entropy per scored token, at the sampling policy (`None` if it
+    /// scored no token).
+    pub fn entropy(&self) -> Option<f64> {
+        self.steps
+            .first()
+            .filter(|s| s.scored_tokens > 0)
+            .map(|s| s.entropy)
     }
 
     /// Mean of `f` over the steps that scored tokens; `None` if none did.
@@ -332,12 +354,13 @@ impl<'a> GrpoTrainer<'a> {
         Ok(self.step_inner(samples, samples, false)?.0)
     }
 
-    /// Whether `s` goes through the model: it has trained tokens and, unless a KL term is on,
-    /// a nonzero advantage (with advantage 0 the clipped surrogate is exactly 0 whatever the
-    /// ratio, so its gradient is 0 too).
+    /// Whether `s` goes through the model: it has trained tokens and, unless a KL term or the
+    /// entropy bonus is on, a nonzero advantage (with advantage 0 the clipped surrogate is
+    /// exactly 0 whatever the ratio, so its gradient is 0 too).
     fn scores(&self, s: &GrpoSample) -> bool {
         let kl = self.reference.is_some() && self.cfg.kl_coef > 0.0;
-        s.trained_tokens() > 0 && (kl || s.advantage != 0.0)
+        let entropy = self.cfg.entropy_coef > 0.0;
+        s.trained_tokens() > 0 && (kl || entropy || s.advantage != 0.0)
     }
 
     /// [`GrpoTrainer::step`]; `rollout` holds the same samples with the sampler's
@@ -429,6 +452,7 @@ impl<'a> GrpoTrainer<'a> {
             mean_ratio: per_scored(pass.ratio, 1.0),
             clip_fraction: per_scored(pass.clipped, 0.0),
             kl: pass.kl / t,
+            entropy: per_scored(pass.entropy, 0.0),
             grad_norm,
             lr,
             tokens: total,
@@ -487,7 +511,8 @@ impl<'a> GrpoTrainer<'a> {
             .collect();
         let old = Tensor::from_vec(old, n, &device)?;
         let a = Tensor::from_vec(a, n, &device)?;
-        let lp = span_logprobs(self.policy, &rows)?;
+        let (lp, entropy) = span_logprobs_and_entropy(self.policy, &rows)?;
+        pass.entropy += f64::from(entropy.sum_all()?.to_scalar::<f32>()?);
         let now = lp.detach();
         pass.gap += f64::from((&now - &old)?.abs()?.sum_all()?.to_scalar::<f32>()?);
         let old = if recompute { now.clone() } else { old };
@@ -508,6 +533,9 @@ impl<'a> GrpoTrainer<'a> {
             let kl = ((d.exp()? - &d)? - 1.0)?;
             pass.kl += f64::from(kl.sum_all()?.to_scalar::<f32>()?);
             per_tok = (per_tok + (kl * self.cfg.kl_coef)?)?;
+        }
+        if self.cfg.entropy_coef > 0.0 {
+            per_tok = (per_tok - (entropy * self.cfg.entropy_coef)?)?;
         }
         let loss = per_tok.mul(&weights)?.sum_all()?;
         pass.loss += f64::from(loss.to_scalar::<f32>()?);
@@ -599,6 +627,7 @@ struct StepSums {
     ratio: f64,
     clipped: f64,
     kl: f64,
+    entropy: f64,
     gap: f64,
     tis: f64,
     tis_clamped: f64,

@@ -51,6 +51,22 @@ pub struct Spans<'a> {
 /// a tensor `(sum of span lengths,)` on the autograd graph. Only the hidden states that predict
 /// a scored token go through the LM head.
 pub fn span_logprobs(model: &Decoder, batch: &[Spans]) -> Result<Tensor> {
+    let (logp, targets) = span_distributions(model, batch)?;
+    Ok(logp.gather(&targets, D::Minus1)?.squeeze(1)?)
+}
+
+/// [`span_logprobs`] and, beside it, the entropy in nats of the policy's whole next-token
+/// distribution at each scored position, `-sum_v p(v) log p(v)`: two tensors `(sum of span
+/// lengths,)`, both on the autograd graph.
+pub fn span_logprobs_and_entropy(model: &Decoder, batch: &[Spans]) -> Result<(Tensor, Tensor)> {
+    let (logp, targets) = span_distributions(model, batch)?;
+    let entropy = logp.exp()?.mul(&logp)?.sum(D::Minus1)?.neg()?;
+    Ok((logp.gather(&targets, D::Minus1)?.squeeze(1)?, entropy))
+}
+
+/// The log-softmax over the vocabulary at every position that predicts a scored token,
+/// `(n, vocab)`, and those tokens, `(n, 1)`.
+fn span_distributions(model: &Decoder, batch: &[Spans]) -> Result<(Tensor, Tensor)> {
     let device = model.device();
     let width = batch
         .iter()
@@ -96,5 +112,5 @@ pub fn span_logprobs(model: &Decoder, batch: &[Spans]) -> Result<Tensor> {
     let logp = train_ops::log_softmax(&model.lm_head_train(&picked)?)?;
     let n = targets.len();
     let targets = Tensor::from_vec(targets, (n, 1), device)?;
-    Ok(logp.gather(&targets, D::Minus1)?.squeeze(1)?)
+    Ok((logp, targets))
 }

@@ -224,6 +224,12 @@ pub struct TrainConfig {
     /// base without adapters is the reference at no memory cost; each micro-batch then costs
     /// one more forward pass). 0 disables it.
     pub kl_coef: f64,
+    /// Weight of the entropy bonus: the update also raises the entropy of the policy's
+    /// next-token distribution at each trained token, by this much per nat (`GrpoConfig::
+    /// entropy_coef`). Against collapse: once every play of a problem gives the same answer,
+    /// the group's advantages are 0 and only this term moves the policy. Samples with advantage
+    /// 0 then go through the model too. 0 disables it (the reference's `--entropy-coef 0.00`).
+    pub entropy_coef: f64,
     /// Optimiser steps of linear learning-rate warmup.
     pub lr_warmup_steps: u64,
     /// Decay after warmup: `constant`, `cosine` or `linear`.
@@ -407,6 +413,7 @@ impl Default for TrainConfig {
             env_reward_scale_cap: 50.0,
             ppo_epochs: 2,
             kl_coef: 0.0,
+            entropy_coef: 0.0,
             lr_warmup_steps: 2,
             lr_schedule: DecayKind::Constant,
             lr_decay_steps: 0,
@@ -451,6 +458,7 @@ impl TrainConfig {
             ppo_epochs: 1,
             lr_warmup_steps: 0,
             kl_coef: 0.0,
+            entropy_coef: 0.0,
             lora_rank: 32,
             lora_alpha: 32.0,
             designer_temperature: Some(0.6),
@@ -580,6 +588,9 @@ impl TrainConfig {
         }
         if self.kl_coef < 0.0 || !self.kl_coef.is_finite() {
             return bad("kl_coef must be a finite number >= 0");
+        }
+        if self.entropy_coef < 0.0 || !self.entropy_coef.is_finite() {
+            return bad("entropy_coef must be a finite number >= 0");
         }
         if self.kl_coef > 0.0 && !self.lora {
             return bad(

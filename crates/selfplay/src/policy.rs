@@ -227,6 +227,7 @@ impl CandlePolicy {
                 aggregation: cfg.loss_aggregation,
                 tis_clamp: cfg.tis_clamp,
                 kl_coef: cfg.kl_coef,
+                entropy_coef: cfg.entropy_coef,
                 max_grad_norm: cfg.max_grad_norm,
                 micro_batch: cfg.micro_batch,
                 micro_batch_tokens: cfg.micro_batch_tokens,

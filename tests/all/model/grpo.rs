@@ -5,7 +5,9 @@ use spade_model::grpo::{
     GrpoConfig, GrpoSample, GrpoTrainer, LossAggregation, Norm, micro_batches, tis_weights,
     token_weight,
 };
-use spade_model::logprob::{Pair, Spans, completion_logprobs, span_logprobs};
+use spade_model::logprob::{
+    Pair, Spans, completion_logprobs, span_logprobs, span_logprobs_and_entropy,
+};
 use spade_model::model::{Decoder, LoraConfig, lora};
 use spade_model::optim::{AdamW, AdamWConfig};
 use spade_model::sample::{Sampler, SamplingParams};
@@ -840,4 +842,155 @@ fn the_importance_weight_scales_each_tokens_loss_and_is_cut_at_the_clamp() {
     assert!((cut.steps[0].loss + 2.0).abs() < 1e-5, "{cut:?}");
     assert_eq!(cut.tis_mean(), Some(2.0));
     assert_eq!(cut.tis_clamped_fraction(), Some(1.0));
+}
+
+/// The entropy in nats of the model's next-token distribution after `context`, from the
+/// log-probability of every vocabulary token as a one-token completion (no entropy code).
+fn entropy_by_enumeration(model: &Decoder, context: &[u32], vocab: usize) -> f64 {
+    let singles: Vec<[u32; 1]> = (0..vocab as u32).map(|v| [v]).collect();
+    let pairs: Vec<Pair> = singles
+        .iter()
+        .map(|v| Pair {
+            prompt: context,
+            completion: v,
+        })
+        .collect();
+    let lp: Vec<f32> = completion_logprobs(&model.without_grad(), &pairs)
+        .unwrap()
+        .to_vec1()
+        .unwrap();
+    let total: f64 = lp.iter().map(|&l| f64::from(l).exp()).sum();
+    assert!(
+        (total - 1.0).abs() < 1e-4,
+        "a distribution sums to 1: {total}"
+    );
+    lp.iter().map(|&l| -f64::from(l).exp() * f64::from(l)).sum()
+}
+
+/// The mean entropy over the positions that predict each token of `completion`.
+fn mean_entropy(model: &Decoder, prompt: &[u32], completion: &[u32], vocab: usize) -> f64 {
+    (0..completion.len())
+        .map(|k| {
+            let context: Vec<u32> = prompt.iter().chain(&completion[..k]).copied().collect();
+            entropy_by_enumeration(model, &context, vocab)
+        })
+        .sum::<f64>()
+        / completion.len() as f64
+}
+
+#[test]
+fn span_entropy_is_the_entropy_of_each_scored_positions_distribution() {
+    let cfg = tiny_llama_with_vocab();
+    let (model, _) = Decoder::random(&cfg, 1, 0.3, &Device::Cpu).unwrap();
+    // Two rows; the second scores turns 0..2 and 3..4 of its completion (2 is an observation).
+    let (p1, c1) = (vec![5u32, 60], vec![8u32, 9]);
+    let (p2, c2) = (vec![7u32], vec![40u32, 41, 42, 43]);
+    let spans1 = std::iter::once(0..2).collect::<Vec<_>>();
+    let spans2 = [0..2, 3..4];
+    let rows = [
+        Spans {
+            prompt: &p1,
+            completion: &c1,
+            spans: &spans1,
+        },
+        Spans {
+            prompt: &p2,
+            completion: &c2,
+            spans: &spans2,
+        },
+    ];
+    let (lp, entropy) = span_logprobs_and_entropy(&model.without_grad(), &rows).unwrap();
+    let entropy: Vec<f32> = entropy.to_vec1().unwrap();
+    assert_eq!(
+        lp.to_vec1::<f32>().unwrap(),
+        span_logprobs(&model.without_grad(), &rows)
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap()
+    );
+    // Scored tokens, in order: c1[0], c1[1], c2[0], c2[1], c2[3]; each entropy is of the
+    // distribution that predicted it.
+    let contexts: Vec<Vec<u32>> = vec![
+        p1.clone(),
+        [p1.clone(), c1[..1].to_vec()].concat(),
+        p2.clone(),
+        [p2.clone(), c2[..1].to_vec()].concat(),
+        [p2.clone(), c2[..3].to_vec()].concat(),
+    ];
+    assert_eq!(entropy.len(), contexts.len());
+    for (h, context) in entropy.iter().zip(&contexts) {
+        let want = entropy_by_enumeration(&model, context, cfg.vocab_size);
+        assert!(
+            (f64::from(*h) - want).abs() < 1e-4,
+            "entropy after {context:?}: {h} against {want} by enumeration"
+        );
+        // A random tiny model is far from uniform or one-hot: the check is not trivial.
+        assert!(
+            want > 0.5 && want < (cfg.vocab_size as f64).ln() - 1e-3,
+            "{want}"
+        );
+    }
+}
+
+#[test]
+fn the_entropy_bonus_spreads_a_policy_that_zero_advantages_leave_alone() {
+    let cfg = tiny_llama_with_vocab();
+    let (prompt, completion) = (vec![5u32, 60, 70], vec![8u32, 9, 10]);
+    // Three on-policy steps on two samples whose advantages are all 0 (a collapsed group).
+    let run = |entropy_coef: f64| {
+        let (model, vm) = Decoder::random(&cfg, 1, 0.3, &Device::Cpu).unwrap();
+        let before = mean_entropy(&model, &prompt, &completion, cfg.vocab_size);
+        let opt = AdamW::new(
+            vm.all_vars(),
+            AdamWConfig {
+                lr: 1e-2,
+                ..AdamWConfig::default()
+            },
+        )
+        .unwrap();
+        let grpo = GrpoConfig {
+            entropy_coef,
+            max_grad_norm: 0.0,
+            ..GrpoConfig::default()
+        };
+        let mut t = GrpoTrainer::new(&model, None, opt, grpo).unwrap();
+        let mut first = None;
+        for _ in 0..3 {
+            let old = own_logprobs(&model, &prompt, &completion);
+            let batch = vec![
+                GrpoSample::new(prompt.clone(), completion.clone(), old.clone(), 0.0),
+                GrpoSample::new(prompt.clone(), completion.clone(), old, 0.0),
+            ];
+            let stats = t.update(&batch).unwrap();
+            first.get_or_insert(stats);
+        }
+        let after = mean_entropy(&model, &prompt, &completion, cfg.vocab_size);
+        (before, after, first.unwrap())
+    };
+    let (before, after, stats) = run(0.0);
+    assert_eq!(
+        after, before,
+        "without the bonus, zero advantages move nothing"
+    );
+    assert_eq!((stats.tokens(), stats.scored_tokens()), (6, 0));
+    assert_eq!(stats.entropy(), None, "nothing scored, nothing measured");
+
+    let (before, after, stats) = run(0.5);
+    assert_eq!((stats.tokens(), stats.scored_tokens()), (6, 6));
+    let measured = stats.entropy().unwrap();
+    assert!(
+        (measured - before).abs() < 1e-4,
+        "the first step reports the sampling policy's entropy: {measured} against {before}"
+    );
+    // The loss is the bonus alone: minus the weight times the mean entropy.
+    assert!(
+        (stats.loss() + 0.5 * before).abs() < 1e-4,
+        "loss {} against {}",
+        stats.loss(),
+        -0.5 * before
+    );
+    assert!(
+        after > before + 0.05,
+        "the bonus raised the entropy: {before} -> {after}"
+    );
 }

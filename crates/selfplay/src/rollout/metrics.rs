@@ -84,6 +84,10 @@ pub struct Metrics {
     pub grad_norm: Option<f64>,
     /// KL estimate to the frozen base per trained token, mean over the steps (0 with `kl_coef` 0).
     pub kl: Option<f64>,
+    /// Mean entropy (nats) of the policy's next-token distribution per scored token, at the
+    /// update's first step (absent when no token was scored). Scored tokens are those of
+    /// sequences with a nonzero advantage, or all with a KL term or `entropy_coef`.
+    pub entropy: Option<f64>,
     /// Fraction of scored tokens whose ratio was outside the clip range, mean over the steps
     /// (absent when no token was scored).
     pub clip_fraction: Option<f64>,
@@ -97,7 +101,7 @@ pub struct Metrics {
     /// Tokens trained on (per optimiser step).
     pub tokens_trained: usize,
     /// Trained tokens that went through the model (per optimiser step): those of sequences
-    /// with a nonzero advantage, or all with a KL term. A sequence with advantage 0 has no
+    /// with a nonzero advantage, or all with a KL term or an entropy bonus. A sequence with advantage 0 has no
     /// gradient, so the update skips its forward and backward passes.
     pub tokens_scored: usize,
     /// Mean |Δ log-prob| per scored token between sampling (quantised weights, fused

@@ -74,6 +74,7 @@ impl Run<'_> {
             m.loss = Some(stats.loss());
             m.grad_norm = Some(stats.grad_norm());
             m.kl = Some(stats.kl());
+            m.entropy = stats.entropy();
             m.clip_fraction = stats.clip_fraction();
             m.ratio_mean = stats.ratio_mean();
             m.lr = Some(stats.lr());
