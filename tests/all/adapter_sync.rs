@@ -237,6 +237,7 @@ fn cfg(kind: AdapterServer, url: &str, dir: &Path) -> TrainConfig {
         plays_per_game: 4,
         max_turns: 1,
         agent_max_new_tokens: 8,
+        ppo_epochs: 2,
         inference: Some(InferenceConfig {
             url: url.to_owned(),
             model: "tiny".into(),
@@ -491,7 +492,7 @@ fn spade_train_samples_on_the_server_and_loads_its_adapters() {
     let config = dir.join("config.toml");
     std::fs::write(
         &config,
-        "seed = 5\nplays_per_game = 4\nmax_turns = 1\nagent_max_new_tokens = 8\n",
+        "seed = 5\nplays_per_game = 4\nmax_turns = 1\nagent_max_new_tokens = 8\nppo_epochs = 2\n",
     )
     .unwrap();
     let out = dir.join("myrun");

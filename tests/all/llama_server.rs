@@ -250,7 +250,7 @@ fn spade_train_samples_on_llama_servers_router_with_each_updates_adapter() {
     let config = dir.join("config.toml");
     std::fs::write(
         &config,
-        "seed = 3\nplays_per_game = 8\nmax_turns = 1\nagent_max_new_tokens = 16\nlr = 1e-3\n",
+        "seed = 3\nplays_per_game = 8\nmax_turns = 1\nagent_max_new_tokens = 16\nlr = 1e-3\nppo_epochs = 2\n",
     )
     .unwrap();
     let out = dir.join("run");

@@ -658,7 +658,8 @@ async fn a_tiny_random_model_runs_a_full_rollout_with_an_update() {
     // This run only checks the plumbing: a random model wins nothing and its designs are all
     // invalid, so every advantage is 0 (learning is tested in tests/all/learning.rs).
     assert_eq!(m.zero_advantage_fraction, 1.0);
-    assert_eq!(m.optimizer_steps, 2);
+    // The default ppo_epochs.
+    assert_eq!(m.optimizer_steps, 4);
     assert!(
         dir.join("checkpoints/rollout-000001/policy/adapter_model.safetensors")
             .exists()

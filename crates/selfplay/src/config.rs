@@ -218,7 +218,10 @@ pub struct TrainConfig {
     /// Cap of the computed designer reward scale (reference: 50).
     pub env_reward_scale_cap: f64,
     /// Optimiser steps per batch: from the second on the policy has moved, so the ratio
-    /// leaves 1 and the clip acts. 2 doubles the update's time.
+    /// leaves 1 and the clip acts. The update's time grows with it: 4 takes four times 1's.
+    /// Default 4: in the sweep (README.md), 4 raised held-out wins most in 8 rollouts
+    /// (+107 of 192, against +83 with 2 and +56 with 1), at a KL and clip fraction that stay
+    /// small (0.14 per token, 5.8%). The reference takes 1 step at 1e-6 on all weights.
     pub ppo_epochs: usize,
     /// Weight of the KL penalty to the frozen base model (k3 estimator; needs `lora`, where the
     /// base without adapters is the reference at no memory cost; each micro-batch then costs
@@ -411,7 +414,7 @@ impl Default for TrainConfig {
             train_hint_plays: false,
             env_reward_scale: 0.0,
             env_reward_scale_cap: 50.0,
-            ppo_epochs: 2,
+            ppo_epochs: 4,
             kl_coef: 0.0,
             entropy_coef: 0.0,
             lr_warmup_steps: 2,
