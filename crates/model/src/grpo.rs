@@ -8,7 +8,8 @@
 //! token's policy-gradient term is weighted by truncated importance sampling,
 //! `min(clamp, exp(logp_train - logp_rollout))` ([`GrpoConfig::tis_clamp`]), which corrects for
 //! a sampler that read other weights than training, or an older policy. An optional entropy
-//! bonus ([`GrpoConfig::entropy_coef`]) keeps the policy from collapsing onto one answer.
+//! bonus ([`GrpoConfig::entropy_coef`]) pushes the policy's next-token distributions to stay
+//! spread.
 use std::ops::Range;
 
 use candle_core::Tensor;

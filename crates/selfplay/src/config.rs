@@ -232,6 +232,8 @@ pub struct TrainConfig {
     /// entropy_coef`). Against collapse: once every play of a problem gives the same answer,
     /// the group's advantages are 0 and only this term moves the policy. Samples with advantage
     /// 0 then go through the model too. 0 disables it (the reference's `--entropy-coef 0.00`).
+    /// On the default model and RLVE it did not help: 0.01 changed almost nothing, 0.05 drew
+    /// the replies away from answering (docs/fixed-envs.md).
     pub entropy_coef: f64,
     /// Optimiser steps of linear learning-rate warmup.
     pub lr_warmup_steps: u64,
