@@ -339,6 +339,9 @@ impl InferenceConfig {
                     .into(),
             );
         }
+        if self.adapters == Some(AdapterServer::LlamaCpp) && self.llama_presets.is_none() {
+            return Err(super::remote::adapters::LLAMA_CPP_NEEDS_PRESETS.into());
+        }
         Ok(())
     }
 }

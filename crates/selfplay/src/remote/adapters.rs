@@ -139,6 +139,11 @@ pub enum SyncError {
     },
 }
 
+/// The error of llama.cpp adapter sync without the router's preset file (checked both by the
+/// config's validation, before the model loads, and here).
+pub const LLAMA_CPP_NEEDS_PRESETS: &str = "llama.cpp adapter sync needs the router's preset \
+file (`llama_presets` in [inference], the file llama-server was started with --models-preset)";
+
 /// Keeps the server's adapter in step with training.
 #[derive(Debug)]
 pub struct AdapterSync {
@@ -153,11 +158,7 @@ impl AdapterSync {
     pub fn new(config: SyncConfig, client: CompletionsClient) -> Result<Self, SyncError> {
         if config.server == AdapterServer::LlamaCpp {
             if config.llama_presets.is_none() {
-                return Err(SyncError::Config(
-                    "llama.cpp adapter sync needs the router's preset file (`llama_presets` in \
-                     [inference], the file llama-server was started with --models-preset)"
-                        .into(),
-                ));
+                return Err(SyncError::Config(LLAMA_CPP_NEEDS_PRESETS.into()));
             }
             if config.llama_base_gguf.is_none() {
                 return Err(SyncError::Config(
