@@ -7,7 +7,7 @@ use spade_model::chat::Message;
 use spade_model::load::LoadedModel;
 use spade_sandbox::{Limits, Runtime};
 use spade_selfplay::config::DesignerReward;
-use spade_selfplay::memory::{EnvMemory, MemoryRecord, Seeds};
+use spade_selfplay::memory::{EnvMemory, MemoryRecord};
 use spade_selfplay::policy::Script;
 use spade_selfplay::{
     CandlePolicy, Corpus, Policy, Role, Run, Scripted, TrainConfig, extract, prompts, rewards,
@@ -241,52 +241,6 @@ fn prompts_carry_document_examples_avoid_lists_and_the_hint_suffix() {
     assert!(p.contains("ToolUseBaseEnv"));
     assert_eq!(prompts::with_hint("obs", Some("h")), "obs\n\nHINT: h");
     assert_eq!(prompts::with_hint("obs", None), "obs");
-}
-
-/// The skeleton the designer is shown is the contract's shape: unfilled it is rejected (a copy
-/// is not a valid design), and filled in at its two comments it is a valid environment.
-#[tokio::test]
-async fn the_designer_skeleton_filled_at_its_two_comments_passes_check() {
-    let spec = |variant| prompts::DesignSpec {
-        skill: "Memory Recall".into(),
-        difficulty: "easy".into(),
-        variant,
-        doc_id: 0,
-    };
-    let single = prompts::designer_prompt(
-        &spec(prompts::Variant::SingleAnswer),
-        "d",
-        &Seeds::default(),
-    );
-    assert!(single.contains(prompts::BOXED_SKELETON) && single.contains("under 60 lines"));
-    let tool = prompts::designer_prompt(&spec(prompts::Variant::ToolUse), "d", &Seeds::default());
-    assert!(!tool.contains(prompts::BOXED_SKELETON) && tool.contains("under 60 lines"));
-
-    // A designer that copies the skeleton, as a reply in a code block.
-    let copied = extract::python_block(prompts::BOXED_SKELETON).unwrap();
-    let options = spade_envtools::check::CheckOptions::default();
-    let report = spade_envtools::check::check(&runtime(), &copied, &options).await;
-    assert!(!report.accepted, "the bare skeleton must not validate");
-
-    // Filled in: a number from 1 to 9 to guess, with the hint higher/lower.
-    let task = "        # TASK: draw the hidden task with random, set self.answer, write the observation.\n\
-                \x20       observation = \"The rules and the task. Reply with \\\\boxed{your answer}.\"\n";
-    let logic = "        # LOGIC: read command, update the state, set observation, reward and terminated.\n";
-    assert!(copied.contains(task) && copied.contains(logic), "{copied}");
-    let filled = copied
-        .replace(
-            task,
-            "        self.answer = str(random.randint(1, 9))\n\
-             \x20       observation = \"Guess my number from 1 to 9. Reply with \\\\boxed{n}.\"\n",
-        )
-        .replace(
-            logic,
-            "        terminated = command == self.answer\n\
-             \x20       reward = 1.0 if terminated else 0.0\n\
-             \x20       observation = \"Correct.\" if terminated else \"Wrong, guess again.\"\n",
-        );
-    let report = spade_envtools::check::check(&runtime(), &filled, &options).await;
-    assert!(report.accepted, "{:?}\n{filled}", report.codes());
 }
 
 // ---------------------------------------------------------------- scripted rollouts

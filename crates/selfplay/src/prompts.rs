@@ -50,55 +50,6 @@ float reward in [-1, 1]; set `truncated` when `self.turn_count >= self.max_turns
 - `solution(self)` returning the answer (or a plan of actions) as a string.\n\
 Never crash on malformed actions: answer them with a format message and a small negative reward.";
 
-/// The shape of a `\boxed{}` environment, shown to the designer as the reference's prompt shows
-/// its interface (`spade/core/prompts/corpus_template.py`): the structure is given, the game's
-/// logic is left to the designer at the two comments in `reset` and `step`.
-pub const BOXED_SKELETON: &str = r#"```python
-import random
-import re
-
-
-class NameOfTheGameEnv:
-    def __init__(self, max_turns=8, **kwargs):
-        self.max_turns = max_turns
-        self.turn_count = 0
-        self.answer = ""
-        self.reset()
-
-    def reset(self, seed=None):
-        if seed is not None:
-            random.seed(seed)
-        self.turn_count = 0
-        # TASK: draw the hidden task with random, set self.answer, write the observation.
-        observation = "The rules and the task. Reply with \\boxed{your answer}."
-        return observation, {}
-
-    def step(self, action):
-        self.turn_count += 1
-        truncated = self.turn_count >= self.max_turns
-        match = re.search(r"\\boxed\{(.+?)\}", action)
-        if match is None:
-            return "Reply with \\boxed{your answer}.", -0.1, False, truncated, {}
-        command = match.group(1).strip()
-        # LOGIC: read command, update the state, set observation, reward and terminated.
-        return observation, reward, terminated, truncated, {}
-
-    def solution(self):
-        return self.answer
-
-    def close(self):
-        pass
-```"#;
-
-/// Rules against the failures a design most often dies of, in the reference's spirit.
-const ROBUSTNESS: &str = "Rules:\n\
-- Keep the module under 60 lines: a short, complete game is valid, a long one is cut off.\n\
-- Replace both comments with working code; leave no `...` and no undefined name.\n\
-- Set every attribute in `__init__` before it calls `self.reset()`.\n\
-- Import every module you use; only the standard library (no numpy).\n\
-- In an f-string, double a literal brace: f\"Reply with \\\\boxed{{x}}\" prints \\boxed{x}.\n\
-- Every return of `step` is the 5-tuple `(str, float, bool, bool, dict)`.";
-
 fn variant_rules(v: Variant) -> &'static str {
     match v {
         Variant::SingleAnswer => {
@@ -146,10 +97,6 @@ pub fn designer_prompt(spec: &DesignSpec, document: &str, seeds: &Seeds) -> Stri
         CONTRACT,
         variant_rules(spec.variant)
     );
-    if spec.variant != Variant::ToolUse {
-        p.push_str(&format!("\nStart from this skeleton:\n{BOXED_SKELETON}\n"));
-    }
-    p.push_str(&format!("\n{ROBUSTNESS}\n"));
     for (i, ex) in seeds.positive.iter().enumerate() {
         p.push_str(&format!(
             "\nExample {} of a good environment (agent win rate {:.2}, regret {:.2}):\n```python\n{}\n```\n",
@@ -179,7 +126,7 @@ pub fn designer_prompt(spec: &DesignSpec, document: &str, seeds: &Seeds) -> Stri
 pub fn repair_prompt(source: &str, errors: &str) -> String {
     format!(
         "This environment failed validation.\n\n```python\n{source}\n```\n\nErrors:\n{errors}\n\n\
-         {CONTRACT}\n\n{ROBUSTNESS}\n\nFix every error and reply with the complete corrected module in one ```python code block."
+         {CONTRACT}\n\nFix every error and reply with the complete corrected module in one ```python code block."
     )
 }
 
