@@ -47,7 +47,7 @@ impl CheckArgs {
     pub fn execute(self) -> anyhow::Result<ExitCode> {
         let source = self.env.source()?;
         let started = Instant::now();
-        let mut runtime = super::run::start_runtime(Config::default())?;
+        let mut runtime = super::common::start_runtime(Config::default())?;
         if let Some(fuel) = self.fuel {
             let mut limits = runtime.limits().clone();
             limits.fuel_per_call = fuel;

@@ -12,6 +12,7 @@ macro_rules! say {
 pub mod actions;
 pub mod bench;
 pub mod check;
+pub mod common;
 pub mod env_arg;
 #[cfg(feature = "train")]
 pub mod eval;

@@ -21,7 +21,7 @@ pub const EXIT_TRUNCATED: u8 = 4;
 /// Replay a trajectory file bit for bit, or check it for tampering.
 #[derive(Debug, Args)]
 pub struct ReplayArgs {
-    /// The trajectory file (written by `spade run --record` or the runtime's `Recorder`).
+    /// The trajectory file (written by `spade run --record` or any recorded `Episode`).
     pub trajectory: PathBuf,
     /// Use this environment source instead of the copy embedded in the trajectory (it must
     /// match the recorded sha256).

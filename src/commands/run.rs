@@ -1,17 +1,18 @@
 //! `spade run`: play an environment from the command line: actions from a file (one per line,
 //! or one JSON string per line for actions with newlines) or typed interactively.
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context as _, bail};
 use clap::Args;
 use serde_json::{Value, json};
-use spade_envtools::trajectory::{RecordError, RecordMeta, Recorder};
-use spade_sandbox::{CallError, CallOutput, Config, Pool, Runtime, Sandbox, SandboxOptions};
+use spade_envtools::trajectory::RecordMeta;
+use spade_envtools::{Cost, Costed, Episode, EpisodeError, Record};
+use spade_sandbox::{CallError, CallOutput, Runtime, Sandbox, SandboxOptions};
 
 use super::actions::{Format, InteractiveActions, read_actions};
+use super::common::{leave_for_exit, one_episode_config, start_runtime};
 use super::env_arg::EnvArg;
 use super::{EXIT_ENV_FAILED, one_task_executor};
 
@@ -85,78 +86,47 @@ impl RunArgs {
         source: &str,
         actions: Actions,
     ) -> anyhow::Result<(ExitCode, Option<Sandbox>)> {
-        let sink: Box<dyn Write> = match &self.record {
-            Some(path) => Box::new(std::io::BufWriter::new(
-                std::fs::File::create(path).with_context(|| {
+        let record = match &self.record {
+            Some(path) => Record::to(
+                std::io::BufWriter::new(std::fs::File::create(path).with_context(|| {
                     format!("cannot create trajectory file '{}'", path.display())
-                })?,
-            )),
-            None => Box::new(std::io::sink()),
+                })?),
+                RecordMeta::default(),
+            ),
+            None => Record::Off,
         };
         let mut out = Printer { json: self.json };
         let options = SandboxOptions {
             seed: self.seed,
             max_turns: self.max_turns,
         };
-        let mut recorder = Recorder::start(runtime, source, options, RecordMeta::default(), sink)
+        let mut episode = Episode::start(runtime, source, options, record)
             .await
             .context("writing the trajectory")?;
-        let code = self.episode(&mut recorder, &mut out, actions).await?;
-        let (_, mut sink, sandbox) = recorder
-            .finish_keeping_sandbox()
-            .context("writing the trajectory")?;
-        sink.flush().context("writing the trajectory")?;
-        Ok((code, sandbox))
+        let code = self.episode(&mut episode, &mut out, actions).await?;
+        let finished = episode.finish().context("writing the trajectory")?;
+        Ok((code, finished.sandbox))
     }
 
-    async fn episode<W: Write>(
+    async fn episode(
         &self,
-        recorder: &mut Recorder<W>,
+        episode: &mut Episode,
         out: &mut Printer,
         actions: Actions,
     ) -> anyhow::Result<ExitCode> {
-        let fuel = |r: &Recorder<W>| r.sandbox().map(|s| s.last_fuel()).unwrap_or(0);
-        let output = |r: &Recorder<W>| {
-            r.sandbox()
-                .map(|s| s.last_output().clone())
-                .unwrap_or_default()
-        };
-        match recorder.info() {
-            Ok(info) => out.loaded(&info.class_name, fuel(recorder)),
-            Err(err) => return out.failure("load", None, err, 0, &CallOutput::default()),
+        match episode.info() {
+            Ok(info) => out.loaded(&info.class_name, episode.load_cost().fuel),
+            Err(err) => return out.failure("load", None, err, &Cost::default()),
         }
-        let result = match self.difficulty {
-            None => recorder.reset(Some(self.seed)).await,
-            Some(d) => {
-                let mut fields = serde_json::Map::new();
-                fields.insert("difficulty".into(), d.into());
-                match recorder.reset_with(Some(self.seed), &fields).await {
-                    Ok((_, dropped)) if !dropped.is_empty() => bail!(
-                        "--difficulty: this environment's reset() takes no `difficulty` argument"
-                    ),
-                    other => other.map(|(reset, _)| reset),
-                }
-            }
-        };
+        let Costed { result, cost } = episode.reset_at(Some(self.seed), self.difficulty).await;
         let reset = match result {
-            Ok(reset) => reset,
-            Err(err) => {
-                return out.failure(
-                    "reset",
-                    None,
-                    &call_error(err)?,
-                    fuel(recorder),
-                    &output(recorder),
-                );
+            Ok(value) => value,
+            Err(EpisodeError::NoDifficulty) => {
+                bail!("--difficulty: this environment's reset() takes no `difficulty` argument")
             }
+            Err(err) => return out.failure("reset", None, &call_error(err)?, &cost),
         };
-        out.reset(
-            self.seed,
-            &reset.observation,
-            &reset.info,
-            fuel(recorder),
-            &output(recorder),
-        );
+        out.reset(self.seed, &reset.observation, &reset.info, &cost);
 
         let mut lines: Box<dyn Iterator<Item = anyhow::Result<String>>> = match actions {
             Actions::List(list) => Box::new(list.into_iter().map(Ok)),
@@ -167,20 +137,16 @@ impl RunArgs {
         while let Some(action) = lines.next() {
             let action = action?;
             steps += 1;
-            let step = match recorder.step(&action).await {
+            let Costed { result, cost } = episode.step(&action).await;
+            let step = match result {
                 Ok(step) => step,
                 Err(err) => {
-                    return out.failure(
-                        "step",
-                        Some((steps, &action)),
-                        &call_error(err)?,
-                        fuel(recorder),
-                        &output(recorder),
-                    );
+                    let err = call_error(err)?;
+                    return out.failure("step", Some((steps, &action)), &err, &cost);
                 }
             };
             total += step.reward;
-            out.step(steps, &action, &step, fuel(recorder), &output(recorder));
+            out.step(steps, &action, &step, &cost);
             if step.terminated || step.truncated {
                 let unused = lines.size_hint().0;
                 out.finished(steps, total, step.terminated, unused);
@@ -192,65 +158,12 @@ impl RunArgs {
     }
 }
 
-/// Sandboxes one episode needs at once: its own, and the short-lived ones that compile its
-/// source, probe how it loads and capture a fresh interpreter, with room to spare.
-const ONE_EPISODE_SLOTS: u32 = 8;
-
-/// The runtime settings of a process that plays one episode (`spade run`): the default ones
-/// with a pool of [`ONE_EPISODE_SLOTS`] instead of a thousand, which a process that starts for
-/// one episode would set up and tear down for nothing.
-pub fn one_episode_config(snapshots: bool) -> Config {
-    Config {
-        snapshots,
-        pool: Some(Pool {
-            sandboxes: ONE_EPISODE_SLOTS,
-            ..Pool::default()
-        }),
-        ..Config::default()
-    }
-}
-
-/// Starts the sandbox runtime. On a machine's first run this pre-initialises and compiles the
-/// guest (about a minute): say so on stderr, then where it is cached.
-pub fn start_runtime(config: Config) -> anyhow::Result<Runtime> {
-    let mut built = None;
-    let runtime = Runtime::new_announcing(config.clone(), || {
-        eprintln!(
-            "spade: first run with this build: pre-initialising the Python interpreter (wizer) \
-             and compiling it (Cranelift), one to three minutes on 2 cores; later runs start in \
-             milliseconds"
-        );
-        built = Some(std::time::Instant::now());
-    })
-    .context("starting the sandbox runtime")?;
-    if let Some(started) = built {
-        let cached = match &config.cache_dir {
-            Some(dir) => format!("cached in {}", dir.display()),
-            None => "not cached: no cache directory (set SPADE_CACHE_DIR)".to_owned(),
-        };
-        eprintln!(
-            "spade: sandbox ready in {:.0} s ({cached})",
-            started.elapsed().as_secs_f64()
-        );
-    }
-    Ok(runtime)
-}
-
-/// Hands a finished episode's sandbox and the runtime to the process's exit instead of
-/// dropping them: a drop resets the sandbox's pool slot for a next sandbox that never comes
-/// and unmaps the pool's reservations and the artifact one by one, about half a millisecond
-/// that the kernel's teardown of the process spends anyway. Only for a process that exits
-/// next (nothing of theirs needs flushing: the trajectory is written and flushed before).
-pub fn leave_for_exit(sandbox: Option<Sandbox>, runtime: Runtime) {
-    std::mem::forget(sandbox);
-    std::mem::forget(runtime);
-}
-
-/// The sandbox error inside a recording error; I/O failures become command errors.
-fn call_error(err: RecordError) -> anyhow::Result<CallError> {
+/// The sandbox error inside an episode's error; a trajectory that cannot be written is a
+/// command error.
+fn call_error(err: EpisodeError) -> anyhow::Result<CallError> {
     match err {
-        RecordError::Call(err) => Ok(err),
-        RecordError::Io(err) => Err(anyhow::Error::new(err).context("writing the trajectory")),
+        EpisodeError::Call(err) => Ok(err),
+        other => Err(anyhow::Error::new(other)),
     }
 }
 
@@ -303,7 +216,8 @@ impl Printer {
         }
     }
 
-    fn reset(&mut self, seed: u64, observation: &str, info: &str, fuel: u64, output: &CallOutput) {
+    fn reset(&mut self, seed: u64, observation: &str, info: &str, cost: &Cost) {
+        let (fuel, output) = (cost.fuel, &cost.output);
         if self.json {
             let mut object = json!({"call": "reset", "seed": seed, "observation": observation, "info": info_value(info), "fuel": fuel});
             self.output(&mut object, output);
@@ -314,14 +228,8 @@ impl Printer {
         }
     }
 
-    fn step(
-        &mut self,
-        index: usize,
-        action: &str,
-        step: &spade_sandbox::Step,
-        fuel: u64,
-        output: &CallOutput,
-    ) {
+    fn step(&mut self, index: usize, action: &str, step: &spade_sandbox::Step, cost: &Cost) {
+        let (fuel, output) = (cost.fuel, &cost.output);
         if self.json {
             let mut object = json!({
                 "call": "step", "index": index, "action": action, "observation": step.observation,
@@ -371,9 +279,9 @@ impl Printer {
         call: &str,
         step: Option<(usize, &str)>,
         err: &CallError,
-        fuel: u64,
-        output: &CallOutput,
+        cost: &Cost,
     ) -> anyhow::Result<ExitCode> {
+        let (fuel, output) = (cost.fuel, &cost.output);
         if self.json {
             let mut object = json!({"call": call, "error": {"kind": err.kind().as_str(), "message": err.detail()}, "fuel": fuel});
             if let Some((index, action)) = step {

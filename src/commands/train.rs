@@ -192,7 +192,7 @@ impl TrainArgs {
         if let Some(path) = policy.decode_path() {
             eprintln!("spade train: sampling reads {path}");
         }
-        let runtime = super::run::start_runtime(Config::default())?;
+        let runtime = super::common::start_runtime(Config::default())?;
         let rollouts = self.rollouts.unwrap_or(cfg.rollouts);
         let executor = super::executor()?;
         executor.block_on(async {

@@ -492,13 +492,20 @@ async fn the_new_probes_run_and_pass_on_the_good_fixtures() {
 /// recorded result was changed, which is what a nondeterministic run would have recorded.
 #[tokio::test]
 async fn the_nondeterminism_oracle_reports_a_diverging_replay() {
-    use spade_envtools::{RecordedEpisode, check_replay};
+    use spade_envtools::trajectory::RecordMeta;
+    use spade_envtools::{Episode, Record, check_replay};
     let runtime = check_runtime();
-    let mut recording =
-        RecordedEpisode::start(&runtime, &env_source("arithmetic_puzzle"), 5, "test").await;
-    recording.reset(Some(5)).await.unwrap();
-    recording.step("\\boxed{0}").await.unwrap();
-    let (text, hash) = recording.finish();
+    let source = env_source("arithmetic_puzzle");
+    let options = spade_sandbox::SandboxOptions::seeded(5);
+    let record = Record::Memory(RecordMeta::default());
+    let mut recording = Episode::start(&runtime, &source, options, record)
+        .await
+        .unwrap();
+    recording.reset(Some(5)).await.result.unwrap();
+    recording.step("\\boxed{0}").await.result.unwrap();
+    let finished = recording.finish().unwrap();
+    let hash = finished.summary.unwrap().trace_sha256;
+    let text = finished.trajectory.unwrap();
     assert_eq!(check_replay(&runtime, &text, &hash).await, None);
     let changed = text.replacen("\"reward\":0.0", "\"reward\":0.5", 1);
     assert_ne!(changed, text);

@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
+use spade_envtools::{Episode, Record};
 use spade_model::chat::Message;
 use spade_selfplay::credit::AgentBaseline;
 use spade_selfplay::difficulty::{ControllerKind, DifficultyConfig};
@@ -555,13 +556,13 @@ async fn agent_examples_come_before_the_observation_and_are_prompt_not_reply() {
 
     // The sampled turn: its prompt holds the examples' text, its tokens are the reply alone
     // (the scripted policy's tokens are the bytes of its text).
-    let mut sandbox = runtime()
-        .sandbox(LEVEL_ENV, spade_sandbox::SandboxOptions::seeded(1))
+    let options = spade_sandbox::SandboxOptions::seeded(1);
+    let mut sandbox = Episode::start(&runtime(), LEVEL_ENV, options, Record::Off)
         .await
         .unwrap();
     let mut fields = serde_json::Map::new();
     fields.insert("difficulty".into(), 5.into());
-    let (reset, _) = sandbox.reset_with(Some(1), &fields).await.unwrap();
+    let (reset, _) = sandbox.reset_with(Some(1), &fields).await.result.unwrap();
     let mut episode = vec![LiveEpisode::new(
         sandbox,
         "system",

@@ -11,6 +11,7 @@ mod credit;
 mod delay;
 mod determinism;
 mod envs;
+mod episode;
 mod fidelity;
 mod fixed_envs;
 mod fuzz;

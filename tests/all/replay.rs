@@ -3,9 +3,9 @@
 
 use serde_json::Value;
 use spade_envtools::trajectory::{
-    RecordMeta, Recorder, ReplayOptions, Trajectory, TrajectoryError, Truncation, replay,
-    sha256_hex,
+    RecordMeta, ReplayOptions, Trajectory, TrajectoryError, Truncation, replay, sha256_hex,
 };
+use spade_envtools::{Episode, Record};
 use spade_sandbox::SandboxOptions;
 
 use crate::common::{env_actions, env_dir, env_source, fixtures, runtime, spade, stderr, stdout};
@@ -18,25 +18,20 @@ async fn record(name: &str, seed: u64) -> String {
         hint: Some("try the obvious".to_owned()),
         ..RecordMeta::default()
     };
-    let mut recorder = Recorder::start(
-        &runtime,
-        &env_source(name),
-        SandboxOptions::seeded(seed),
-        meta,
-        Vec::new(),
-    )
-    .await
-    .unwrap();
-    recorder.reset(Some(seed)).await.unwrap();
+    let options = SandboxOptions::seeded(seed);
+    let source = env_source(name);
+    let mut recorder = Episode::start(&runtime, &source, options, Record::Memory(meta))
+        .await
+        .unwrap();
+    recorder.reset(Some(seed)).await.result.unwrap();
     for action in env_actions(name) {
-        let step = recorder.step(&action).await.unwrap();
+        let step = recorder.step(&action).await.result.unwrap();
         if step.terminated || step.truncated {
             break;
         }
     }
-    recorder.solution().await.unwrap();
-    let (_, bytes) = recorder.finish().unwrap();
-    String::from_utf8(bytes).unwrap()
+    recorder.solution().await.result.unwrap();
+    recorder.finish().unwrap().trajectory.unwrap()
 }
 
 async fn replay_text(text: &str) -> spade_envtools::trajectory::ReplayReport {
@@ -462,23 +457,17 @@ fn a_killed_recording_replays_as_truncated() {
 /// Records `source` with `limits`: reset, then `actions`, then the footer.
 async fn record_source(source: &str, limits: spade_sandbox::Limits, actions: &[&str]) -> String {
     let runtime = runtime().with_limits(limits);
-    let mut recorder = Recorder::start(
-        &runtime,
-        source,
-        SandboxOptions::seeded(1),
-        RecordMeta::default(),
-        Vec::new(),
-    )
-    .await
-    .unwrap();
-    recorder.reset(Some(1)).await.unwrap();
+    let record = Record::Memory(RecordMeta::default());
+    let mut recorder = Episode::start(&runtime, source, SandboxOptions::seeded(1), record)
+        .await
+        .unwrap();
+    recorder.reset(Some(1)).await.result.unwrap();
     for action in actions {
-        if recorder.step(action).await.is_err() {
+        if recorder.step(action).await.result.is_err() {
             break;
         }
     }
-    let (_, bytes) = recorder.finish().unwrap();
-    String::from_utf8(bytes).unwrap()
+    recorder.finish().unwrap().trajectory.unwrap()
 }
 
 fn text_lines(text: &str) -> Vec<String> {

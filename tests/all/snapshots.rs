@@ -5,7 +5,8 @@
 
 use std::sync::OnceLock;
 
-use spade_envtools::trajectory::{RecordMeta, Recorder};
+use spade_envtools::trajectory::RecordMeta;
+use spade_envtools::{Episode, Record};
 use spade_sandbox::{CallError, Config, Limits, Pool, Runtime, SandboxOptions};
 
 use crate::common::{env_actions, env_dir, env_source, fixtures, spade, test_limits};
@@ -35,26 +36,20 @@ fn with_snapshots() -> Runtime {
 /// The trajectory file of: load, `reset(seed)`, the actions (until the episode ends or a call
 /// fails), then `solution()`.
 async fn trajectory(runtime: &Runtime, source: &str, seed: u64, actions: &[String]) -> String {
-    let mut recorder = Recorder::start(
-        runtime,
-        source,
-        SandboxOptions::seeded(seed),
-        RecordMeta::default(),
-        Vec::new(),
-    )
-    .await
-    .unwrap();
-    if recorder.info().is_ok() && recorder.reset(Some(seed)).await.is_ok() {
+    let record = Record::Memory(RecordMeta::default());
+    let mut recorder = Episode::start(runtime, source, SandboxOptions::seeded(seed), record)
+        .await
+        .unwrap();
+    if recorder.info().is_ok() && recorder.reset(Some(seed)).await.result.is_ok() {
         for action in actions {
-            match recorder.step(action).await {
+            match recorder.step(action).await.result {
                 Ok(step) if !(step.terminated || step.truncated) => {}
                 _ => break,
             }
         }
         let _ = recorder.solution().await;
     }
-    let (_, bytes) = recorder.finish().unwrap();
-    String::from_utf8(bytes).unwrap()
+    recorder.finish().unwrap().trajectory.unwrap()
 }
 
 fn fixture_actions(name: &str) -> Vec<String> {

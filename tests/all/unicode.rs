@@ -11,10 +11,9 @@
 use serde_json::{Value, json};
 use spade_envtools::check::{CheckOptions, check};
 use spade_envtools::fuzz::{FuzzOptions, fuzz};
-use spade_envtools::trajectory::{
-    RecordError, RecordMeta, Recorder, ReplayOptions, Trajectory, replay,
-};
+use spade_envtools::trajectory::{RecordMeta, ReplayOptions, Trajectory, replay};
 use spade_envtools::{ActionGen, Style, parse_tools};
+use spade_envtools::{Episode, EpisodeError, Record};
 use spade_sandbox::{CallError, ErrorKind, SandboxOptions};
 
 use crate::common::{env_dir, env_source, runtime, spade, stderr, stdout};
@@ -261,15 +260,10 @@ fn host_side_failure(kind: Option<ErrorKind>) -> bool {
 /// Records one episode of `case` and checks every result against the contract.
 async fn record_and_check(case: &Case, source: &str, label: &str) {
     let runtime = runtime();
-    let mut recorder = Recorder::start(
-        &runtime,
-        source,
-        SandboxOptions::seeded(3),
-        RecordMeta::default(),
-        Vec::new(),
-    )
-    .await
-    .unwrap();
+    let record = Record::Memory(RecordMeta::default());
+    let mut recorder = Episode::start(&runtime, source, SandboxOptions::seeded(3), record)
+        .await
+        .unwrap();
     let loaded = recorder.info().cloned();
     match (case.loadable(), &loaded) {
         // Python's type() refuses a NUL in a class name (CPython and the sandbox alike).
@@ -295,7 +289,7 @@ async fn record_and_check(case: &Case, source: &str, label: &str) {
         (expected, got) => panic!("{label}: loadable {:?}, got {got:?}", expected.map(|e| e.0)),
     }
     if loaded.is_ok() {
-        let reset = recorder.reset(Some(3)).await;
+        let reset = recorder.reset(Some(3)).await.result;
         let returned = (case.observation.text.clone(), case.value.text.clone());
         match (returned, &reset) {
             ((Some(observation), Some(value)), Ok(reset)) => {
@@ -303,7 +297,7 @@ async fn record_and_check(case: &Case, source: &str, label: &str) {
                 let info_value: Value = serde_json::from_str(&reset.info).unwrap();
                 assert_eq!(info_value, json!({case.key.text.clone().unwrap(): value}));
             }
-            ((o, v), Err(RecordError::Call(CallError::Contract(message))))
+            ((o, v), Err(EpisodeError::Call(CallError::Contract(message))))
                 if o.is_none() || v.is_none() =>
             {
                 assert!(message.contains("surrogate"), "{label}: {message}");
@@ -321,7 +315,7 @@ async fn record_and_check(case: &Case, source: &str, label: &str) {
             );
             let call = json!({"name": tool, "arguments": {key.clone(): "x"}});
             let action = format!("<tool_call>{call}</tool_call>");
-            let step = recorder.step(&action).await;
+            let step = recorder.step(&action).await.result;
             let step = step.unwrap_or_else(|err| panic!("{label}: step gave {err}"));
             // The base class reads the call up to the first `</tool_call>`.
             let (expected, reward) = if action.matches("</tool_call>").count() > 1 {
@@ -342,7 +336,7 @@ async fn record_and_check(case: &Case, source: &str, label: &str) {
             );
             assert_eq!((step.reward, step.terminated), (reward, false), "{label}");
             let answer = format!("<answer>{value}</answer>");
-            let step = recorder.step(&answer).await;
+            let step = recorder.step(&answer).await.result;
             let step = step.unwrap_or_else(|err| panic!("{label}: answer gave {err}"));
             assert_eq!(
                 step.observation,
@@ -353,8 +347,7 @@ async fn record_and_check(case: &Case, source: &str, label: &str) {
         }
         let _ = recorder.solution().await;
     }
-    let (_, bytes) = recorder.finish().unwrap();
-    let text = String::from_utf8(bytes).unwrap();
+    let text = recorder.finish().unwrap().trajectory.unwrap();
     let trajectory = Trajectory::parse(&text).unwrap();
     trajectory.verify().unwrap();
     let report = replay(&runtime, &trajectory, &ReplayOptions::default())

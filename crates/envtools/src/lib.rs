@@ -1,6 +1,8 @@
 //! spade-envtools: what is done with a generated environment besides running it, built on the
 //! public API of `spade-sandbox`.
 //!
+//! - [`Episode`]: the one door through which every caller plays an environment: a sandbox,
+//!   optionally recorded, whose calls return their value with what they cost;
 //! - [`trajectory`]: every episode recorded as a hash-chained JSON Lines file, read back,
 //!   verified, and replayed bit for bit (`spade replay`);
 //! - [`check`]: whether an environment may enter training (`spade check`);
@@ -10,8 +12,8 @@
 //! `check` and `fuzz` share the pieces at this crate's root, as wasmtime's fuzzing crate keeps
 //! its generators and oracles apart from its targets: [`actions`] (seeded, structure-aware
 //! action generators), [`oracles`] (what every call and episode must satisfy, with the one
-//! [`Severity`]), [`episode`] (an episode played through a recorder, and the replay check) and
-//! [`rng`] (the generators' deterministic stream).
+//! [`Severity`], and [`check_replay`], the oracle that a recorded episode replays to the same
+//! trace) and [`rng`] (the generators' deterministic stream).
 
 pub mod actions;
 pub mod check;
@@ -23,6 +25,8 @@ pub mod rng;
 pub mod trajectory;
 
 pub use actions::{ActionGen, MAX_ACTION_CHARS, Style, ToolSpec, parse_tools};
-pub use episode::{RecordedEpisode, check_replay};
+pub use episode::{
+    Cost, Costed, Episode, EpisodeError, Finished, Record, Source, Spent, check_replay,
+};
 pub use oracles::{REWARD_BOUND, Severity, Violation};
 pub use rng::{Rng, derive_seed};

@@ -1,81 +1,104 @@
-//! `spade._native.Env`: one sandboxed environment instance, optionally recorded.
+//! `spade._native.Env`: one sandboxed environment instance, optionally recorded: an
+//! [`Episode`] behind a lock, with Python's exceptions for its errors.
 
-use std::fs::File;
-use std::io::BufWriter;
 use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard};
 
 use pyo3::exceptions::PyOSError;
 use pyo3::prelude::*;
-use spade_envtools::trajectory::{RecordError, Recorder};
-use spade_sandbox::{EnvInfo, Sandbox};
+use spade_envtools::{Cost, Costed, Episode, EpisodeError};
+use spade_sandbox::EnvInfo;
 
 use crate::blocking;
 use crate::errors;
 
-/// How an instance is driven.
-pub enum Instance {
-    /// Straight through its sandbox.
-    Plain(Box<Sandbox>),
-    /// Through a recorder that writes every call to `path`.
-    Recorded {
-        recorder: Box<Recorder<BufWriter<File>>>,
-        path: PathBuf,
-    },
-    /// Closed: the sandbox is freed and a recording is finished.
-    Closed,
+/// An open instance: its episode, where it is recorded, and what its last call cost.
+pub struct Open {
+    episode: Episode,
+    /// The trajectory file, when recorded.
+    path: Option<PathBuf>,
+    /// What the last call cost (the load's, before the first call).
+    last: Cost,
 }
 
-/// Why a recorded call failed: the sandbox's error, or the trajectory's file.
-fn record_error(py: Python<'_>, path: &std::path::Path, err: RecordError) -> PyErr {
-    match err {
-        RecordError::Call(err) => errors::call_error(py, &err),
-        RecordError::Io(err) => {
-            PyOSError::new_err(format!("writing the recording {}: {err}", path.display()))
+impl Open {
+    /// An instance of `episode` (loaded), recorded to `path` if given.
+    pub fn new(episode: Episode, path: Option<PathBuf>) -> Open {
+        let last = episode.load_cost().clone();
+        Open {
+            episode,
+            path,
+            last,
         }
     }
+
+    /// The value of a call, keeping its cost as the last; its error as Python's exception.
+    fn take<T>(&mut self, py: Python<'_>, costed: Costed<T>) -> PyResult<T> {
+        self.last = costed.cost;
+        costed
+            .result
+            .map_err(|err| episode_error(py, self.path.as_deref(), err))
+    }
+}
+
+/// Why a call failed: the sandbox's error, or the trajectory's file.
+fn episode_error(py: Python<'_>, path: Option<&std::path::Path>, err: EpisodeError) -> PyErr {
+    match err {
+        EpisodeError::Call(err) => errors::call_error(py, &err),
+        EpisodeError::Record(err) => {
+            let path = path.map(|p| p.display().to_string()).unwrap_or_default();
+            PyOSError::new_err(format!("writing the recording {path}: {err}"))
+        }
+        other @ EpisodeError::NoDifficulty => errors::usage(py, other.to_string()),
+    }
+}
+
+/// Finishes an instance's recording, if it has one; the error says which file failed.
+fn finish(open: Open) -> Result<(), String> {
+    let Open { episode, path, .. } = open;
+    episode.finish().map(drop).map_err(|e| {
+        let path = path.map(|p| p.display().to_string()).unwrap_or_default();
+        format!("finishing the recording {path}: {e}")
+    })
 }
 
 /// One environment instance in its own sandbox. Calls release the GIL while the guest runs;
 /// two threads calling one instance take turns.
 #[pyclass(module = "spade._native", frozen)]
 pub struct Env {
-    instance: Mutex<Instance>,
+    /// `None` once closed: the sandbox is freed and a recording is finished.
+    instance: Mutex<Option<Open>>,
     info: EnvInfo,
 }
 
 impl Env {
-    pub fn new(instance: Instance) -> Env {
-        let info = match &instance {
-            Instance::Plain(sandbox) => sandbox.info().clone(),
-            Instance::Recorded { recorder, .. } => recorder
-                .info()
-                .expect("a recorded instance is built only after a successful load")
-                .clone(),
-            Instance::Closed => unreachable!("an instance starts open"),
-        };
+    pub fn new(open: Open) -> Env {
+        let info = open
+            .episode
+            .info()
+            .expect("an instance is built only after a successful load")
+            .clone();
         Env {
-            instance: Mutex::new(instance),
+            instance: Mutex::new(Some(open)),
             info,
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, Instance> {
+    fn lock(&self) -> MutexGuard<'_, Option<Open>> {
         // A panic while a call held the lock leaves the instance as the call left it; the
         // sandbox itself refuses calls after an interrupted one (`Dead(Cancelled)`).
         self.instance.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn sandbox_of(instance: &Instance) -> Option<&Sandbox> {
-        match instance {
-            Instance::Plain(sandbox) => Some(sandbox.as_ref()),
-            Instance::Recorded { recorder, .. } => recorder.sandbox(),
-            Instance::Closed => None,
-        }
-    }
-
-    fn closed(py: Python<'_>, call: &str) -> PyErr {
-        errors::usage(py, format!("{call}() on a closed environment"))
+    /// The open instance, or the error of a call on a closed one.
+    fn open<'a>(
+        py: Python<'_>,
+        guard: &'a mut MutexGuard<'_, Option<Open>>,
+        call: &str,
+    ) -> PyResult<&'a mut Open> {
+        guard
+            .as_mut()
+            .ok_or_else(|| errors::usage(py, format!("{call}() on a closed environment")))
     }
 }
 
@@ -107,42 +130,23 @@ impl Env {
             },
         };
         let mut guard = self.lock();
-        match &mut *guard {
-            Instance::Plain(sandbox) => {
-                let (reset, dropped) = blocking::run(py, async {
-                    match &fields {
-                        Some(fields) => sandbox.reset_with(seed, fields).await,
-                        None => sandbox.reset(seed).await.map(|r| (r, Vec::new())),
-                    }
-                })
-                .map_err(|e| errors::call_error(py, &e))?;
-                Ok((reset.observation, reset.info, dropped))
+        let open = Env::open(py, &mut guard, "reset")?;
+        let costed = blocking::run(py, async {
+            match &fields {
+                Some(fields) => open.episode.reset_with(seed, fields).await,
+                None => open.episode.reset(seed).await.map(|r| (r, Vec::new())),
             }
-            Instance::Recorded { recorder, path } => {
-                let (reset, dropped) = blocking::run(py, async {
-                    match &fields {
-                        Some(fields) => recorder.reset_with(seed, fields).await,
-                        None => recorder.reset(seed).await.map(|r| (r, Vec::new())),
-                    }
-                })
-                .map_err(|e| record_error(py, path, e))?;
-                Ok((reset.observation, reset.info, dropped))
-            }
-            Instance::Closed => Err(Env::closed(py, "reset")),
-        }
+        });
+        let (reset, dropped) = open.take(py, costed)?;
+        Ok((reset.observation, reset.info, dropped))
     }
 
     /// `step(action)`.
     fn step(&self, py: Python<'_>, action: String) -> PyResult<StepTuple> {
         let mut guard = self.lock();
-        let step =
-            match &mut *guard {
-                Instance::Plain(sandbox) => blocking::run(py, sandbox.step(&action))
-                    .map_err(|e| errors::call_error(py, &e))?,
-                Instance::Recorded { recorder, path } => blocking::run(py, recorder.step(&action))
-                    .map_err(|e| record_error(py, path, e))?,
-                Instance::Closed => return Err(Env::closed(py, "step")),
-            };
+        let open = Env::open(py, &mut guard, "step")?;
+        let costed = blocking::run(py, open.episode.step(&action));
+        let step = open.take(py, costed)?;
         Ok((
             step.observation,
             step.reward,
@@ -155,44 +159,27 @@ impl Env {
     /// `solution()`.
     fn solution(&self, py: Python<'_>) -> PyResult<String> {
         let mut guard = self.lock();
-        match &mut *guard {
-            Instance::Plain(sandbox) => {
-                blocking::run(py, sandbox.solution()).map_err(|e| errors::call_error(py, &e))
-            }
-            Instance::Recorded { recorder, path } => {
-                blocking::run(py, recorder.solution()).map_err(|e| record_error(py, path, e))
-            }
-            Instance::Closed => Err(Env::closed(py, "solution")),
-        }
+        let open = Env::open(py, &mut guard, "solution")?;
+        let costed = blocking::run(py, open.episode.solution());
+        open.take(py, costed)
     }
 
     /// Calls the environment's `close()` (when the sandbox is alive), frees the sandbox and
     /// finishes a recording. Closing twice does nothing. An error of the environment's
     /// `close()` is raised after the sandbox is freed and the recording finished.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
-        let mut guard = self.lock();
-        let instance = std::mem::replace(&mut *guard, Instance::Closed);
-        match instance {
-            Instance::Closed => Ok(()),
-            Instance::Plain(mut sandbox) => {
-                if sandbox.dead().is_some() {
-                    return Ok(());
-                }
-                blocking::run(py, sandbox.close()).map_err(|e| errors::call_error(py, &e))
+        let Some(mut open) = self.lock().take() else {
+            return Ok(());
+        };
+        let closed = match open.episode.dead() {
+            Some(_) => Ok(()),
+            None => {
+                let costed = blocking::run(py, open.episode.close());
+                open.take(py, costed)
             }
-            Instance::Recorded { mut recorder, path } => {
-                let alive = recorder.sandbox().is_some_and(|s| s.dead().is_none());
-                let closed = if alive {
-                    blocking::run(py, recorder.close()).map_err(|e| record_error(py, &path, e))
-                } else {
-                    Ok(())
-                };
-                py.detach(|| recorder.finish()).map_err(|e| {
-                    PyOSError::new_err(format!("finishing the recording {}: {e}", path.display()))
-                })?;
-                closed
-            }
-        }
+        };
+        py.detach(|| finish(open)).map_err(PyOSError::new_err)?;
+        closed
     }
 
     /// The environment class's name.
@@ -216,16 +203,16 @@ impl Env {
     /// Fuel the last call used.
     #[getter]
     fn last_fuel(&self) -> u64 {
-        let guard = self.lock();
-        Env::sandbox_of(&guard).map_or(0, Sandbox::last_fuel)
+        self.lock().as_ref().map_or(0, |open| open.last.fuel)
     }
 
     /// What the environment printed during the last call: `(stdout, stderr, dropped_bytes)`.
     #[getter]
     fn last_output(&self) -> (String, String, u64) {
-        let guard = self.lock();
-        let output = Env::sandbox_of(&guard)
-            .map(|s| s.last_output().clone())
+        let output = self
+            .lock()
+            .as_ref()
+            .map(|open| open.last.output.clone())
             .unwrap_or_default();
         (output.stdout, output.stderr, output.dropped_bytes)
     }
@@ -234,12 +221,9 @@ impl Env {
     /// after `close()`.
     #[getter]
     fn dead(&self) -> Option<&'static str> {
-        let guard = self.lock();
-        match &*guard {
-            Instance::Closed => Some("closed"),
-            instance => Env::sandbox_of(instance)
-                .and_then(Sandbox::dead)
-                .map(|k| k.as_str()),
+        match &*self.lock() {
+            None => Some("closed"),
+            Some(open) => open.episode.dead().map(|k| k.as_str()),
         }
     }
 }
@@ -248,11 +232,10 @@ impl Drop for Env {
     /// An instance dropped without `close()` still finishes its recording: nothing recorded is
     /// lost. (The environment's own `close()` is not called; a dropped sandbox is freed.)
     fn drop(&mut self) {
-        let instance = std::mem::replace(&mut *self.lock(), Instance::Closed);
-        if let Instance::Recorded { recorder, path } = instance
-            && let Err(err) = recorder.finish()
+        if let Some(open) = self.lock().take()
+            && let Err(err) = finish(open)
         {
-            eprintln!("spade: finishing the recording {}: {err}", path.display());
+            eprintln!("spade: {err}");
         }
     }
 }

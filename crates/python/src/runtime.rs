@@ -8,11 +8,12 @@ use pyo3::exceptions::{PyOSError, PyRuntimeError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use spade_envtools::check::{CheckOptions, check};
-use spade_envtools::trajectory::{RecordMeta, Recorder};
+use spade_envtools::trajectory::RecordMeta;
+use spade_envtools::{Episode, Record};
 use spade_sandbox::{Config, Pool, SandboxOptions};
 
 use crate::blocking;
-use crate::env::{Env, Instance};
+use crate::env::{Env, Open};
 use crate::errors;
 use crate::limits;
 
@@ -91,12 +92,8 @@ impl Runtime {
     ) -> PyResult<Env> {
         let options = SandboxOptions { seed, max_turns };
         let runtime = &self.inner;
-        let instance = match record {
-            None => {
-                let sandbox = blocking::run(py, runtime.sandbox(&source, options))
-                    .map_err(|e| errors::call_error(py, &e))?;
-                Instance::Plain(Box::new(sandbox))
-            }
+        let (record, path) = match record {
+            None => (Record::Off, None),
             Some(path) => {
                 let file = File::create(&path).map_err(|e| {
                     PyOSError::new_err(format!("creating the recording {}: {e}", path.display()))
@@ -105,29 +102,21 @@ impl Runtime {
                     hint,
                     ..RecordMeta::default()
                 };
-                let recorder = blocking::run(
-                    py,
-                    Recorder::start(runtime, &source, options, meta, BufWriter::new(file)),
-                )
-                .map_err(|e| {
-                    PyOSError::new_err(format!("writing the recording {}: {e}", path.display()))
-                })?;
-                if let Err(err) = recorder.info() {
-                    let err = errors::call_error(py, err);
-                    recorder.finish().map_err(|e| {
-                        PyOSError::new_err(format!(
-                            "finishing the recording {}: {e}",
-                            path.display()
-                        ))
-                    })?;
-                    return Err(err);
-                }
-                Instance::Recorded {
-                    recorder: Box::new(recorder),
-                    path,
-                }
+                (Record::to(BufWriter::new(file), meta), Some(path))
             }
         };
+        let shown = path.as_deref().map(|p| p.display().to_string());
+        let shown = shown.unwrap_or_default();
+        let episode = blocking::run(py, Episode::start(runtime, &source, options, record))
+            .map_err(|e| PyOSError::new_err(format!("writing the recording {shown}: {e}")))?;
+        if let Err(err) = episode.info() {
+            let err = errors::call_error(py, err);
+            episode
+                .finish()
+                .map_err(|e| PyOSError::new_err(format!("finishing the recording {shown}: {e}")))?;
+            return Err(err);
+        }
+        let instance = Open::new(episode, path);
         Ok(Env::new(instance))
     }
 

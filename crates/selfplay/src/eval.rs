@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde::Serialize;
+use spade_envtools::{Episode, EpisodeError, Record};
 use spade_model::error::{ModelError, Result};
 use spade_sandbox::{Runtime, SandboxOptions};
 
@@ -153,25 +154,21 @@ pub async fn play_episodes(
             seed,
             max_turns: Some(max_turns),
         };
-        let Ok(mut sb) = runtime.sandbox(source, opts).await else {
+        let Ok(mut sb) = Episode::start(runtime, source, opts, Record::Off).await else {
             continue;
         };
-        let reset = match difficulty {
-            None => sb.reset(Some(seed)).await,
-            Some(d) => {
-                let mut fields = serde_json::Map::new();
-                fields.insert("difficulty".into(), d.into());
-                match sb.reset_with(Some(seed), &fields).await {
-                    Ok((_, dropped)) if !dropped.is_empty() => {
-                        return Err(ModelError::InvalidParameter(
-                            "a difficulty was given, but the environment's reset() takes no \
-                             `difficulty`"
-                                .into(),
-                        ));
-                    }
-                    other => other.map(|(reset, _)| reset),
-                }
+        if sb.info().is_err() {
+            continue;
+        }
+        let reset = match sb.reset_at(Some(seed), difficulty).await.result {
+            Err(EpisodeError::NoDifficulty) => {
+                return Err(ModelError::InvalidParameter(
+                    "a difficulty was given, but the environment's reset() takes no \
+                     `difficulty`"
+                        .into(),
+                ));
             }
+            other => other,
         };
         if let Ok(reset) = reset {
             let system = prompts::agent_system(tool_use);

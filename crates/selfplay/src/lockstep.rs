@@ -2,14 +2,12 @@
 //! samples every live episode's next action as one batch ([`Policy::sample_each`]), then every
 //! environment steps concurrently. Seeds come from the caller, so the loop is deterministic.
 use std::fmt::Display;
-use std::future::Future;
-use std::io::Write;
 use std::time::Instant;
 
-use spade_envtools::trajectory::{RecordError, Recorder};
+use spade_envtools::{Episode, EpisodeError};
 use spade_model::chat::Message;
 use spade_model::error::{ModelError, Result};
-use spade_sandbox::{CallError, ErrorKind, Sandbox, Step};
+use spade_sandbox::{ErrorKind, Step};
 
 use super::extract;
 use super::policy::{Policy, Role, Sampled};
@@ -21,43 +19,24 @@ use super::rewards;
 pub enum StepFailure {
     /// The environment's call failed (the episode ends; the kind tells fuel or deadline apart).
     Env(ErrorKind),
-    /// Writing the episode's trajectory failed: play stops with this error.
-    Trajectory(std::io::Error),
+    /// The episode failed outside the environment (its trajectory could not be written): play
+    /// stops with this error.
+    Episode(EpisodeError),
 }
 
-/// What the loop needs of an episode's environment.
-pub trait EpisodeEnv: Send + 'static {
-    /// Plays `action`.
-    fn step_action(
-        &mut self,
-        action: &str,
-    ) -> impl Future<Output = std::result::Result<Step, StepFailure>> + Send;
-}
-
-fn env_failure(e: &CallError) -> StepFailure {
-    StepFailure::Env(e.kind())
-}
-
-impl EpisodeEnv for Sandbox {
-    async fn step_action(&mut self, action: &str) -> std::result::Result<Step, StepFailure> {
-        self.step(action).await.map_err(|e| env_failure(&e))
-    }
-}
-
-impl<W: Write + Send + 'static> EpisodeEnv for Recorder<W> {
-    async fn step_action(&mut self, action: &str) -> std::result::Result<Step, StepFailure> {
-        self.step(action).await.map_err(|e| match e {
-            RecordError::Call(c) => env_failure(&c),
-            RecordError::Io(io) => StepFailure::Trajectory(io),
-        })
-    }
+/// Plays `action` in `env`.
+async fn step_action(env: &mut Episode, action: &str) -> std::result::Result<Step, StepFailure> {
+    env.step(action).await.result.map_err(|e| match e {
+        EpisodeError::Call(c) => StepFailure::Env(c.kind()),
+        other => StepFailure::Episode(other),
+    })
 }
 
 /// One episode in play.
 #[derive(Debug)]
-pub struct LiveEpisode<E> {
+pub struct LiveEpisode {
     /// Its environment (taken while a step runs).
-    env: Option<E>,
+    env: Option<Episode>,
     /// The chat so far: system prompt, worked examples, observations and the agent's replies.
     pub messages: Vec<Message>,
     /// Tool-use env: actions are `<tool_call>` blocks.
@@ -72,11 +51,11 @@ pub struct LiveEpisode<E> {
     pub done: bool,
 }
 
-impl<E> LiveEpisode<E> {
+impl LiveEpisode {
     /// An episode whose first observation is `observation` (hint included, if any), after the
     /// system prompt and the worked `examples` (each a user message and the agent's reply).
     pub fn new(
-        env: E,
+        env: Episode,
         system: &str,
         examples: &[AgentExample],
         observation: String,
@@ -109,7 +88,7 @@ impl<E> LiveEpisode<E> {
     }
 
     /// The environment (after play) and the agent's turns.
-    pub fn into_parts(self) -> (Option<E>, Vec<Sampled>) {
+    pub fn into_parts(self) -> (Option<Episode>, Vec<Sampled>) {
         (self.env, self.turns)
     }
 }
@@ -131,9 +110,9 @@ fn join_error(e: impl Display) -> ModelError {
 
 /// Plays `episodes` for at most `max_turns` turns in lockstep. `turn_seed(i, turn)` seeds
 /// episode `i`'s sample at `turn`; `on_turn` runs after every turn.
-pub async fn play<E: EpisodeEnv>(
+pub async fn play(
     policy: &mut dyn Policy,
-    episodes: &mut [LiveEpisode<E>],
+    episodes: &mut [LiveEpisode],
     max_turns: u32,
     max_new_tokens: usize,
     turn_seed: impl Fn(usize, u32) -> u64,
@@ -170,7 +149,7 @@ pub async fn play<E: EpisodeEnv>(
         for (&i, action) in active.iter().zip(actions) {
             let mut env = episodes[i].env.take().expect("a live episode has its env");
             set.spawn(async move {
-                let res = env.step_action(&action).await;
+                let res = step_action(&mut env, &action).await;
                 (i, env, res)
             });
         }
@@ -196,8 +175,13 @@ pub async fn play<E: EpisodeEnv>(
                     e.last = None;
                     e.failure = Some(kind);
                 }
-                Err(StepFailure::Trajectory(io)) => {
+                Err(StepFailure::Episode(EpisodeError::Record(io))) => {
                     return Err(ModelError::io("writing a trajectory", io));
+                }
+                Err(StepFailure::Episode(other)) => {
+                    return Err(ModelError::InvalidParameter(format!(
+                        "playing an episode: {other}"
+                    )));
                 }
             }
         }

@@ -2,15 +2,16 @@
 //! recorded as a trajectory file. Transport-independent (the WebSocket loop and the HTTP
 //! endpoints both drive it).
 
-use std::fs::{File, OpenOptions};
+use std::fs::OpenOptions;
 use std::io::{self, BufWriter};
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
-use spade_envtools::trajectory::{RecordError, RecordMeta, Recorder};
-use spade_sandbox::{CallError, EnvSource, ErrorKind, Runtime, Sandbox, SandboxOptions};
+use spade_envtools::trajectory::RecordMeta;
+use spade_envtools::{Episode, EpisodeError, Record};
+use spade_sandbox::{CallError, EnvSource, ErrorKind, Runtime, SandboxOptions};
 
 use crate::protocol::{
     ObservationMeta, ObservationPayload, ResetFields, SpadeAction, SpadeObservation,
@@ -98,12 +99,13 @@ impl SessionError {
         }
     }
 
-    fn from_record(err: RecordError, call: &str) -> SessionError {
+    fn from_episode(err: EpisodeError, call: &str) -> SessionError {
         match err {
-            RecordError::Call(err) => SessionError::from_call(err, call),
-            RecordError::Io(err) => {
+            EpisodeError::Call(err) => SessionError::from_call(err, call),
+            EpisodeError::Record(err) => {
                 SessionError::Internal(format!("writing the trajectory failed: {err}"))
             }
+            EpisodeError::NoDifficulty => SessionError::Invalid(err.to_string()),
         }
     }
 }
@@ -161,29 +163,8 @@ impl Outcome {
     }
 }
 
-/// A sandbox, plain or recorded.
-enum Driver {
-    Plain(Box<Sandbox>),
-    Recorded(Box<Recorder<BufWriter<File>>>),
-}
-
-impl Driver {
-    fn fuel(&self) -> u64 {
-        match self {
-            Driver::Plain(s) => s.last_fuel(),
-            Driver::Recorded(r) => r.sandbox().map(Sandbox::last_fuel).unwrap_or(0),
-        }
-    }
-
-    fn finish(self) -> io::Result<()> {
-        match self {
-            Driver::Plain(_) => Ok(()),
-            Driver::Recorded(r) => r.finish().map(|_| ()),
-        }
-    }
-}
-
-struct Episode {
+/// The session's current episode.
+struct Current {
     id: String,
     env_id: String,
     /// Held so that the registry does not evict an environment while it is played.
@@ -193,7 +174,7 @@ struct Episode {
     /// Why the episode is over, once it is.
     ended: Option<&'static str>,
     /// `None` once the episode is over (the trajectory is finished then).
-    driver: Option<Driver>,
+    episode: Option<Episode>,
 }
 
 /// One client's session.
@@ -201,7 +182,7 @@ pub struct Session {
     id: String,
     ctx: Arc<SessionContext>,
     episodes: u64,
-    episode: Option<Episode>,
+    episode: Option<Current>,
 }
 
 impl Session {
@@ -241,45 +222,31 @@ impl Session {
         };
         self.episodes += 1;
         let ctx = self.ctx.clone();
-        let mut driver = start_driver(&ctx, &source, options, &episode_id, &fields).await?;
-        let plain = fields.extra.is_empty();
-        let result = match &mut driver {
-            Driver::Plain(s) => {
-                let reset = if plain {
-                    s.reset(Some(seed)).await.map(|r| (r, Vec::new()))
-                } else {
-                    s.reset_with(Some(seed), &fields.extra).await
-                };
-                reset.map_err(|e| SessionError::from_call(e, "reset"))
-            }
-            Driver::Recorded(r) => {
-                let reset = if plain {
-                    r.reset(Some(seed)).await.map(|r| (r, Vec::new()))
-                } else {
-                    r.reset_with(Some(seed), &fields.extra).await
-                };
-                reset.map_err(|e| SessionError::from_record(e, "reset"))
-            }
+        let mut episode = start_episode(&ctx, &source, options, &episode_id, &fields).await?;
+        let costed = if fields.extra.is_empty() {
+            episode.reset(Some(seed)).await.map(|r| (r, Vec::new()))
+        } else {
+            episode.reset_with(Some(seed), &fields.extra).await
         };
-        let (reset, dropped) = match result {
+        let fuel = costed.cost.fuel;
+        let (reset, dropped) = match costed.result {
             Ok(reset) => reset,
             Err(err) => {
                 // The new episode never started: its trajectory (if recorded) is finished
                 // with the failure, and the current episode goes on.
-                let _ = driver.finish();
-                return Err(err.for_failed_reset());
+                let _ = episode.finish();
+                return Err(SessionError::from_episode(err, "reset").for_failed_reset());
             }
         };
-        let fuel = driver.fuel();
         let finished = self.finish();
-        let episode = Episode {
+        let current = Current {
             id: episode_id,
             env_id: registration.id.clone(),
             registration,
             seed,
             steps: 0,
             ended: None,
-            driver: Some(driver),
+            episode: Some(episode),
         };
         let text = match &fields.hint {
             Some(hint) if !hint.is_empty() => format!("{}\n\nHINT: {hint}", reset.observation),
@@ -292,13 +259,13 @@ impl Session {
             terminated: false,
             truncated: false,
             fuel,
-            env_id: episode.env_id.clone(),
-            episode_id: episode.id.clone(),
+            env_id: current.env_id.clone(),
+            episode_id: current.id.clone(),
             step_count: 0,
             ignored_reset_fields: dropped,
             tool_name: None,
         };
-        self.episode = Some(episode);
+        self.episode = Some(current);
         finished?;
         Ok(outcome)
     }
@@ -317,26 +284,20 @@ impl Session {
                 "no episode is running: send reset before step".to_owned(),
             ));
         };
-        let Some(driver) = &mut episode.driver else {
+        let Some(playing) = &mut episode.episode else {
             return Err(SessionError::Invalid(format!(
                 "episode '{}' is over ({}); send reset to start a new one",
                 episode.id,
                 episode.ended.unwrap_or("ended")
             )));
         };
-        let result = match driver {
-            Driver::Plain(s) => s
-                .step(&action.message)
-                .await
-                .map_err(|e| SessionError::from_call(e, "step")),
-            Driver::Recorded(r) => r
-                .step(&action.message)
-                .await
-                .map_err(|e| SessionError::from_record(e, "step")),
-        };
-        let fuel = driver.fuel();
+        let costed = playing.step(&action.message).await;
+        let fuel = costed.cost.fuel;
         episode.steps += 1;
-        let step = match result {
+        let step = match costed
+            .result
+            .map_err(|e| SessionError::from_episode(e, "step"))
+        {
             Ok(step) => step,
             Err(err) => {
                 if matches!(err, SessionError::Dead { .. }) {
@@ -423,24 +384,43 @@ impl Session {
     }
 }
 
-/// A fresh sandbox for a new episode, recorded when the server records.
-async fn start_driver(
+/// A fresh episode, recorded when the server records. A load that fails is the reset's
+/// failure (its trajectory, if recorded, is finished with it).
+async fn start_episode(
     ctx: &SessionContext,
     source: &EnvSource,
     options: SandboxOptions,
     episode_id: &str,
     fields: &ResetFields,
-) -> Result<Driver, SessionError> {
-    let Some(dir) = &ctx.record_dir else {
-        let sandbox = ctx
-            .runtime
-            .sandbox_from(source, options)
-            .await
-            .map_err(|e| SessionError::from_call(e, "load").for_failed_reset())?;
-        return Ok(Driver::Plain(Box::new(sandbox)));
+) -> Result<Episode, SessionError> {
+    let record = match &ctx.record_dir {
+        None => Record::Off,
+        Some(dir) => {
+            let meta = RecordMeta {
+                hint: fields.hint.clone(),
+                ..RecordMeta::default()
+            };
+            Record::to(BufWriter::new(create_trajectory(dir, episode_id)?), meta)
+        }
     };
+    let episode = Episode::start(&ctx.runtime, source, options, record)
+        .await
+        .map_err(|e| SessionError::Internal(format!("writing the trajectory: {e}")))?;
+    if let Err(err) = episode.info() {
+        let err = SessionError::from_call(err.clone(), "load").for_failed_reset();
+        let _ = episode.finish();
+        return Err(err);
+    }
+    Ok(episode)
+}
+
+/// Creates `<dir>/<episode_id>.jsonl`, refusing an episode id already used.
+fn create_trajectory(
+    dir: &std::path::Path,
+    episode_id: &str,
+) -> Result<std::fs::File, SessionError> {
     let path = dir.join(format!("{episode_id}.jsonl"));
-    let file = OpenOptions::new()
+    OpenOptions::new()
         .write(true)
         .create_new(true)
         .open(&path)
@@ -452,33 +432,14 @@ async fn start_driver(
                 "cannot create the trajectory file '{}': {err}",
                 path.display()
             )),
-        })?;
-    let meta = RecordMeta {
-        hint: fields.hint.clone(),
-        ..RecordMeta::default()
-    };
-    let recorder = Recorder::start(
-        &ctx.runtime,
-        source.text(),
-        options,
-        meta,
-        BufWriter::new(file),
-    )
-    .await
-    .map_err(|e| SessionError::Internal(format!("writing the trajectory: {e}")))?;
-    if let Err(err) = recorder.info() {
-        let err = SessionError::from_call(err.clone(), "load").for_failed_reset();
-        let _ = recorder.finish();
-        return Err(err);
-    }
-    Ok(Driver::Recorded(Box::new(recorder)))
+        })
 }
 
-impl Episode {
+impl Current {
     fn end(&mut self, why: &'static str) -> Result<(), SessionError> {
-        if let Some(driver) = self.driver.take() {
+        if let Some(episode) = self.episode.take() {
             self.ended = Some(why);
-            driver.finish().map_err(|e| {
+            episode.finish().map(drop).map_err(|e| {
                 SessionError::Internal(format!("writing the trajectory failed: {e}"))
             })?;
         }
@@ -505,22 +466,25 @@ pub async fn stateless_step(
         .source
         .clone()
         .expect("playable sources are compiled");
-    let mut sandbox = ctx
-        .runtime
-        .sandbox_from(&source, SandboxOptions::seeded(seed))
+    let options = SandboxOptions::seeded(seed);
+    let mut episode = Episode::start(&ctx.runtime, &source, options, Record::Off)
         .await
-        .map_err(|e| SessionError::from_call(e, "load"))?;
-    let step = sandbox
+        .map_err(|e| SessionError::Internal(format!("starting an episode: {e}")))?;
+    if let Err(err) = episode.info() {
+        return Err(SessionError::from_call(err.clone(), "load"));
+    }
+    let (step, cost) = episode
         .step(&action.message)
         .await
-        .map_err(|e| SessionError::from_call(e, "step"))?;
+        .with_cost()
+        .map_err(|e| SessionError::from_episode(e, "step"))?;
     Ok(Outcome {
         text: step.observation,
         info: step.info,
         reward: Some(step.reward),
         terminated: step.terminated,
         truncated: step.truncated,
-        fuel: sandbox.last_fuel(),
+        fuel: cost.fuel,
         env_id: registration.id.clone(),
         episode_id: String::new(),
         step_count: 1,

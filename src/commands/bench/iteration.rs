@@ -18,7 +18,7 @@ use crate::commands::inference::{InferenceArgs, server_policy};
 fn one_rollout(dir: &Path, cfg: TrainConfig, policy: &mut dyn Policy) -> anyhow::Result<Metrics> {
     let _ = std::fs::remove_dir_all(dir);
     let corpus = Corpus::parse(DEFAULT_CORPUS, cfg.max_doc_words).context("reading the corpus")?;
-    let runtime = crate::commands::run::start_runtime(Config::default())?;
+    let runtime = crate::commands::common::start_runtime(Config::default())?;
     let executor = crate::commands::executor()?;
     executor.block_on(async {
         let mut run = Run::create(dir, cfg, corpus, runtime, policy, starter_envs())?;

@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
-use spade_envtools::trajectory::{RecordMeta, Recorder};
+use spade_envtools::trajectory::RecordMeta;
+use spade_envtools::{Episode, Record};
 use spade_sandbox::{Limits, SandboxOptions};
 
 use super::env_path;
@@ -42,23 +43,18 @@ async fn play_alone(env: &'static str, seed: u64) -> Expected {
         seed,
         max_turns: None,
     };
-    let mut recorder = Recorder::start(
-        &runtime,
-        &source,
-        options,
-        RecordMeta::default(),
-        Vec::new(),
-    )
-    .await
-    .unwrap();
-    let mut texts = vec![recorder.reset(Some(seed)).await.unwrap().observation];
+    let record = Record::Memory(RecordMeta::default());
+    let mut recorder = Episode::start(&runtime, &source, options, record)
+        .await
+        .unwrap();
+    let mut texts = vec![recorder.reset(Some(seed)).await.result.unwrap().observation];
     let mut actions = Vec::new();
     for action in fixture.iter().cycle().take(200) {
-        let step = recorder.step(action).await.unwrap();
+        let step = recorder.step(action).await.result.unwrap();
         actions.push(action.clone());
         texts.push(step.observation);
         if step.terminated || step.truncated {
-            let (footer, _) = recorder.finish().unwrap();
+            let footer = recorder.finish().unwrap().summary.unwrap();
             return Expected {
                 env,
                 seed,

@@ -20,7 +20,7 @@ use spade_sandbox::Runtime;
 use spade_sandbox::{CallError, ErrorKind};
 
 use crate::actions::{ActionGen, Style, parse_tools};
-use crate::episode::{RecordedEpisode, check_replay};
+use crate::episode::{Episode, check_replay};
 use crate::oracles::{Severity, Violation, call_failed, check_end, check_step, clip};
 
 /// What `check` runs.
@@ -170,15 +170,16 @@ impl Checker<'_> {
         v
     }
 
-    fn account(&mut self, recording: &RecordedEpisode, steps: u64) {
+    fn account(&mut self, recording: &Episode, steps: u64) {
+        let spent = recording.spent();
         self.report.stats.episodes += 1;
         self.report.stats.steps += steps;
-        self.report.stats.max_fuel = self.report.stats.max_fuel.max(recording.max_fuel);
+        self.report.stats.max_fuel = self.report.stats.max_fuel.max(spent.max_fuel);
         self.report.stats.total_fuel = self
             .report
             .stats
             .total_fuel
-            .saturating_add(recording.total_fuel);
+            .saturating_add(spent.total_fuel);
     }
 
     /// Whether the check used up its total fuel; reports it (once) when it did.
@@ -205,10 +206,10 @@ impl Checker<'_> {
         true
     }
 
-    fn finish_episode(&mut self, recording: RecordedEpisode, steps: u64) -> (String, String) {
+    fn finish_episode(&mut self, recording: Episode, steps: u64) -> (String, String) {
         self.account(&recording, steps);
-        let dropped = recording.dropped_bytes;
-        let (text, hash) = recording.finish();
+        let dropped = recording.spent().dropped_bytes;
+        let (text, hash) = recording.finish_probe();
         if dropped > 0 {
             self.add(
                 Severity::Warning,
@@ -228,7 +229,7 @@ impl Checker<'_> {
         const SEED: u64 = 42;
         self.report.probes.push("reference".to_owned());
         let mut recording =
-            RecordedEpisode::start(self.runtime, self.source, SEED, "check:reference").await;
+            Episode::probe(self.runtime, self.source, SEED, "check:reference").await;
         let info = match recording.info() {
             Ok(info) => info.clone(),
             Err(err) => {
@@ -243,7 +244,7 @@ impl Checker<'_> {
         self.report.tool_use = info.tools.is_some();
         let mut problem: Option<Violation> = None;
         let mut steps = 0;
-        match recording.reset(Some(SEED)).await {
+        match recording.reset(Some(SEED)).await.sandboxed() {
             Err(err) => problem = Some(self.failure("reset_failed", "reset(seed=42)", &err)),
             Ok(reset) if reset.observation.trim().is_empty() => {
                 problem = Some(Violation::new(
@@ -254,7 +255,7 @@ impl Checker<'_> {
             Ok(_) => {
                 for action in [r"\boxed{1}", r"\boxed{test}", r"\boxed{42}"] {
                     steps += 1;
-                    let result = recording.step(action).await;
+                    let result = recording.step(action).await.sandboxed();
                     if steps == 1
                         && let Ok(step) = &result
                         && (step.terminated || step.truncated)
@@ -281,7 +282,7 @@ impl Checker<'_> {
                     }
                 }
                 if problem.is_none()
-                    && let Err(err) = recording.reset(Some(123)).await
+                    && let Err(err) = recording.reset(Some(123)).await.sandboxed()
                 {
                     problem = Some(self.failure("reset_again_failed", "reset(seed=123)", &err));
                 }
@@ -313,12 +314,12 @@ impl Checker<'_> {
             Style::Garbage => "check:garbage",
             _ => "check:random",
         };
-        let mut recording = RecordedEpisode::start(self.runtime, self.source, seed, purpose).await;
+        let mut recording = Episode::probe(self.runtime, self.source, seed, purpose).await;
         let mut generator = ActionGen::new(seed, parse_tools(info.tools.as_deref()));
         let limit = info.max_turns.unwrap_or(self.options.max_steps).min(200);
         let mut steps = 0u64;
         let mut problem: Option<Violation> = None;
-        match recording.reset(Some(seed)).await {
+        match recording.reset(Some(seed)).await.sandboxed() {
             Err(err) => problem = Some(self.failure("reset_failed", "reset", &err)),
             Ok(reset) => {
                 let mut observation = reset.observation;
@@ -326,7 +327,7 @@ impl Checker<'_> {
                 while steps < u64::from(limit) {
                     let action = generator.next(&observation, style);
                     steps += 1;
-                    match recording.step(&action).await {
+                    match recording.step(&action).await.sandboxed() {
                         Err(err) => {
                             problem = Some(self.failure(
                                 "step_failed",
@@ -372,12 +373,11 @@ impl Checker<'_> {
 
     /// Different seeds should give different initial observations.
     async fn seeds_probe(&mut self, n: u64) {
-        let mut recording =
-            RecordedEpisode::start(self.runtime, self.source, 0, "check:seeds").await;
+        let mut recording = Episode::probe(self.runtime, self.source, 0, "check:seeds").await;
         let mut observations = BTreeSet::new();
         let mut problem = None;
         for seed in 0..n {
-            match recording.reset(Some(seed)).await {
+            match recording.reset(Some(seed)).await.sandboxed() {
                 Ok(reset) => {
                     observations.insert(reset.observation);
                 }

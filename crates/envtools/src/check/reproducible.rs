@@ -12,7 +12,7 @@ use spade_sandbox::{EnvInfo, Reset, Step};
 
 use super::Checker;
 use crate::actions::{ActionGen, Style, parse_tools};
-use crate::episode::RecordedEpisode;
+use crate::episode::Episode;
 use crate::oracles::{Severity, Violation, clip};
 
 /// The seed whose episode is reset and replayed.
@@ -40,7 +40,7 @@ impl Checker<'_> {
             .unwrap_or(self.options.max_steps)
             .min(MAX_STEPS);
         let mut recording =
-            RecordedEpisode::start(self.runtime, self.source, SEED, "check:reproducibility").await;
+            Episode::probe(self.runtime, self.source, SEED, "check:reproducibility").await;
         let mut steps = 0u64;
         let outcome = self
             .within_instance(&mut recording, info, limit, &mut steps)
@@ -58,14 +58,14 @@ impl Checker<'_> {
         }
 
         // A second instance, with another sandbox seed.
-        let mut recording = RecordedEpisode::start(
+        let mut recording = Episode::probe(
             self.runtime,
             self.source,
             OTHER_SEED,
             "check:reproducibility",
         )
         .await;
-        let problem = match recording.reset(Some(SEED)).await {
+        let problem = match recording.reset(Some(SEED)).await.sandboxed() {
             Err(err) => Some(self.failure("reset_failed", &format!("reset(seed={SEED})"), &err)),
             Ok(again) => compare_resets(&first, &again).map(|d| {
                 Violation::new(
@@ -90,7 +90,7 @@ impl Checker<'_> {
     /// again. Returns the first reset and the finding, if any; `Err` for a failed call.
     async fn within_instance(
         &mut self,
-        recording: &mut RecordedEpisode,
+        recording: &mut Episode,
         info: &EnvInfo,
         limit: u32,
         steps: &mut u64,
@@ -135,6 +135,7 @@ impl Checker<'_> {
             let step = recording
                 .step(&recorded.action)
                 .await
+                .sandboxed()
                 .map_err(|err| self.step_failed(&recorded.action, &err))?;
             if let Some(d) = compare_steps(&recorded.step, &step) {
                 let v = Violation::new(
@@ -158,15 +159,19 @@ impl Checker<'_> {
 
     async fn reset(
         &mut self,
-        recording: &mut RecordedEpisode,
+        recording: &mut Episode,
         seed: u64,
     ) -> Result<Reset, (Severity, Violation)> {
-        recording.reset(Some(seed)).await.map_err(|err| {
-            (
-                Severity::Error,
-                self.failure("reset_failed", &format!("reset(seed={seed})"), &err),
-            )
-        })
+        recording
+            .reset(Some(seed))
+            .await
+            .sandboxed()
+            .map_err(|err| {
+                (
+                    Severity::Error,
+                    self.failure("reset_failed", &format!("reset(seed={seed})"), &err),
+                )
+            })
     }
 
     fn step_failed(&mut self, action: &str, err: &CallError) -> (Severity, Violation) {
@@ -179,7 +184,7 @@ impl Checker<'_> {
     /// Plausible actions from `observation` until the episode ends or `limit` steps.
     async fn play(
         &mut self,
-        recording: &mut RecordedEpisode,
+        recording: &mut Episode,
         observation: &str,
         mut generator: ActionGen,
         limit: u32,
@@ -193,6 +198,7 @@ impl Checker<'_> {
             let step = recording
                 .step(&action)
                 .await
+                .sandboxed()
                 .map_err(|err| self.step_failed(&action, &err))?;
             let ended = step.terminated || step.truncated;
             observation.clone_from(&step.observation);

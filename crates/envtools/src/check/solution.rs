@@ -10,7 +10,7 @@
 use spade_sandbox::EnvInfo;
 
 use super::{Checker, Played};
-use crate::episode::RecordedEpisode;
+use crate::episode::Episode;
 use crate::oracles::{Severity, Violation, clip};
 
 /// The actions that play a solution.
@@ -127,8 +127,7 @@ impl Checker<'_> {
             won: false,
             failed: false,
         };
-        let mut recording =
-            RecordedEpisode::start(self.runtime, self.source, seed, "check:solution").await;
+        let mut recording = Episode::probe(self.runtime, self.source, seed, "check:solution").await;
         let mut play = SolutionPlay {
             won: false,
             ended: false,
@@ -136,11 +135,11 @@ impl Checker<'_> {
             steps: 0,
         };
         let mut problem: Option<(Severity, Violation)> = None;
-        match recording.reset(Some(seed)).await {
+        match recording.reset(Some(seed)).await.sandboxed() {
             Err(err) => {
                 problem = Some((Severity::Error, self.failure("reset_failed", "reset", &err)))
             }
-            Ok(_) => match recording.solution().await {
+            Ok(_) => match recording.solution().await.sandboxed() {
                 Err(err) => {
                     problem = Some((
                         Severity::Error,
@@ -151,7 +150,7 @@ impl Checker<'_> {
                     let plan = solution_actions(&solution, info.tools.is_some());
                     for action in &plan.actions {
                         play.steps += 1;
-                        match recording.step(action).await {
+                        match recording.step(action).await.sandboxed() {
                             Err(err) => {
                                 problem = Some((
                                     Severity::Error,

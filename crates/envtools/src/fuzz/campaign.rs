@@ -10,7 +10,7 @@ use spade_sandbox::Runtime;
 use spade_sandbox::{CallError, ErrorKind};
 
 use crate::actions::{ActionGen, Style, parse_tools};
-use crate::episode::{RecordedEpisode, check_replay};
+use crate::episode::{Episode, check_replay};
 use crate::oracles::{Violation, call_failed, check_end, check_fuel, check_step, median};
 use crate::rng::derive_seed;
 
@@ -100,16 +100,17 @@ struct EpisodeResult {
 /// Plays one fuzz episode: load, reset, generated actions until the episode ends (or
 /// `max_turns`), then `solution`.
 async fn episode(runtime: Runtime, source: Arc<str>, seed: u64, max_steps: u32) -> EpisodeResult {
-    let mut recording = RecordedEpisode::start(&runtime, &source, seed, "fuzz").await;
+    let mut recording = Episode::probe(&runtime, &source, seed, "fuzz").await;
     let mut violations = Vec::new();
     let mut steps = 0;
+    let mut step_fuel = Vec::new();
     let info = recording.info().cloned().map_err(|e| e.clone());
     let class_name = info.as_ref().ok().map(|i| i.class_name.clone());
     match info {
         Err(err) => violations.push(call_failed("load", &err)),
         Ok(info) => {
             let mut generator = ActionGen::new(seed, parse_tools(info.tools.as_deref()));
-            match recording.reset(Some(seed)).await {
+            match recording.reset(Some(seed)).await.sandboxed() {
                 Err(err) => violations.push(call_failed("reset", &err)),
                 Ok(reset) => {
                     let mut observation = reset.observation;
@@ -119,7 +120,9 @@ async fn episode(runtime: Runtime, source: Arc<str>, seed: u64, max_steps: u32) 
                     while steps < limit as u64 {
                         let action = generator.next(&observation, Style::Any);
                         steps += 1;
-                        match recording.step(&action).await {
+                        let step = recording.step(&action).await;
+                        step_fuel.push(step.cost.fuel);
+                        match step.sandboxed() {
                             Ok(step) => {
                                 if let Some(v) = check_step(&step) {
                                     violations.push(v);
@@ -141,7 +144,7 @@ async fn episode(runtime: Runtime, source: Arc<str>, seed: u64, max_steps: u32) 
                         if let Some(v) = check_end(info.max_turns, steps as usize, ended) {
                             violations.push(v);
                         }
-                        if let Err(err) = recording.solution().await {
+                        if let Err(err) = recording.solution().await.sandboxed() {
                             violations.push(call_failed("solution", &err));
                         }
                     }
@@ -149,9 +152,8 @@ async fn episode(runtime: Runtime, source: Arc<str>, seed: u64, max_steps: u32) 
             }
         }
     }
-    let step_fuel = recording.step_fuel.clone();
-    let max_fuel = recording.max_fuel;
-    let (trajectory, trace_sha256) = recording.finish();
+    let max_fuel = recording.spent().max_fuel;
+    let (trajectory, trace_sha256) = recording.finish_probe();
     EpisodeResult {
         violations,
         trajectory,

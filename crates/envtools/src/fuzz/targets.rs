@@ -11,8 +11,8 @@ use spade_sandbox::{CallError, ErrorKind};
 use spade_sandbox::{Config, Limits};
 
 use crate::actions::{ActionGen, Style, parse_tools};
-use crate::episode::RecordedEpisode;
 use crate::episode::check_replay;
+use crate::episode::{Episode, Record};
 use crate::oracles::check_step;
 use crate::rng::Rng;
 use crate::trajectory::Trajectory;
@@ -64,16 +64,16 @@ impl Harness {
     pub fn python_source(&self, data: &[u8]) {
         let source = String::from_utf8_lossy(data);
         self.executor.block_on(async {
-            if let Ok(mut sandbox) = self
-                .runtime
-                .sandbox(&source, SandboxOptions::seeded(0))
+            let options = SandboxOptions::seeded(0);
+            let mut episode = Episode::start(&self.runtime, &*source, options, Record::Off)
                 .await
-            {
+                .expect("an unrecorded episode writes nothing");
+            if episode.info().is_ok() {
                 let mut killed: Option<ErrorKind> = None;
                 let results = [
-                    sandbox.reset(Some(0)).await.map(drop),
-                    sandbox.step("\\boxed{1}").await.map(drop),
-                    sandbox.solution().await.map(drop),
+                    episode.reset(Some(0)).await.sandboxed().map(drop),
+                    episode.step("\\boxed{1}").await.sandboxed().map(drop),
+                    episode.solution().await.sandboxed().map(drop),
                 ];
                 for result in results {
                     match (result, killed) {
@@ -87,12 +87,14 @@ impl Harness {
                     }
                 }
             }
-            let mut fresh = self
-                .runtime
-                .sandbox(CANARY_ENV, SandboxOptions::seeded(0))
+            let mut fresh = Episode::start(&self.runtime, CANARY_ENV, options, Record::Off)
                 .await
-                .expect("a fresh sandbox loads after any input");
-            let reset = fresh.reset(None).await.expect("and resets");
+                .expect("an unrecorded episode writes nothing");
+            assert!(
+                fresh.info().is_ok(),
+                "a fresh sandbox loads after any input"
+            );
+            let reset = fresh.reset(None).await.sandboxed().expect("and resets");
             assert_eq!(reset.observation, "alive");
         });
     }
@@ -109,7 +111,7 @@ impl Harness {
         let seed = u64::from_le_bytes(seed);
         self.executor.block_on(async {
             let mut recording =
-                RecordedEpisode::start(&self.runtime, source, seed & 0xffff, "fuzz-target").await;
+                Episode::probe(&self.runtime, source, seed & 0xffff, "fuzz-target").await;
             let info = recording.info().expect("the fixture loads").clone();
             let mut generator = ActionGen::new(seed, parse_tools(info.tools.as_deref()));
             let literal: Vec<String> = rest
@@ -120,6 +122,7 @@ impl Harness {
             let mut observation = recording
                 .reset(Some(seed & 0xffff))
                 .await
+                .sandboxed()
                 .expect("reset")
                 .observation;
             let mut rng = Rng::new(seed);
@@ -133,7 +136,7 @@ impl Harness {
                     Some(a) if !rng.chance(0.2) => a.clone(),
                     _ => generator.next(&observation, Style::Any),
                 };
-                match recording.step(&action).await {
+                match recording.step(&action).await.sandboxed() {
                     Ok(step) => {
                         assert_eq!(check_step(&step), None, "action {action:?}");
                         observation = step.observation;
@@ -158,7 +161,7 @@ impl Harness {
                     }
                 }
             }
-            let (text, hash) = recording.finish();
+            let (text, hash) = recording.finish_probe();
             if let Some(v) = check_replay(&self.runtime, &text, &hash).await {
                 panic!("{}: {}", v.code, v.message);
             }

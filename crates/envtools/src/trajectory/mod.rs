@@ -3,7 +3,7 @@
 mod format;
 mod raw;
 mod read;
-mod recorder;
+pub(crate) mod recorder;
 mod replay;
 mod tally;
 mod writer;
@@ -13,6 +13,6 @@ pub use format::{
     RecordedError, RecordedLimits, RecordedOptions, StepSummary, sha256_hex,
 };
 pub use read::{DEFAULT_MAX_FILE_BYTES, Trajectory, TrajectoryError, Truncation, Verified};
-pub use recorder::{RecordError, RecordMeta, RecordSummary, Recorder};
+pub use recorder::{RecordMeta, RecordSummary};
 pub use replay::{Divergence, ReplayOptions, ReplayReport, replay};
 pub use writer::TrajectoryWriter;

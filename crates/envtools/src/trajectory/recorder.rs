@@ -1,12 +1,13 @@
-//! Recording an episode: a [`Recorder`] wraps a [`Sandbox`] and writes every call.
+//! Recording an episode: a [`Recording`] turns each call of an [`crate::Episode`] and its
+//! result into a trajectory line. It never touches a sandbox: the episode makes the call and
+//! hands over what came back with what it cost.
 
 use std::collections::BTreeMap;
 use std::io::{self, Write};
 
 use spade_sandbox::CallError;
 use spade_sandbox::GUEST_SHA256;
-use spade_sandbox::Runtime;
-use spade_sandbox::{CallOutput, EnvInfo, Reset, Sandbox, SandboxOptions, Step};
+use spade_sandbox::{CallOutput, EnvInfo, Limits, Reset, SandboxOptions, Step};
 
 use super::format::{
     CallKind, CallRecord, CallResult, FORMAT_VERSION, Footer, Header, RecordedError, StepSummary,
@@ -24,53 +25,59 @@ pub struct RecordMeta {
     pub metadata: BTreeMap<String, serde_json::Value>,
 }
 
-/// A call failed, or the trajectory could not be written.
-#[derive(Debug, thiserror::Error)]
-pub enum RecordError {
-    #[error(transparent)]
-    Call(#[from] CallError),
-    #[error("writing the trajectory: {0}")]
-    Io(#[from] io::Error),
+/// Summary of a finished recording.
+pub type RecordSummary = Footer;
+
+/// Where a recording's lines go.
+pub enum Sink {
+    /// Kept in memory (check and fuzz keep every finding's trajectory).
+    Memory(Vec<u8>),
+    /// Written to a stream, usually a buffered file; flushed after every line.
+    Stream(Box<dyn Write + Send>),
 }
 
-impl RecordError {
-    /// The sandbox error, if this is one.
-    pub fn call_error(&self) -> Option<&CallError> {
+impl Write for Sink {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         match self {
-            RecordError::Call(err) => Some(err),
-            RecordError::Io(_) => None,
+            Sink::Memory(bytes) => bytes.write(buf),
+            Sink::Stream(out) => out.write(buf),
+        }
+    }
+
+    fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
+        match self {
+            Sink::Memory(bytes) => bytes.write_all(buf),
+            Sink::Stream(out) => out.write_all(buf),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Sink::Memory(_) => Ok(()),
+            Sink::Stream(out) => out.flush(),
         }
     }
 }
 
-/// Summary of a finished recording.
-pub type RecordSummary = Footer;
-
-/// Plays an episode through a sandbox and writes every call to a trajectory.
-pub struct Recorder<W: Write> {
-    sandbox: Result<Sandbox, CallError>,
-    writer: TrajectoryWriter<W>,
+/// The trajectory of one episode being written: the header first, then one line per call.
+pub(crate) struct Recording {
+    writer: TrajectoryWriter<Sink>,
     next_index: u64,
     tally: Tally,
 }
 
-fn output_of(sandbox: &Result<Sandbox, CallError>) -> (u64, CallOutput) {
-    match sandbox {
-        Ok(s) => (s.last_fuel(), s.last_output().clone()),
-        Err(_) => (0, CallOutput::default()),
-    }
-}
+/// A call's result as the recording needs it: the value or the error.
+pub(crate) type Seen<'a, T> = Result<&'a T, &'a CallError>;
 
-impl<W: Write> Recorder<W> {
-    /// Writes the header, creates the sandbox and records the `load` call. A load error is
-    /// recorded, not returned: see [`Recorder::info`].
-    pub async fn start(
-        runtime: &Runtime,
+impl Recording {
+    /// Writes the header of an episode of `source` under `limits`.
+    pub(crate) fn start(
+        limits: &Limits,
         source: &str,
         options: SandboxOptions,
         meta: RecordMeta,
-        out: W,
-    ) -> io::Result<Recorder<W>> {
+        sink: Sink,
+    ) -> io::Result<Recording> {
         let header = Header {
             format: FORMAT_VERSION,
             spade_version: env!("CARGO_PKG_VERSION").to_owned(),
@@ -78,59 +85,25 @@ impl<W: Write> Recorder<W> {
             env_sha256: sha256_hex(source.as_bytes()),
             env_source: source.to_owned(),
             options: options.into(),
-            limits: runtime.limits().into(),
+            limits: limits.into(),
             hint: meta.hint,
             metadata: meta.metadata,
         };
-        let writer = TrajectoryWriter::new(out, &header)?;
-        let sandbox = runtime.sandbox(source, options).await;
-        let (fuel, output) = match &sandbox {
-            Ok(s) => (s.last_fuel(), s.last_output().clone()),
-            Err(_) => (0, CallOutput::default()),
-        };
-        let mut recorder = Recorder {
-            sandbox,
-            writer,
+        Ok(Recording {
+            writer: TrajectoryWriter::new(sink, &header)?,
             next_index: 0,
             tally: Tally::default(),
-        };
-        let mut record = recorder.record(CallKind::Load, fuel, &output);
-        match &recorder.sandbox {
-            Ok(s) => {
-                let info = s.info();
-                record.ok = Some(CallResult::Load {
-                    class_name: info.class_name.clone(),
-                    max_turns: info.max_turns,
-                    tools: info.tools.as_deref().map(raw_json),
-                });
-            }
-            Err(err) => {
-                recorder.tally.call(CallKind::Load, None, Some(err.kind()));
-                record.error = Some(RecordedError::from(err));
-            }
-        }
-        recorder.writer.call(record)?;
-        Ok(recorder)
-    }
-
-    /// What `load` found, or why it failed.
-    pub fn info(&self) -> Result<&EnvInfo, &CallError> {
-        self.sandbox.as_ref().map(Sandbox::info)
+        })
     }
 
     /// The header line as written.
-    pub fn header_text(&self) -> &str {
+    pub(crate) fn header_text(&self) -> &str {
         self.writer.header_text()
     }
 
     /// The last call line written.
-    pub fn last_line(&self) -> &str {
+    pub(crate) fn last_line(&self) -> &str {
         self.writer.last_line()
-    }
-
-    /// The recorded sandbox (for fuel and output of the last call).
-    pub fn sandbox(&self) -> Option<&Sandbox> {
-        self.sandbox.as_ref().ok()
     }
 
     fn record(&mut self, call: CallKind, fuel: u64, output: &CallOutput) -> CallRecord {
@@ -139,24 +112,103 @@ impl<W: Write> Recorder<W> {
         record
     }
 
-    fn sandbox_mut(&mut self) -> Result<&mut Sandbox, CallError> {
-        match &mut self.sandbox {
-            Ok(s) => Ok(s),
-            Err(err) => Err(CallError::Usage(format!(
-                "the environment failed to load ({}); nothing to call",
-                err.kind()
-            ))),
+    /// Records the `load` call.
+    pub(crate) fn load(
+        &mut self,
+        fuel: u64,
+        output: &CallOutput,
+        seen: Seen<'_, EnvInfo>,
+    ) -> io::Result<()> {
+        let mut record = self.record(CallKind::Load, fuel, output);
+        match seen {
+            Ok(info) => {
+                record.ok = Some(CallResult::Load {
+                    class_name: info.class_name.clone(),
+                    max_turns: info.max_turns,
+                    tools: info.tools.as_deref().map(raw_json),
+                });
+            }
+            Err(err) => {
+                self.tally.call(CallKind::Load, None, Some(err.kind()));
+                record.error = Some(RecordedError::from(err));
+            }
         }
+        self.writer.call(record)
     }
 
-    fn finish_call<T>(
+    /// Records a `reset`; `fields` are the extra fields it was called with (`None` for a plain
+    /// reset), and the result carries the names of those it dropped.
+    pub(crate) fn reset(
+        &mut self,
+        seed: Option<u64>,
+        fields: Option<&serde_json::Map<String, serde_json::Value>>,
+        fuel: u64,
+        output: &CallOutput,
+        seen: Seen<'_, (Reset, Vec<String>)>,
+    ) -> io::Result<()> {
+        let mut record = self.record(CallKind::Reset, fuel, output);
+        record.seed = seed;
+        record.fields = fields.cloned();
+        let ok = seen.map(|(r, dropped)| CallResult::Reset {
+            observation: r.observation.clone(),
+            info: raw_json(&r.info),
+            dropped: dropped.clone(),
+        });
+        self.finish_call(record, ok)
+    }
+
+    /// Records a `step`.
+    pub(crate) fn step(
+        &mut self,
+        action: &str,
+        fuel: u64,
+        output: &CallOutput,
+        seen: Seen<'_, Step>,
+    ) -> io::Result<()> {
+        let mut record = self.record(CallKind::Step, fuel, output);
+        record.action = Some(action.to_owned());
+        let ok = seen.map(|s| CallResult::Step {
+            observation: s.observation.clone(),
+            reward: s.reward,
+            terminated: s.terminated,
+            truncated: s.truncated,
+            info: raw_json(&s.info),
+        });
+        self.finish_call(record, ok)
+    }
+
+    /// Records a `solution`.
+    pub(crate) fn solution(
+        &mut self,
+        fuel: u64,
+        output: &CallOutput,
+        seen: Seen<'_, String>,
+    ) -> io::Result<()> {
+        let record = self.record(CallKind::Solution, fuel, output);
+        let ok = seen.map(|s| CallResult::Solution {
+            solution: s.clone(),
+        });
+        self.finish_call(record, ok)
+    }
+
+    /// Records a `close`.
+    pub(crate) fn close(
+        &mut self,
+        fuel: u64,
+        output: &CallOutput,
+        seen: Seen<'_, ()>,
+    ) -> io::Result<()> {
+        let record = self.record(CallKind::Close, fuel, output);
+        self.finish_call(record, seen.map(|_| CallResult::Close {}))
+    }
+
+    fn finish_call(
         &mut self,
         mut record: CallRecord,
-        result: Result<T, CallError>,
-        ok: impl FnOnce(&T) -> CallResult,
-    ) -> Result<T, RecordError> {
-        match &result {
-            Ok(value) => record.ok = Some(ok(value)),
+        ok: Result<CallResult, &CallError>,
+    ) -> io::Result<()> {
+        match ok {
+            Ok(result) => record.ok = Some(result),
             Err(err) => record.error = Some(RecordedError::from(err)),
         }
         let step = match &record.ok {
@@ -174,87 +226,11 @@ impl<W: Write> Recorder<W> {
         };
         let error = record.error.as_ref().map(|e| e.kind);
         self.tally.call(record.call, step, error);
-        self.writer.call(record)?;
-        Ok(result?)
+        self.writer.call(record)
     }
 
-    /// Calls and records `reset`.
-    pub async fn reset(&mut self, seed: Option<u64>) -> Result<Reset, RecordError> {
-        let result = self.sandbox_mut()?.reset(seed).await;
-        let (fuel, output) = output_of(&self.sandbox);
-        let mut record = self.record(CallKind::Reset, fuel, &output);
-        record.seed = seed;
-        self.finish_call(record, result, |r: &Reset| CallResult::Reset {
-            observation: r.observation.clone(),
-            info: raw_json(&r.info),
-            dropped: Vec::new(),
-        })
-    }
-
-    /// Calls and records `reset` with extra fields ([`Sandbox::reset_with`]): the line keeps
-    /// the fields, and the names of those `reset` did not take.
-    pub async fn reset_with(
-        &mut self,
-        seed: Option<u64>,
-        fields: &serde_json::Map<String, serde_json::Value>,
-    ) -> Result<(Reset, Vec<String>), RecordError> {
-        let result = self.sandbox_mut()?.reset_with(seed, fields).await;
-        let (fuel, output) = output_of(&self.sandbox);
-        let mut record = self.record(CallKind::Reset, fuel, &output);
-        record.seed = seed;
-        record.fields = Some(fields.clone());
-        self.finish_call(record, result, |(r, dropped): &(Reset, Vec<String>)| {
-            CallResult::Reset {
-                observation: r.observation.clone(),
-                info: raw_json(&r.info),
-                dropped: dropped.clone(),
-            }
-        })
-    }
-
-    /// Calls and records `step`.
-    pub async fn step(&mut self, action: &str) -> Result<Step, RecordError> {
-        let result = self.sandbox_mut()?.step(action).await;
-        let (fuel, output) = output_of(&self.sandbox);
-        let mut record = self.record(CallKind::Step, fuel, &output);
-        record.action = Some(action.to_owned());
-        self.finish_call(record, result, |s: &Step| CallResult::Step {
-            observation: s.observation.clone(),
-            reward: s.reward,
-            terminated: s.terminated,
-            truncated: s.truncated,
-            info: raw_json(&s.info),
-        })
-    }
-
-    /// Calls and records `solution`.
-    pub async fn solution(&mut self) -> Result<String, RecordError> {
-        let result = self.sandbox_mut()?.solution().await;
-        let (fuel, output) = output_of(&self.sandbox);
-        let record = self.record(CallKind::Solution, fuel, &output);
-        self.finish_call(record, result, |s: &String| CallResult::Solution {
-            solution: s.clone(),
-        })
-    }
-
-    /// Calls and records `close`.
-    pub async fn close(&mut self) -> Result<(), RecordError> {
-        let result = self.sandbox_mut()?.close().await;
-        let (fuel, output) = output_of(&self.sandbox);
-        let record = self.record(CallKind::Close, fuel, &output);
-        self.finish_call(record, result, |_: &()| CallResult::Close {})
-    }
-
-    /// Writes the footer and returns it with the writer.
-    pub fn finish(self) -> io::Result<(RecordSummary, W)> {
-        self.finish_keeping_sandbox()
-            .map(|(summary, writer, _)| (summary, writer))
-    }
-
-    /// [`Recorder::finish`], handing back the sandbox too (`None` when the load failed): for a
-    /// caller that hands it to the process's exit rather than drop it.
-    pub fn finish_keeping_sandbox(self) -> io::Result<(RecordSummary, W, Option<Sandbox>)> {
-        let (summary, writer) = self.writer.finish(self.tally.footer())?;
-        Ok((summary, writer, self.sandbox.ok()))
+    /// Writes the footer and returns it with the sink.
+    pub(crate) fn finish(self) -> io::Result<(RecordSummary, Sink)> {
+        self.writer.finish(self.tally.footer())
     }
 }

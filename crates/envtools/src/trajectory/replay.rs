@@ -9,7 +9,8 @@ use spade_sandbox::Runtime;
 use super::format::{CallKind, Line, RecordedLimits, canonical, sha256_hex};
 use super::raw;
 use super::read::{Trajectory, TrajectoryError, Truncation};
-use super::recorder::{RecordMeta, Recorder};
+use super::recorder::RecordMeta;
+use crate::episode::{Episode, Record};
 
 /// How to replay.
 #[derive(Debug, Clone, Default)]
@@ -130,12 +131,11 @@ pub async fn replay(
     };
     // The replayed lines are compared as they are written and then dropped: only the last one
     // is kept, never a second copy of the file.
-    let mut recorder = Recorder::start(
+    let mut episode = Episode::start(
         &runtime,
         &source,
         header.options.into(),
-        meta,
-        std::io::sink(),
+        Record::to(std::io::sink(), meta),
     )
     .await
     .map_err(io)?;
@@ -166,7 +166,7 @@ pub async fn replay(
         1,
         "header",
         &trajectory.header_text,
-        recorder.header_text(),
+        episode.header_text().expect("the replay is recorded"),
         ignore,
     );
     let mut step = 0;
@@ -184,24 +184,30 @@ pub async fn replay(
             CallKind::Solution => "solution".to_owned(),
             CallKind::Close => "close".to_owned(),
         };
+        // A call's result is in the line it writes, which is compared below.
         let _ = match call.call {
             CallKind::Load => Ok(()),
             CallKind::Reset => match &call.fields {
-                Some(fields) => recorder.reset_with(call.seed, fields).await.map(drop),
-                None => recorder.reset(call.seed).await.map(drop),
+                Some(fields) => episode.reset_with(call.seed, fields).await.result.map(drop),
+                None => episode.reset(call.seed).await.result.map(drop),
             },
-            CallKind::Step => recorder
-                .step(call.action.as_deref().unwrap_or_default())
-                .await
-                .map(drop),
-            CallKind::Solution => recorder.solution().await.map(drop),
-            CallKind::Close => recorder.close().await.map(drop),
+            CallKind::Step => {
+                let action = call.action.as_deref().unwrap_or_default();
+                episode.step(action).await.result.map(drop)
+            }
+            CallKind::Solution => episode.solution().await.result.map(drop),
+            CallKind::Close => episode.close().await.result.map(drop),
         };
         report.calls += 1;
         report.steps = step;
-        report.divergence = compare(i + 2, &what, text, recorder.last_line(), ignore);
+        let replayed = episode.last_line().expect("the replay is recorded");
+        report.divergence = compare(i + 2, &what, text, replayed, ignore);
     }
-    let (footer, _) = recorder.finish().map_err(io)?;
+    let footer = episode
+        .finish()
+        .map_err(io)?
+        .summary
+        .expect("the replay is recorded");
     report.trace_sha256 = footer.trace_sha256.clone();
     if report.divergence.is_none()
         && let Some((text, _)) = &trajectory.footer

@@ -5,7 +5,8 @@ use std::fs::File;
 use std::io::BufWriter;
 use std::time::Instant;
 
-use spade_envtools::trajectory::{RecordMeta, Recorder};
+use spade_envtools::trajectory::RecordMeta;
+use spade_envtools::{Episode, EpisodeError, Record};
 use spade_model::error::{ModelError, Result};
 use spade_sandbox::{ErrorKind, SandboxOptions};
 
@@ -43,8 +44,6 @@ impl Played {
         )
     }
 }
-
-type Rec = Recorder<BufWriter<File>>;
 
 /// One problem of fixed-env training: every play of a game in a rollout shares it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,7 +117,7 @@ impl Run<'_> {
         let traj_dir = self.dir.join("trajectories").join(format!("r{r:05}"));
         std::fs::create_dir_all(&traj_dir).map_err(io_err("creating", &traj_dir))?;
         let ts = Instant::now();
-        let mut live: Vec<LiveEpisode<Rec>> = Vec::new();
+        let mut live: Vec<LiveEpisode> = Vec::new();
         // Episodes that ended at reset, and where every live one came from.
         let mut played: Vec<Played> = Vec::new();
         let mut origin: Vec<Start> = Vec::new();
@@ -192,14 +191,14 @@ impl Run<'_> {
         Ok(played)
     }
 
-    /// Opens episode `i` of pool env `pi` (hinted or not): a recorder and its reset. A reset
-    /// that fails gives the error kind and the recorder back.
+    /// Opens episode `i` of pool env `pi` (hinted or not): a recorded episode and its reset. A
+    /// reset that fails gives the error kind and the episode back.
     async fn start_episode(
         &self,
         r: u64,
         start: &Start,
         traj_dir: &std::path::Path,
-    ) -> Result<std::result::Result<LiveEpisode<Rec>, (ErrorKind, Rec)>> {
+    ) -> Result<std::result::Result<LiveEpisode, (ErrorKind, Episode)>> {
         let Start {
             pool: pi,
             hint,
@@ -230,27 +229,13 @@ impl Run<'_> {
             seed,
             max_turns: Some(self.cfg.max_turns),
         };
-        let mut rec = Recorder::start(&self.runtime, &env.source, opts, meta, BufWriter::new(file))
+        let record = Record::to(BufWriter::new(file), meta);
+        let mut rec = Episode::start(&self.runtime, &env.source, opts, record)
             .await
             .map_err(io_err("writing", &path))?;
         let system = prompts::agent_system(env.tool_use);
-        let reset = match problem {
-            None => rec.reset(Some(seed)).await,
-            Some(p) => {
-                let mut fields = serde_json::Map::new();
-                fields.insert("difficulty".into(), p.difficulty.into());
-                match rec.reset_with(Some(seed), &fields).await {
-                    Ok((_, dropped)) if !dropped.is_empty() => {
-                        return Err(ModelError::InvalidParameter(format!(
-                            "fixed environment {} ({}) takes no `difficulty` in reset(): \
-                             fixed-env training needs one (RLVE's environments take it)",
-                            env.id, env.origin
-                        )));
-                    }
-                    other => other.map(|(reset, _)| reset),
-                }
-            }
-        };
+        let difficulty = problem.map(|p| p.difficulty);
+        let reset = rec.reset_at(Some(seed), difficulty).await.result;
         Ok(match reset {
             Ok(reset) => {
                 let obs = prompts::with_hint(&reset.observation, hint_text.as_deref());
@@ -262,21 +247,26 @@ impl Run<'_> {
                     env.tool_use,
                 ))
             }
-            Err(e) => match e.call_error() {
-                Some(c) => Err((c.kind(), rec)),
-                None => {
-                    return Err(ModelError::InvalidParameter(format!(
-                        "recording the reset of {}: {e}",
-                        path.display()
-                    )));
-                }
-            },
+            Err(EpisodeError::Call(c)) => Err((c.kind(), rec)),
+            Err(EpisodeError::NoDifficulty) => {
+                return Err(ModelError::InvalidParameter(format!(
+                    "fixed environment {} ({}) takes no `difficulty` in reset(): \
+                     fixed-env training needs one (RLVE's environments take it)",
+                    env.id, env.origin
+                )));
+            }
+            Err(e) => {
+                return Err(ModelError::InvalidParameter(format!(
+                    "recording the reset of {}: {e}",
+                    path.display()
+                )));
+            }
         })
     }
 }
 
 /// Writes a finished episode's footer.
-fn finish(rec: Rec) -> Result<()> {
+fn finish(rec: Episode) -> Result<()> {
     rec.finish()
         .map(|_| ())
         .map_err(|e| ModelError::io("finishing a trajectory", e))

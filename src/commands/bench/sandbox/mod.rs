@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use clap::Args;
-use spade_envtools::trajectory::{RecordMeta, Recorder, ReplayOptions, Trajectory, replay};
+use spade_envtools::trajectory::{RecordMeta, ReplayOptions, Trajectory, replay};
+use spade_envtools::{Episode, Record};
 use spade_sandbox::{Config, GUEST_SHA256, PRELUDE_MODULES, Runtime, SandboxOptions};
 
 use crate::commands::{executor, read_text};
@@ -166,21 +167,34 @@ impl BenchArgs {
         }
         self.levers(&tokio, &fixtures)?;
         say!(
-            "\n{:<18} {:>12} {:>14} {:>9} {:>12} {:>12} {:>9}",
-            "recording",
-            "steps/s off",
-            "steps/s on",
+            "\n{:<18} {:>12} {:>12} {:>8} {:>12} {:>8} {:>12} {:>12} {:>8}",
+            "episodes",
+            "sandbox",
+            "Episode",
+            "ratio",
+            "recorded",
             "ratio",
             "record",
             "replay",
             "ratio"
         );
+        say!(
+            "{:<18} {:>12} {:>12} {:>8} {:>12}",
+            "",
+            "steps/s",
+            "steps/s",
+            "",
+            "steps/s"
+        );
         for (fixture, (row, _)) in fixtures.iter().zip(&rows) {
+            let episode = tokio.block_on(self.episode_steps_per_s(&runtime, fixture))?;
             let rec = tokio.block_on(self.record_and_replay(&runtime, fixture, &prelude_dir))?;
             say!(
-                "{:<18} {:>12.0} {:>14.0} {:>8.2}x {:>12} {:>12} {:>8.2}x",
+                "{:<18} {:>12.0} {:>12.0} {:>7.2}x {:>12.0} {:>7.2}x {:>12} {:>12} {:>7.2}x",
                 fixture.name,
                 row.steps_per_s,
+                episode,
+                episode / row.steps_per_s,
                 rec.steps_per_s,
                 rec.steps_per_s / row.steps_per_s,
                 ms(rec.record),
@@ -373,7 +387,20 @@ impl BenchArgs {
         })
     }
 
-    /// Plays the throughput loop through a `Recorder` writing a trajectory file, then replays
+    /// Steps per second of the throughput loop through an unrecorded [`Episode`].
+    async fn episode_steps_per_s(
+        &self,
+        runtime: &Runtime,
+        fixture: &Fixture,
+    ) -> anyhow::Result<f64> {
+        let options = SandboxOptions::seeded(0);
+        let mut episode = Episode::start(runtime, &fixture.source, options, Record::Off).await?;
+        episode.reset(Some(0)).await.result?;
+        let elapsed = play::play_episode(&mut episode, fixture, self.steps).await?;
+        Ok(self.steps as f64 / elapsed.as_secs_f64())
+    }
+
+    /// Plays the throughput loop through an [`Episode`] writing a trajectory file, then replays
     /// that file.
     async fn record_and_replay(
         &self,
@@ -384,26 +411,22 @@ impl BenchArgs {
         let path = dir.join(format!("{}.jsonl", fixture.name));
         let file = std::io::BufWriter::new(std::fs::File::create(&path)?);
         let start = Instant::now();
-        let mut recorder = Recorder::start(
-            runtime,
-            &fixture.source,
-            SandboxOptions::seeded(0),
-            RecordMeta::default(),
-            file,
-        )
-        .await?;
-        recorder.reset(Some(0)).await?;
+        let record = Record::to(file, RecordMeta::default());
+        let mut recorder =
+            Episode::start(runtime, &fixture.source, SandboxOptions::seeded(0), record).await?;
+        recorder.reset(Some(0)).await.result?;
         let (mut episode, mut index) = (0u64, 0usize);
         let steps_start = Instant::now();
         for _ in 0..self.steps {
             let step = recorder
                 .step(&fixture.actions[index % fixture.actions.len()])
-                .await?;
+                .await
+                .result?;
             index += 1;
             if step.terminated || step.truncated {
                 episode += 1;
                 index = 0;
-                recorder.reset(Some(episode)).await?;
+                recorder.reset(Some(episode)).await.result?;
             }
         }
         let steps_per_s = self.steps as f64 / steps_start.elapsed().as_secs_f64();

@@ -3,6 +3,7 @@
 
 use std::time::{Duration, Instant};
 
+use spade_envtools::Episode;
 use spade_sandbox::Sandbox;
 
 use super::Fixture;
@@ -31,4 +32,26 @@ pub async fn play(
         }
     }
     Ok((times, start.elapsed()))
+}
+
+/// [`play`] through an unrecorded [`Episode`] (already reset with seed 0), the way every
+/// caller plays: the whole loop's time, to set against the bare sandbox's in the same run.
+pub async fn play_episode(
+    episode: &mut Episode,
+    fixture: &Fixture,
+    steps: usize,
+) -> anyhow::Result<Duration> {
+    let (mut seed, mut index) = (0u64, 0usize);
+    let start = Instant::now();
+    for _ in 0..steps {
+        let action = &fixture.actions[index % fixture.actions.len()];
+        let step = episode.step(action).await.result?;
+        index += 1;
+        if step.terminated || step.truncated {
+            seed += 1;
+            index = 0;
+            episode.reset(Some(seed)).await.result?;
+        }
+    }
+    Ok(start.elapsed())
 }

@@ -64,7 +64,7 @@ struct Phases {
 pub fn probe(env: &Path, setting: ProbeSetting) -> anyhow::Result<ExitCode> {
     let t0 = Instant::now();
     let source = read_text(env, "environment file")?;
-    let config = crate::commands::run::one_episode_config(true);
+    let config = crate::commands::common::one_episode_config(true);
     if setting == ProbeSetting::EngineTwice {
         let _ = Runtime::is_prepared(&config);
     }
@@ -84,7 +84,7 @@ pub fn probe(env: &Path, setting: ProbeSetting) -> anyhow::Result<ExitCode> {
         drop(sandbox);
         drop(runtime);
     } else {
-        crate::commands::run::leave_for_exit(Some(sandbox), runtime);
+        crate::commands::common::leave_for_exit(Some(sandbox), runtime);
     }
     drop(executor);
     let phases = Phases {
