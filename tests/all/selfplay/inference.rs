@@ -322,7 +322,7 @@ fn inference_flags_are_checked() {
 /// ```sh
 /// cargo run --release -- model fetch
 /// LLAMA_SERVER=$(scripts/build-llama-server.sh | tail -1) \
-///     cargo test -p spade --test all inference::eval_through_llama_server -- --ignored --nocapture
+///     cargo test -p spade --test all selfplay::inference::eval_through_llama_server -- --ignored --nocapture
 /// ```
 #[test]
 #[ignore = "needs llama.cpp's server (scripts/build-llama-server.sh, $LLAMA_SERVER) and the default model (spade model fetch)"]

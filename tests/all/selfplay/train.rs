@@ -656,7 +656,7 @@ async fn a_tiny_random_model_runs_a_full_rollout_with_an_update() {
     assert!(m.loss.is_some(), "{m:?}");
     assert!(m.tokens_trained > 0);
     // This run only checks the plumbing: a random model wins nothing and its designs are all
-    // invalid, so every advantage is 0 (learning is tested in tests/all/learning.rs).
+    // invalid, so every advantage is 0 (learning is tested in tests/all/selfplay/learning.rs).
     assert_eq!(m.zero_advantage_fraction, 1.0);
     // The default ppo_epochs.
     assert_eq!(m.optimizer_steps, 4);

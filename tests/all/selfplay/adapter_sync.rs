@@ -25,8 +25,8 @@ use spade_selfplay::remote::ServerPolicy;
 use spade_selfplay::remote::adapters::AdapterServer;
 use spade_selfplay::{Corpus, Run, TrainConfig};
 
+use super::fixed_envs::LEVEL_ENV;
 use crate::common::{runtime, tiny_chat_model};
-use crate::fixed_envs::LEVEL_ENV;
 
 /// The fake server's state.
 struct Fake {
