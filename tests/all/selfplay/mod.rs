@@ -3,6 +3,7 @@
 //! hand-computed examples, learning, fixed-environment training, sampling on an inference
 //! server, the shipped configs, and reports.
 mod adapter_sync;
+mod configs;
 mod credit;
 mod delay;
 mod fixed_envs;
