@@ -180,7 +180,7 @@ impl TrainArgs {
         }
         let loaded = super::load_model(self.model.as_deref())?;
         let mut policy: Box<dyn Policy> = match &cfg.inference {
-            None => Box::new(CandlePolicy::new(loaded, &cfg)?),
+            None => Box::new(CandlePolicy::new(loaded, &cfg.policy())?),
             Some(section) => Box::new(super::inference::server_policy(
                 loaded,
                 &cfg,

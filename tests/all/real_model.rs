@@ -220,7 +220,7 @@ fn sampled_logprobs_match_the_training_path_and_a_lora_grpo_step_runs() {
 fn one_default_rollout_finishes_in_under_15_minutes() {
     use spade_selfplay::{CandlePolicy, Corpus, Run, TrainConfig, corpus};
     let cfg = TrainConfig::default();
-    let mut policy = CandlePolicy::new(default_model(), &cfg).unwrap();
+    let mut policy = CandlePolicy::new(default_model(), &cfg.policy()).unwrap();
     let dir = std::env::temp_dir().join(format!("spade-real-rollout-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     // The pool `spade train` starts with: the bundled examples (not the held-out eval envs).

@@ -1,29 +1,32 @@
 //! The self-play configuration: every number of the method is a field with a documented
 //! default (docs/environment-contract.md section 3), read from TOML or JSON.
-use std::path::{Path, PathBuf};
+//!
+//! [`TrainConfig`] is one flat table, so every key of a user's TOML and of a run's saved
+//! `config.json` keeps its name. Each part of the loop takes only its own settings, built
+//! here: [`TrainConfig::credit`], [`TrainConfig::rewards`], [`TrainConfig::memory`],
+//! [`TrainConfig::policy`] and [`TrainConfig::sampling`]. The types those settings use live
+//! in the parts' modules, which never import this one.
+use std::path::Path;
 
 use serde::{Deserialize, Serialize};
-use spade_model::error::{ModelError, Result};
-use spade_model::grpo::LossAggregation;
-use spade_model::model::{DecodeActivations, DecodeWeights};
+use spade_model::grpo::{GrpoConfig, LossAggregation};
+use spade_model::model::{DecodeActivations, DecodeWeights, LoraConfig};
+use spade_model::optim::AdamWConfig;
 use spade_model::schedule::{DecayKind, LrSchedule};
 
 use super::credit::{AgentBaseline, CreditConfig, EmaStart};
 use super::difficulty::DifficultyConfig;
-use super::policy::Role;
+use super::error::{Result, TrainError};
+use super::memory::MemoryConfig;
+use super::policy::{PolicyConfig, Role, SamplingConfig, Temperatures};
 use super::prompts::{AgentExample, check_agent_examples};
-use super::remote::adapters::AdapterServer;
+use super::rewards::{BlendConfig, RewardConfig};
+use super::seeds;
 
-/// How the designer's reward is computed from a played environment.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum DesignerReward {
-    /// `max(0, regret)` (the paper's default).
-    Regret,
-    /// `blend_plateau_weight * plateau(mean return) + blend_regret_weight * min(1, max(0,
-    /// regret / blend_regret_scale))`, the mean return over every no-hint play of the window.
-    Blend,
-}
+/// The `[inference]` section, where it was before [`crate::remote`] took it.
+pub use super::remote::InferenceConfig;
+/// The designer reward's kinds, where they were before [`crate::rewards`] took them.
+pub use super::rewards::DesignerReward;
 
 /// A named set of settings that a config starts from; its own keys override the preset's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -275,77 +278,6 @@ pub struct TrainConfig {
     pub inference: Option<InferenceConfig>,
 }
 
-/// `[inference]`: where every role samples when an inference server does, and how the trained
-/// adapters reach it (docs/inference.md). The API key is never here: it is read from
-/// `$SPADE_INFERENCE_API_KEY`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct InferenceConfig {
-    /// The server's base URL, `http://host:port`.
-    pub url: String,
-    /// The base model's name on the server (each request's `model` before the first update).
-    pub model: String,
-    /// Requests in flight at once (default 64).
-    pub concurrency: usize,
-    /// How adapters are loaded into the server after each update: `vllm`, `sglang` or
-    /// `llama-cpp` (required to train).
-    pub adapters: Option<AdapterServer>,
-    /// Where spade writes the adapters it loads (default: `served-adapters` in the run
-    /// directory).
-    pub adapter_dir: Option<PathBuf>,
-    /// The same directory as the server sees it, when the server runs elsewhere (default:
-    /// `adapter_dir`, absolute).
-    pub server_adapter_dir: Option<PathBuf>,
-    /// Adapter names are `<prefix>-step<N>` (default: `spade-` and the run directory's name).
-    pub adapter_prefix: Option<String>,
-    /// `llama-cpp` only: the router's preset file (`llama-server --models-preset FILE`), which
-    /// spade appends a preset to per adapter.
-    pub llama_presets: Option<PathBuf>,
-    /// `llama-cpp` only: the base GGUF as the server sees it (default: `--model`, when it is a
-    /// `.gguf` file).
-    pub llama_base_gguf: Option<PathBuf>,
-}
-
-impl Default for InferenceConfig {
-    fn default() -> Self {
-        Self {
-            url: String::new(),
-            model: "default".into(),
-            concurrency: 64,
-            adapters: None,
-            adapter_dir: None,
-            server_adapter_dir: None,
-            adapter_prefix: None,
-            llama_presets: None,
-            llama_base_gguf: None,
-        }
-    }
-}
-
-impl InferenceConfig {
-    /// Rejects settings training cannot run with.
-    pub fn validate(&self) -> std::result::Result<(), String> {
-        if self.url.is_empty() {
-            return Err("[inference] needs the server's url".into());
-        }
-        if self.concurrency == 0 {
-            return Err("[inference] concurrency must be at least 1".into());
-        }
-        if self.adapters.is_none() {
-            return Err(
-                "training through an inference server needs to know how to load the trained \
-                 adapters into it: set [inference] adapters (or --inference-adapters) to vllm, \
-                 sglang or llama-cpp"
-                    .into(),
-            );
-        }
-        if self.adapters == Some(AdapterServer::LlamaCpp) && self.llama_presets.is_none() {
-            return Err(super::remote::adapters::LLAMA_CPP_NEEDS_PRESETS.into());
-        }
-        Ok(())
-    }
-}
-
 impl Default for TrainConfig {
     fn default() -> Self {
         Self {
@@ -494,25 +426,22 @@ impl TrainConfig {
     /// `preset = "..."`, the preset's settings come first and the text's keys override them.
     pub fn parse(text: &str, toml_format: bool) -> Result<Self> {
         let value: serde_json::Value = if toml_format {
-            let table: toml::Table =
-                toml::from_str(text).map_err(|e| ModelError::InvalidParameter(e.to_string()))?;
-            serde_json::to_value(table).map_err(|source| ModelError::Json {
-                context: "reading the config".into(),
-                source,
+            let table: toml::Table = toml::from_str(text)
+                .map_err(|e| TrainError::Config(format!("the config is not valid TOML: {e}")))?;
+            serde_json::to_value(table).map_err(|e| {
+                TrainError::Config(format!("the config has a value JSON cannot hold: {e}"))
             })?
         } else {
-            serde_json::from_str(text).map_err(|source| ModelError::Json {
-                context: "parsing the config".into(),
-                source,
-            })?
+            serde_json::from_str(text)
+                .map_err(|e| TrainError::Config(format!("the config is not valid JSON: {e}")))?
         };
         let serde_json::Value::Object(mut keys) = value else {
-            return Err(ModelError::InvalidParameter(
+            return Err(TrainError::Config(
                 "the config must be a table of settings".into(),
             ));
         };
         if keys.contains_key("designer_start_rollout") {
-            return Err(ModelError::InvalidParameter(
+            return Err(TrainError::Config(
                 "designer_start_rollout was replaced by designer_delay: designer samples are \
                  now held and trained designer_delay rollouts after they were made (the \
                  reference's buffer), not dropped before a start rollout"
@@ -522,7 +451,7 @@ impl TrainConfig {
         let preset: Option<Preset> = match keys.get("preset") {
             None | Some(serde_json::Value::Null) => None,
             Some(p) => Some(serde_json::from_value(p.clone()).map_err(|e| {
-                ModelError::InvalidParameter(format!("preset: {e} (known: \"reference\")"))
+                TrainError::Config(format!("the config's preset: {e} (known: \"reference\")"))
             })?),
         };
         let serde_json::Value::Object(mut merged) =
@@ -533,7 +462,7 @@ impl TrainConfig {
         // The one alias, under its field's name, so that it overrides the preset's value.
         if let Some(v) = keys.remove("max_update_samples") {
             if keys.contains_key("max_agent_update_samples") {
-                return Err(ModelError::InvalidParameter(
+                return Err(TrainError::Config(
                     "the config sets both max_update_samples and max_agent_update_samples \
                      (the same setting)"
                         .into(),
@@ -543,7 +472,7 @@ impl TrainConfig {
         }
         merged.extend(keys);
         let cfg: Self = serde_json::from_value(serde_json::Value::Object(merged))
-            .map_err(|e| ModelError::InvalidParameter(format!("the config: {e}")))?;
+            .map_err(|e| TrainError::Config(format!("the config: {e}")))?;
         cfg.validate()?;
         Ok(cfg)
     }
@@ -558,17 +487,95 @@ impl TrainConfig {
         own.unwrap_or(self.temperature)
     }
 
+    /// How every role samples: each role's temperature and top-p.
+    pub fn sampling(&self) -> SamplingConfig {
+        SamplingConfig {
+            temperatures: Temperatures {
+                designer: self.temperature_of(Role::Designer),
+                hint: self.temperature_of(Role::Hint),
+                agent: self.temperature_of(Role::Agent),
+            },
+            top_p: self.top_p,
+        }
+    }
+
+    /// The in-process policy's settings: adapters (or full fine-tuning), optimiser, GRPO,
+    /// decoding and sampling.
+    pub fn policy(&self) -> PolicyConfig {
+        PolicyConfig {
+            lora: self.lora.then(|| LoraConfig {
+                r: self.lora_rank,
+                lora_alpha: self.lora_alpha,
+                ..LoraConfig::default()
+            }),
+            lora_seed: seeds::derive(self.seed, "lora", &[]),
+            decode_weights: self.decode_weights,
+            decode_activations: self.decode_activations,
+            adam: AdamWConfig {
+                lr: self.lr,
+                beta2: self.adam_beta2,
+                weight_decay: self.weight_decay,
+                ..AdamWConfig::default()
+            },
+            grpo: GrpoConfig {
+                clip_eps: self.clip_eps,
+                clip_eps_high: self.clip_eps_high,
+                aggregation: self.loss_aggregation,
+                tis_clamp: self.tis_clamp,
+                kl_coef: self.kl_coef,
+                entropy_coef: self.entropy_coef,
+                max_grad_norm: self.max_grad_norm,
+                micro_batch: self.micro_batch,
+                micro_batch_tokens: self.micro_batch_tokens,
+                epochs: self.ppo_epochs,
+                schedule: Some(self.lr_schedule()),
+                recompute_old_logprobs: self.recompute_old_logprobs,
+            },
+            sampling: self.sampling(),
+        }
+    }
+
+    /// The designer reward's settings.
+    pub fn rewards(&self) -> RewardConfig {
+        RewardConfig {
+            designer_reward: self.designer_reward,
+            timeout_reward: self.timeout_reward,
+            blend: BlendConfig {
+                plateau_weight: self.blend_plateau_weight,
+                regret_weight: self.blend_regret_weight,
+                regret_scale: self.blend_regret_scale,
+                plateau_low: self.plateau_low,
+                plateau_high: self.plateau_high,
+                plateau_ramp: self.plateau_ramp,
+            },
+        }
+    }
+
+    /// The environment memory's settings.
+    pub fn memory(&self) -> MemoryConfig {
+        MemoryConfig {
+            size: self.memory_size,
+            code_chars: self.memory_code_chars,
+            positive_examples: self.memory_positive_examples,
+            win_low: self.memory_win_low,
+            win_high: self.memory_win_high,
+            too_easy: self.memory_too_easy,
+            too_hard: self.memory_too_hard,
+            negative_examples: self.memory_negative_examples,
+        }
+    }
+
     /// Reads a config file: TOML when the name ends in `.toml`, else JSON.
     pub fn from_file(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| ModelError::io(format!("reading {}", path.display()), e))?;
+        let text =
+            std::fs::read_to_string(path).map_err(|e| TrainError::file("reading", path, e))?;
         let toml_format = path.extension().is_some_and(|e| e == "toml");
         Self::parse(&text, toml_format)
     }
 
     /// Rejects values the loop cannot run with.
     pub fn validate(&self) -> Result<()> {
-        let bad = |m: &str| Err(ModelError::InvalidParameter(m.to_string()));
+        let bad = |m: &str| Err(TrainError::InvalidParameter(m.to_string()));
         if self.regen_interval == 0 {
             return bad("regen_interval must be at least 1");
         }
@@ -590,7 +597,7 @@ impl TrainConfig {
         if self.ppo_epochs == 0 {
             return bad("ppo_epochs must be at least 1");
         }
-        check_agent_examples(&self.agent_examples).map_err(ModelError::InvalidParameter)?;
+        check_agent_examples(&self.agent_examples).map_err(TrainError::InvalidParameter)?;
         if !(0.0..=1.0).contains(&self.agent_ema_decay) {
             return bad("agent_ema_decay must be in [0, 1]");
         }
@@ -645,7 +652,7 @@ impl TrainConfig {
             }
         }
         if let Some(inference) = &self.inference {
-            inference.validate().map_err(ModelError::InvalidParameter)?;
+            inference.validate().map_err(TrainError::InvalidParameter)?;
             if !self.lora {
                 return bad(
                     "training through an inference server needs lora = true: the server loads \

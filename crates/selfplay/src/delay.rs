@@ -10,10 +10,9 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::TrainConfig;
 use crate::credit::{Design, Validity};
 use crate::policy::Sampled;
-use crate::rewards::{self, EnvScore};
+use crate::rewards::{self, EnvScore, RewardConfig};
 
 /// A designer sample waiting in the buffer.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -120,7 +119,7 @@ impl DesignerBuffer {
 /// The raw reward of a released sample, recomputed over the window: the timeout reward if a
 /// play timed out, else regret or blend from the regret of its rollout and the window's mean
 /// no-hint return. (An invalid sample's reward is not read: see [`crate::credit::design_reward`].)
-pub fn window_reward(cfg: &TrainConfig, released: &Released) -> f64 {
+pub fn window_reward(cfg: &RewardConfig, released: &Released) -> f64 {
     if released.plays.timed_out {
         return rewards::designer_reward(cfg, EnvScore::Timeout);
     }
@@ -132,7 +131,7 @@ pub fn window_reward(cfg: &TrainConfig, released: &Released) -> f64 {
 }
 
 /// The released samples as credit assignment's designs, rewards recomputed.
-pub fn designs(cfg: &TrainConfig, released: Vec<Released>) -> Vec<Design> {
+pub fn designs(cfg: &RewardConfig, released: Vec<Released>) -> Vec<Design> {
     released
         .into_iter()
         .map(|r| {

@@ -253,7 +253,7 @@ fn cfg(kind: AdapterServer, url: &str, dir: &Path) -> TrainConfig {
 
 fn policy(cfg: &TrainConfig, run: &Path) -> ServerPolicy {
     let section = cfg.inference.clone().unwrap();
-    ServerPolicy::from_config(tiny_chat_model(1, None), cfg, &section, run, None).unwrap()
+    ServerPolicy::from_config(tiny_chat_model(1, None), &cfg.policy(), &section, run, None).unwrap()
 }
 
 /// A new run of `cfg` in `run_dir` on the level environment.

@@ -123,7 +123,7 @@ impl Policy for Chooser {
         n: usize,
         _max_new_tokens: usize,
         seed: u64,
-    ) -> spade_model::Result<Vec<Sampled>> {
+    ) -> spade_selfplay::error::Result<Vec<Sampled>> {
         if let Some(choices) = self.choices(role).cloned() {
             let out = self.model.sample(role, messages, n, 1, seed)?;
             return Ok(out
@@ -142,15 +142,18 @@ impl Policy for Chooser {
         Ok((0..n).map(|_| untrained(text.clone())).collect())
     }
 
-    fn update(&mut self, batch: &[GrpoSample]) -> spade_model::Result<Option<UpdateStats>> {
+    fn update(
+        &mut self,
+        batch: &[GrpoSample],
+    ) -> spade_selfplay::error::Result<Option<UpdateStats>> {
         self.model.update(batch)
     }
 
-    fn save(&self, dir: &Path) -> spade_model::Result<()> {
+    fn save(&self, dir: &Path) -> spade_selfplay::error::Result<()> {
         self.model.save(dir)
     }
 
-    fn load(&mut self, dir: &Path) -> spade_model::Result<()> {
+    fn load(&mut self, dir: &Path) -> spade_selfplay::error::Result<()> {
         self.model.load(dir)
     }
 }
@@ -236,7 +239,7 @@ async fn the_designer_learns_to_write_the_environment_with_positive_regret() {
         ..learning_cfg()
     };
     let dir = tmp("designer");
-    let model = CandlePolicy::new(small_model(21), &cfg).unwrap();
+    let model = CandlePolicy::new(small_model(21), &cfg.policy()).unwrap();
     let mut policy = Chooser {
         model,
         designer: Some(templates()),
@@ -293,7 +296,7 @@ async fn the_agent_learns_the_winning_action_of_a_one_step_env() {
         ..learning_cfg()
     };
     let dir = tmp("agent");
-    let model = CandlePolicy::new(small_model(22), &cfg).unwrap();
+    let model = CandlePolicy::new(small_model(22), &cfg.policy()).unwrap();
     let mut policy = Chooser {
         model,
         designer: None,
@@ -345,7 +348,7 @@ fn ckpt(dir: &Path, file: &str) -> Vec<u8> {
 /// Both roles choose with the model, so both have non-zero advantages in every rollout.
 fn both_choose(seed: u64, cfg: &TrainConfig) -> Chooser {
     Chooser {
-        model: CandlePolicy::new(small_model(seed), cfg).unwrap(),
+        model: CandlePolicy::new(small_model(seed), &cfg.policy()).unwrap(),
         designer: Some(templates()),
         agent: Some(ACTIONS.iter().map(|a| a.to_string()).collect()),
     }

@@ -4,10 +4,10 @@
 use std::time::Instant;
 
 use spade_model::chat::Message;
-use spade_model::error::{ModelError, Result};
 
 use super::validate::DesignResult;
 use super::{Metrics, Run};
+use crate::error::{Result, TrainError};
 use crate::extract;
 use crate::policy::Role;
 use crate::prompts;
@@ -65,7 +65,7 @@ impl Run<'_> {
             self.policy
                 .sample_each(Role::Hint, &chats, self.cfg.hint_max_new_tokens, &seeds)?;
         if out.len() != envs.len() {
-            return Err(ModelError::InvalidParameter(format!(
+            return Err(TrainError::Policy(format!(
                 "the policy returned {} hints for {} envs",
                 out.len(),
                 envs.len()

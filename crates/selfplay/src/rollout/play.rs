@@ -6,11 +6,11 @@ use std::io::BufWriter;
 use std::time::Instant;
 
 use spade_envtools::trajectory::{RecordMeta, Recorder};
-use spade_model::error::{ModelError, Result};
 use spade_sandbox::{ErrorKind, SandboxOptions};
 
 use super::validate::DesignResult;
 use super::{Metrics, Run, io_err};
+use crate::error::{Result, TrainError};
 use crate::lockstep::{self, LiveEpisode};
 use crate::policy::Sampled;
 use crate::prompts;
@@ -232,7 +232,7 @@ impl Run<'_> {
         };
         let mut rec = Recorder::start(&self.runtime, &env.source, opts, meta, BufWriter::new(file))
             .await
-            .map_err(io_err("writing", &path))?;
+            .map_err(|e| TrainError::trajectory(&path, e))?;
         let system = prompts::agent_system(env.tool_use);
         let reset = match problem {
             None => rec.reset(Some(seed)).await,
@@ -241,7 +241,7 @@ impl Run<'_> {
                 fields.insert("difficulty".into(), p.difficulty.into());
                 match rec.reset_with(Some(seed), &fields).await {
                     Ok((_, dropped)) if !dropped.is_empty() => {
-                        return Err(ModelError::InvalidParameter(format!(
+                        return Err(TrainError::Environment(format!(
                             "fixed environment {} ({}) takes no `difficulty` in reset(): \
                              fixed-env training needs one (RLVE's environments take it)",
                             env.id, env.origin
@@ -265,10 +265,7 @@ impl Run<'_> {
             Err(e) => match e.call_error() {
                 Some(c) => Err((c.kind(), rec)),
                 None => {
-                    return Err(ModelError::InvalidParameter(format!(
-                        "recording the reset of {}: {e}",
-                        path.display()
-                    )));
+                    return Err(TrainError::recording(&path, e));
                 }
             },
         })
@@ -279,5 +276,5 @@ impl Run<'_> {
 fn finish(rec: Rec) -> Result<()> {
     rec.finish()
         .map(|_| ())
-        .map_err(|e| ModelError::io("finishing a trajectory", e))
+        .map_err(|source| TrainError::Trajectory { path: None, source })
 }

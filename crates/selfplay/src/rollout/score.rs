@@ -100,6 +100,7 @@ impl Run<'_> {
         m.mean_return = rewards::mean(&rets);
         m.mean_return_hint = rewards::mean(&rets_h);
         m.regret = rewards::mean(&m.envs.iter().map(|e| e.regret).collect::<Vec<_>>());
+        let reward_cfg = cfg.rewards();
         m.designer_rewards = designs
             .iter()
             .map(|d| {
@@ -112,7 +113,7 @@ impl Run<'_> {
                         mean_return: rewards::mean(&s.returns),
                     }
                 };
-                Some(rewards::designer_reward(&cfg, score))
+                Some(rewards::designer_reward(&reward_cfg, score))
             })
             .collect();
         scores
