@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::credit::{Design, Validity};
 use crate::policy::Sampled;
-use crate::rewards::{self, EnvScore, RewardConfig};
+use crate::rewards::{self, DesignOutcome, RewardConfig};
 
 /// A designer sample waiting in the buffer.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -121,9 +121,9 @@ impl DesignerBuffer {
 /// no-hint return. (An invalid sample's reward is not read: see [`crate::credit::design_reward`].)
 pub fn window_reward(cfg: &RewardConfig, released: &Released) -> f64 {
     if released.plays.timed_out {
-        return rewards::designer_reward(cfg, EnvScore::Timeout);
+        return rewards::designer_reward(cfg, DesignOutcome::Timeout);
     }
-    let score = EnvScore::Played {
+    let score = DesignOutcome::Played {
         regret: released.held.regret,
         mean_return: rewards::mean(&released.plays.returns),
     };

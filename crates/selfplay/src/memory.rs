@@ -1,5 +1,6 @@
-//! Environment memory: a bounded FIFO of played environments that seeds the designer with
-//! positive examples (learnable, high regret) and lists of games that were too easy or too hard.
+//! Environment memory: a bounded FIFO of played environments that gives the designer
+//! examples: positive ones (learnable, high regret) and lists of games that were too easy or
+//! too hard.
 use std::collections::VecDeque;
 use std::path::Path;
 
@@ -44,9 +45,9 @@ pub struct MemoryConfig {
     pub negative_examples: usize,
 }
 
-/// What goes into a designer prompt.
+/// The examples from memory that go into a designer prompt.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Seeds {
+pub struct DesignerExamples {
     /// Positive examples.
     pub positive: Vec<MemoryRecord>,
     /// Class names of games that were too easy.
@@ -74,10 +75,10 @@ impl EnvMemory {
         }
     }
 
-    /// Seeds for a designer prompt: positives have a win rate in the band, the top
-    /// `max(3n, 10)` by regret form the pool and `n` are drawn from it with `seed`; negatives
-    /// are the most recent too-easy and too-hard class names.
-    pub fn seeds(&self, cfg: &MemoryConfig, seed: u64) -> Seeds {
+    /// Examples for a designer prompt: positives have a win rate in the band, the top
+    /// `max(3n, 10)` by regret form the pool and `n` are drawn from it with the RNG seed
+    /// `seed`; negatives are the most recent too-easy and too-hard class names.
+    pub fn examples(&self, cfg: &MemoryConfig, seed: u64) -> DesignerExamples {
         let n = cfg.positive_examples;
         let mut band: Vec<&MemoryRecord> = self
             .records
@@ -106,7 +107,7 @@ impl EnvMemory {
             }
             out
         };
-        Seeds {
+        DesignerExamples {
             positive,
             too_easy: names(&|r| r.win_rate > cfg.too_easy),
             too_hard: names(&|r| r.win_rate < cfg.too_hard),

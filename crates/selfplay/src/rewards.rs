@@ -66,9 +66,10 @@ pub fn mean(xs: &[f64]) -> f64 {
     }
 }
 
-/// What a designer's environment scored, for its raw reward.
+/// What a designer's environment scored, for its raw reward. (`spade eval`'s per-environment
+/// win rate is [`crate::eval::EnvScore`].)
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum EnvScore {
+pub enum DesignOutcome {
     /// Played: the regret measured in its design rollout and the mean no-hint return of every
     /// play of it in the window (the blend's plateau reads it).
     Played {
@@ -120,10 +121,10 @@ pub fn blend(cfg: &BlendConfig, regret: f64, mean_return: f64) -> f64 {
 }
 
 /// The designer's raw reward for an environment (before centring per skill).
-pub fn designer_reward(cfg: &RewardConfig, score: EnvScore) -> f64 {
-    match score {
-        EnvScore::Timeout => cfg.timeout_reward,
-        EnvScore::Played {
+pub fn designer_reward(cfg: &RewardConfig, outcome: DesignOutcome) -> f64 {
+    match outcome {
+        DesignOutcome::Timeout => cfg.timeout_reward,
+        DesignOutcome::Played {
             regret,
             mean_return,
         } => match cfg.designer_reward {

@@ -33,7 +33,8 @@ pub struct PoolEnv {
     pub hint: Option<String>,
     /// Rollout that added it.
     pub created: u64,
-    /// `designed` or `seed`.
+    /// `designed`, `seed:<name>` (a starter environment, [`crate::starter_envs::STARTER_ORIGIN`])
+    /// or `fixed:<name>` (fixed-env training).
     pub origin: String,
     /// The design record (prompt, completions, repairs), relative to the run directory.
     pub design_file: Option<String>,

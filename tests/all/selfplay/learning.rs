@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use spade_model::chat::Message;
 use spade_model::grpo::{GrpoSample, UpdateStats};
-use spade_selfplay::memory::Seeds;
+use spade_selfplay::memory::DesignerExamples;
 use spade_selfplay::policy::Sampled;
 use spade_selfplay::prompts::{self, DesignSpec, VARIANTS};
 use spade_selfplay::{CandlePolicy, Corpus, Policy, Role, Run, TrainConfig};
@@ -192,7 +192,11 @@ fn designer_messages() -> Vec<Message> {
         variant: VARIANTS[0],
         doc_id: 0,
     };
-    let user = prompts::designer_prompt(&spec, "Numbers can be hidden.", &Seeds::default());
+    let user = prompts::designer_prompt(
+        &spec,
+        "Numbers can be hidden.",
+        &DesignerExamples::default(),
+    );
     vec![
         Message::new("system", prompts::DESIGNER_SYSTEM),
         Message::new("user", user),
@@ -311,8 +315,8 @@ async fn the_agent_learns_the_winning_action_of_a_one_step_env() {
     let obs = sb.reset(Some(5)).await.unwrap().observation;
     let msgs = vec![Message::new("system", system), Message::new("user", obs)];
     let before = choice_rate(&mut policy.model, Role::Agent, &msgs, 3);
-    let seeds = vec![("hidden".to_string(), source)];
-    let mut run = Run::create(&dir, cfg, corpus(), runtime(), &mut policy, seeds).unwrap();
+    let starters = vec![("hidden".to_string(), source)];
+    let mut run = Run::create(&dir, cfg, corpus(), runtime(), &mut policy, starters).unwrap();
     let metrics = run.run(10).await.unwrap();
     drop(run);
     print_times(&metrics);

@@ -39,7 +39,7 @@ fn regret_is_hint_minus_no_hint_floored_and_zero_without_a_hint() {
     assert_eq!(rewards::regret(0.75, 0.25, true), 0.0);
     assert_eq!(rewards::regret(0.25, 0.75, false), 0.0);
     let cfg = TrainConfig::default();
-    let timeout = rewards::designer_reward(&cfg.rewards(), rewards::EnvScore::Timeout);
+    let timeout = rewards::designer_reward(&cfg.rewards(), rewards::DesignOutcome::Timeout);
     assert_eq!(timeout, -0.5);
 }
 
@@ -53,7 +53,7 @@ fn blend_uses_the_plateau_and_scaled_regret() {
         designer_reward: DesignerReward::Blend,
         ..TrainConfig::default()
     };
-    let played = |regret: f64, mean_return: f64| rewards::EnvScore::Played {
+    let played = |regret: f64, mean_return: f64| rewards::DesignOutcome::Played {
         regret,
         mean_return,
     };
@@ -115,7 +115,7 @@ fn memory_is_a_bounded_fifo_that_keeps_2000_characters_of_code() {
 }
 
 #[test]
-fn memory_seeds_pick_two_in_band_by_regret_and_list_too_easy_and_too_hard() {
+fn memory_examples_pick_two_in_band_by_regret_and_list_too_easy_and_too_hard() {
     let cfg = TrainConfig::default();
     let mut m = EnvMemory::default();
     // 12 in band with regret i/100, 2 out of band with huge regret, easy and hard ones.
@@ -125,7 +125,7 @@ fn memory_seeds_pick_two_in_band_by_regret_and_list_too_easy_and_too_hard() {
     m.add(rec(100, 0.95, 9.0), 200, 2000);
     m.add(rec(101, 0.05, 9.0), 200, 2000);
     m.add(rec(102, 0.14, 9.0), 200, 2000);
-    let s = m.seeds(&cfg.memory(), 7);
+    let s = m.examples(&cfg.memory(), 7);
     assert_eq!(s.positive.len(), 2);
     for p in &s.positive {
         assert!(p.win_rate >= 0.15 && p.win_rate <= 0.85);
@@ -136,7 +136,7 @@ fn memory_seeds_pick_two_in_band_by_regret_and_list_too_easy_and_too_hard() {
     assert_ne!(s.positive[0].env_id, s.positive[1].env_id);
     assert_eq!(s.too_easy, vec!["Game100Env"]);
     assert_eq!(s.too_hard, vec!["Game101Env"]);
-    assert_eq!(m.seeds(&cfg.memory(), 7), s, "seeded");
+    assert_eq!(m.examples(&cfg.memory(), 7), s, "seeded");
 }
 
 // ---------------------------------------------------------------- corpus, config, prompts
@@ -227,14 +227,14 @@ fn prompts_carry_document_examples_avoid_lists_and_the_hint_suffix() {
     m.add(rec(1, 0.5, 0.3), 200, 2000);
     m.add(rec(2, 0.5, 0.2), 200, 2000);
     m.add(rec(3, 0.99, 0.0), 200, 2000);
-    let seeds = m.seeds(&cfg.memory(), 1);
+    let examples = m.examples(&cfg.memory(), 1);
     let spec = prompts::DesignSpec {
         skill: "Optimization".into(),
         difficulty: "hard".into(),
         variant: prompts::Variant::ToolUse,
         doc_id: 0,
     };
-    let p = prompts::designer_prompt(&spec, "THE DOCUMENT", &seeds);
+    let p = prompts::designer_prompt(&spec, "THE DOCUMENT", &examples);
     assert!(p.contains("THE DOCUMENT") && p.contains("Optimization") && p.contains("hard"));
     assert!(p.contains("Example 1") && p.contains("Example 2") && !p.contains("Example 3"));
     assert!(p.contains("too easy: Game3Env"));

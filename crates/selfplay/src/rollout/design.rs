@@ -40,11 +40,11 @@ impl Run<'_> {
                 variant: VARIANTS[pick("variant", VARIANTS.len())],
                 doc_id: doc.id,
             };
-            let seeds = self
+            let examples = self
                 .state
                 .memory
-                .seeds(&cfg.memory(), self.seed("memory", &parts));
-            let prompt = prompts::designer_prompt(&spec, &doc.text, &seeds);
+                .examples(&cfg.memory(), self.seed("memory", &parts));
+            let prompt = prompts::designer_prompt(&spec, &doc.text, &examples);
             let msgs = [
                 Message::new("system", prompts::DESIGNER_SYSTEM),
                 Message::new("user", prompt.clone()),

@@ -11,6 +11,7 @@ use crate::error::{Result, TrainError};
 use crate::extract;
 use crate::policy::Role;
 use crate::prompts;
+use crate::starter_envs::STARTER_ORIGIN;
 
 impl Run<'_> {
     /// Writes the hints of this rollout's new environments.
@@ -25,7 +26,7 @@ impl Run<'_> {
         if r == 0 {
             to_hint.extend(
                 (0..self.state.pool.len())
-                    .filter(|&i| self.state.pool[i].origin.starts_with("seed:")),
+                    .filter(|&i| self.state.pool[i].origin.starts_with(STARTER_ORIGIN)),
             );
         }
         to_hint.extend(designs.iter().filter_map(|d| d.env));

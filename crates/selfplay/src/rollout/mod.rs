@@ -20,6 +20,7 @@ use super::error::{Result, TrainError};
 use super::policy::Policy;
 use super::progress::{Progress, Silent};
 use super::seeds::derive;
+use super::starter_envs::{STARTER_ORIGIN, STARTER_SKILL};
 use super::state::{self, PoolEnv, RunState};
 
 mod delay;
@@ -91,7 +92,11 @@ impl<'p> Run<'p> {
                 class_name,
                 tool_use: source.contains("ToolUseBaseEnv"),
                 source,
-                skill: if fixed { name.clone() } else { "Seed".into() },
+                skill: if fixed {
+                    name.clone()
+                } else {
+                    STARTER_SKILL.into()
+                },
                 difficulty: "medium".into(),
                 variant: None,
                 doc_id: None,
@@ -100,7 +105,7 @@ impl<'p> Run<'p> {
                 origin: if fixed {
                     format!("fixed:{name}")
                 } else {
-                    format!("seed:{name}")
+                    format!("{STARTER_ORIGIN}{name}")
                 },
                 design_file: None,
                 banned: false,

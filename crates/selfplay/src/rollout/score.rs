@@ -7,7 +7,7 @@ use super::play::Played;
 use super::validate::DesignResult;
 use super::{EnvMetrics, Metrics, Run};
 use crate::memory::MemoryRecord;
-use crate::rewards::{self, EnvScore};
+use crate::rewards::{self, DesignOutcome};
 
 /// What one game scored this rollout, for the designer that made it.
 #[derive(Debug, Clone, PartialEq)]
@@ -106,9 +106,9 @@ impl Run<'_> {
             .map(|d| {
                 let s = scores.get(&d.env?)?;
                 let score = if s.timed_out {
-                    EnvScore::Timeout
+                    DesignOutcome::Timeout
                 } else {
-                    EnvScore::Played {
+                    DesignOutcome::Played {
                         regret: s.regret,
                         mean_return: rewards::mean(&s.returns),
                     }
