@@ -109,7 +109,7 @@ pub struct TrainConfig {
     pub memory_code_chars: usize,
     /// Positive examples put into each designer prompt (paper: 2).
     pub memory_positive_examples: usize,
-    /// Positive seeds: win rate range (paper: 0.15..=0.85).
+    /// Positive examples: lower end of the win-rate band (paper: 0.15..=0.85).
     pub memory_win_low: f64,
     /// Upper end of the positive win-rate band.
     pub memory_win_high: f64,
@@ -127,11 +127,10 @@ pub struct TrainConfig {
     pub hint_max_new_tokens: usize,
     /// Agent completion budget per turn.
     pub agent_max_new_tokens: usize,
-    /// Worked exchanges shown to the agent before the first observation of every play, in
-    /// training and in `spade eval --agent-examples` (few-shot turns: `[[agent_examples]]` with
-    /// `user` and `assistant`). They are prompt, never trained. Default: none, as the
-    /// reference. A small model that never writes `\boxed{}` when told to does when shown
-    /// (configs/fixed-rlve.toml, docs/fixed-envs.md).
+    /// Worked exchanges (`[[agent_examples]]` with `user` and `assistant`) shown to the agent
+    /// before the first observation of every play, in training and in `spade eval
+    /// --agent-examples`; prompt, never trained. Default none, as the reference: they are for a
+    /// model that does not answer in the environments' format when only told to.
     pub agent_examples: Vec<AgentExample>,
     /// Sampling temperature of every role without its own below.
     pub temperature: f64,
@@ -147,14 +146,12 @@ pub struct TrainConfig {
     pub check_seeds: u32,
     /// Validation steps per episode when the environment has no `max_turns`.
     pub check_max_steps: u32,
-    /// Fuel for one validation, summed over all its calls (the reference gives 60 s of wall
-    /// clock; 5*10^10 fuel is about 20 s of guest work on this machine's cores). Past it the
-    /// design is invalid with a `validation_fuel` error. Fuel, unlike time, gives the same
-    /// verdict on every machine and every run, so a run stays reproducible.
+    /// Fuel for one validation, summed over all its calls; past it the design is invalid with a
+    /// `validation_fuel` error. Fuel, unlike the reference's 60 s of wall clock, gives the same
+    /// verdict on every machine, and 5*10^10 is about 20 s of guest work on two cores.
     pub validation_fuel: u64,
-    /// Learning rate (AdamW). Default 3e-4, picked by the lr sweep in README.md (fixed-env
-    /// training of the default model's LoRA adapters, judged by held-out win-rate gain, KL to
-    /// the base and clip fraction).
+    /// Learning rate (AdamW). 3e-4 is a LoRA rate (10-100x a full fine-tune's) at which the
+    /// default model's adapters gain held-out wins while staying close to the base.
     pub lr: f64,
     /// Train LoRA adapters (true, the default) or all weights.
     pub lora: bool,
@@ -187,13 +184,11 @@ pub struct TrainConfig {
     /// samples x length^2 in attention, so long samples train in smaller groups. 2,048 keeps
     /// a LoRA update of SmolLM2-135M under about 8 GiB.
     pub micro_batch_tokens: usize,
-    /// Longest agent sequence trained on, in tokens (0 = no limit). An episode trains as one
-    /// sequence (its turns' exact prompts chained, observation tokens as context only), so a
-    /// 25-turn chat reaches about 3,000 tokens, and training costs 10-30 ms per token on 2
-    /// cores. A longer sequence ends after its last turn that fits: the head (system prompt,
-    /// rules, first observation with any hint) is never cut, so no turn trains on a context the
-    /// policy did not act in; a sequence always keeps its first turn. Designer samples are never
-    /// cut (their prompt is the task).
+    /// Longest agent sequence trained on, in tokens (0 = no limit): an episode trains as one
+    /// sequence of its turns, and a longer one ends after its last turn that fits (its head,
+    /// the system prompt, rules and first observation, is never cut, and its first turn is
+    /// always kept; designer samples are never cut). 1,024 bounds an update on two cores, where
+    /// a 25-turn chat reaches about 3,000 tokens at 10-30 ms per trained token.
     pub max_agent_train_tokens: usize,
     /// Most agent sequences per update (0 = all): whole games are kept in a seeded order,
     /// after advantages were computed over the whole game. (`max_update_samples` is read as
@@ -220,23 +215,18 @@ pub struct TrainConfig {
     pub env_reward_scale: f64,
     /// Cap of the computed designer reward scale (reference: 50).
     pub env_reward_scale_cap: f64,
-    /// Optimiser steps per batch: from the second on the policy has moved, so the ratio
-    /// leaves 1 and the clip acts. The update's time grows with it: 4 takes four times 1's.
-    /// Default 4: in the sweep (README.md), 4 raised held-out wins most in 8 rollouts
-    /// (+107 of 192, against +83 with 2 and +56 with 1), at a KL and clip fraction that stay
-    /// small (0.14 per token, 5.8%). The reference takes 1 step at 1e-6 on all weights.
+    /// Optimiser steps per batch: from the second on the policy has moved, so the ratio leaves
+    /// 1 and the clip acts; the update's time grows with it. 4 (the reference takes 1 at 1e-6
+    /// on all weights) learns more per rollout at lr 3e-4 while KL and clip fraction stay small.
     pub ppo_epochs: usize,
     /// Weight of the KL penalty to the frozen base model (k3 estimator; needs `lora`, where the
     /// base without adapters is the reference at no memory cost; each micro-batch then costs
     /// one more forward pass). 0 disables it.
     pub kl_coef: f64,
-    /// Weight of the entropy bonus: the update also raises the entropy of the policy's
-    /// next-token distribution at each trained token, by this much per nat (`GrpoConfig::
-    /// entropy_coef`). Against collapse: once every play of a problem gives the same answer,
-    /// the group's advantages are 0 and only this term moves the policy. Samples with advantage
-    /// 0 then go through the model too. 0 disables it (the reference's `--entropy-coef 0.00`).
-    /// On the default model and RLVE it did not help: 0.01 changed almost nothing, 0.05 drew
-    /// the replies away from answering (docs/fixed-envs.md).
+    /// Weight of the entropy bonus (`GrpoConfig::entropy_coef`): the update also raises the
+    /// entropy of the next-token distribution at each trained token, which still moves a group
+    /// whose plays all gave one answer (its advantages are 0; such samples then go through the
+    /// model too). 0 disables it, as the reference's `--entropy-coef 0.00`.
     pub entropy_coef: f64,
     /// Optimiser steps of linear learning-rate warmup.
     pub lr_warmup_steps: u64,
@@ -249,8 +239,9 @@ pub struct TrainConfig {
     pub lr_min_ratio: f64,
     /// Base weights that sampling reads: `gguf` (the default: a GGUF's own `Q8_0`/`Q4_1`
     /// blocks where it has them, f32 for other tensors and for models that are not GGUFs),
-    /// `q8_0` (every projection quantised at load), or `f32` (the training path's weights). Quantised decoding needs `lora` (a frozen base); with full fine-tuning
-    /// sampling reads f32 whatever this says. Training always reads f32.
+    /// `q8_0` (every projection quantised at load), or `f32` (the training path's weights).
+    /// Quantised decoding needs `lora` (a frozen base); with full fine-tuning sampling reads f32
+    /// whatever this says. Training always reads f32.
     pub decode_weights: DecodeWeights,
     /// How sampling's quantised products take their inputs: `f32` (the default: the weights
     /// are dequantised in registers, so the sampled policy equals the trained one within the
