@@ -136,7 +136,11 @@ impl EvalArgs {
             if let Some(n) = self.inference_concurrency {
                 client.max_concurrency = n;
             }
-            return Ok(Box::new(RemotePolicy::new(loaded, client, &cfg)?));
+            return Ok(Box::new(RemotePolicy::new(
+                loaded,
+                client,
+                &cfg.sampling(),
+            )?));
         }
         if let Some(dir) = &self.lora {
             checkpoint::load_lora(dir, &mut loaded.model)
@@ -144,7 +148,7 @@ impl EvalArgs {
         }
         Ok(Box::new(CandlePolicy::for_inference(
             loaded,
-            &cfg,
+            &cfg.policy(),
             self.decode_weights,
             self.decode_activations,
         )?))

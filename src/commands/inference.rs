@@ -74,6 +74,6 @@ pub fn server_policy(
         .unwrap_or_else(fetch::default_model_path);
     let base_gguf = (path.extension().is_some_and(|e| e == "gguf"))
         .then(|| std::path::absolute(&path).unwrap_or(path));
-    ServerPolicy::from_config(loaded, cfg, section, run_dir, base_gguf)
+    ServerPolicy::from_config(loaded, &cfg.policy(), section, run_dir, base_gguf)
         .context("setting up sampling on the inference server")
 }

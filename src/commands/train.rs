@@ -35,6 +35,8 @@ pub struct TrainArgs {
     /// Start the pool with the environments in DIR (<name>/env.py, not validated). Default:
     /// the six bundled starter environments (three at the default model's edge, and a
     /// single-answer, a multi-turn and a tool-use game).
+    // `--seed-envs` and `--no-seed-envs` are the flags' old names, hidden aliases so that
+    // scripts keep working; in spade "seed" otherwise means an RNG seed.
     #[arg(
         long,
         value_name = "DIR",
@@ -180,7 +182,7 @@ impl TrainArgs {
         }
         let loaded = super::load_model(self.model.as_deref())?;
         let mut policy: Box<dyn Policy> = match &cfg.inference {
-            None => Box::new(CandlePolicy::new(loaded, &cfg)?),
+            None => Box::new(CandlePolicy::new(loaded, &cfg.policy())?),
             Some(section) => Box::new(super::inference::server_policy(
                 loaded,
                 &cfg,

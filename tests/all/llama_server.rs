@@ -148,7 +148,7 @@ fn a_gguf_lora_from_spade_moves_llama_servers_sample_as_spade_predicts() {
         temperature: 0.0,
         ..TrainConfig::default()
     };
-    let trainer = CandlePolicy::new(loaded.clone(), &cfg).unwrap();
+    let trainer = CandlePolicy::new(loaded.clone(), &cfg.policy()).unwrap();
     let (lora_cfg, adapters) = trainer.lora().unwrap();
     for (name, var) in adapters.data().lock().unwrap().iter() {
         if name.contains("lora_B") {
@@ -162,7 +162,7 @@ fn a_gguf_lora_from_spade_moves_llama_servers_sample_as_spade_predicts() {
         }
     }
     let client = ClientConfig::new(server.url.clone(), "base");
-    let mut sampler = RemotePolicy::new(loaded.clone(), client.clone(), &cfg).unwrap();
+    let mut sampler = RemotePolicy::new(loaded.clone(), client.clone(), &cfg.sampling()).unwrap();
     let chat = vec![Message::new(
         "user",
         "What is the capital of France? Answer in one sentence.",

@@ -3,20 +3,14 @@
 //! actions to play, the expected outcome beside them). The sandbox's own tests (limits, escape
 //! corpus, faults, guest memory, yields) are in `crates/sandbox/tests/all`.
 
-mod adapter_sync;
 mod check;
 mod cli;
 mod common;
-mod credit;
-mod delay;
 mod determinism;
 mod envs;
 mod episode;
 mod fidelity;
-mod fixed_envs;
 mod fuzz;
-mod inference;
-mod learning;
 mod llama_server;
 mod model;
 mod model_cli;
@@ -25,7 +19,6 @@ mod peft;
 mod python_wheel;
 mod real_model;
 mod replay;
-mod report;
 mod selfplay;
 mod serve;
 mod snapshots;

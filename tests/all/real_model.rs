@@ -220,17 +220,17 @@ fn sampled_logprobs_match_the_training_path_and_a_lora_grpo_step_runs() {
 fn one_default_rollout_finishes_in_under_15_minutes() {
     use spade_selfplay::{CandlePolicy, Corpus, Run, TrainConfig, corpus};
     let cfg = TrainConfig::default();
-    let mut policy = CandlePolicy::new(default_model(), &cfg).unwrap();
+    let mut policy = CandlePolicy::new(default_model(), &cfg.policy()).unwrap();
     let dir = std::env::temp_dir().join(format!("spade-real-rollout-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     // The pool `spade train` starts with: the bundled examples (not the held-out eval envs).
-    let seeds = spade_selfplay::starter_envs::starter_envs();
+    let starters = spade_selfplay::starter_envs::starter_envs();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let runtime = spade_sandbox::Runtime::new(spade_sandbox::Config::default()).unwrap();
     let corpus = Corpus::parse(corpus::DEFAULT_CORPUS, cfg.max_doc_words).unwrap();
     let start = std::time::Instant::now();
     let m = rt.block_on(async {
-        let mut run = Run::create(&dir, cfg, corpus, runtime, &mut policy, seeds).unwrap();
+        let mut run = Run::create(&dir, cfg, corpus, runtime, &mut policy, starters).unwrap();
         run.on_progress(spade_selfplay::progress::Lines::new());
         run.rollout().await.unwrap()
     });

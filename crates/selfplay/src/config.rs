@@ -1,29 +1,32 @@
 //! The self-play configuration: every number of the method is a field with a documented
 //! default (docs/environment-contract.md section 3), read from TOML or JSON.
-use std::path::{Path, PathBuf};
+//!
+//! [`TrainConfig`] is one flat table, so every key of a user's TOML and of a run's saved
+//! `config.json` keeps its name. Each part of the loop takes only its own settings, built
+//! here: [`TrainConfig::credit`], [`TrainConfig::rewards`], [`TrainConfig::memory`],
+//! [`TrainConfig::policy`] and [`TrainConfig::sampling`]. The types those settings use live
+//! in the parts' modules, which never import this one.
+use std::path::Path;
 
 use serde::{Deserialize, Serialize};
-use spade_model::error::{ModelError, Result};
-use spade_model::grpo::LossAggregation;
-use spade_model::model::{DecodeActivations, DecodeWeights};
+use spade_model::grpo::{GrpoConfig, LossAggregation};
+use spade_model::model::{DecodeActivations, DecodeWeights, LoraConfig};
+use spade_model::optim::AdamWConfig;
 use spade_model::schedule::{DecayKind, LrSchedule};
 
 use super::credit::{AgentBaseline, CreditConfig, EmaStart};
 use super::difficulty::DifficultyConfig;
-use super::policy::Role;
+use super::error::{Result, TrainError};
+use super::memory::MemoryConfig;
+use super::policy::{PolicyConfig, Role, SamplingConfig, Temperatures};
 use super::prompts::{AgentExample, check_agent_examples};
-use super::remote::adapters::AdapterServer;
+use super::rewards::{BlendConfig, RewardConfig};
+use super::seeds;
 
-/// How the designer's reward is computed from a played environment.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum DesignerReward {
-    /// `max(0, regret)` (the paper's default).
-    Regret,
-    /// `blend_plateau_weight * plateau(mean return) + blend_regret_weight * min(1, max(0,
-    /// regret / blend_regret_scale))`, the mean return over every no-hint play of the window.
-    Blend,
-}
+/// The `[inference]` section, where it was before [`crate::remote`] took it.
+pub use super::remote::InferenceConfig;
+/// The designer reward's kinds, where they were before [`crate::rewards`] took them.
+pub use super::rewards::DesignerReward;
 
 /// A named set of settings that a config starts from; its own keys override the preset's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -106,7 +109,7 @@ pub struct TrainConfig {
     pub memory_code_chars: usize,
     /// Positive examples put into each designer prompt (paper: 2).
     pub memory_positive_examples: usize,
-    /// Positive seeds: win rate range (paper: 0.15..=0.85).
+    /// Positive examples: lower end of the win-rate band (paper: 0.15..=0.85).
     pub memory_win_low: f64,
     /// Upper end of the positive win-rate band.
     pub memory_win_high: f64,
@@ -124,11 +127,10 @@ pub struct TrainConfig {
     pub hint_max_new_tokens: usize,
     /// Agent completion budget per turn.
     pub agent_max_new_tokens: usize,
-    /// Worked exchanges shown to the agent before the first observation of every play, in
-    /// training and in `spade eval --agent-examples` (few-shot turns: `[[agent_examples]]` with
-    /// `user` and `assistant`). They are prompt, never trained. Default: none, as the
-    /// reference. A small model that never writes `\boxed{}` when told to does when shown
-    /// (configs/fixed-rlve.toml, docs/fixed-envs.md).
+    /// Worked exchanges (`[[agent_examples]]` with `user` and `assistant`) shown to the agent
+    /// before the first observation of every play, in training and in `spade eval
+    /// --agent-examples`; prompt, never trained. Default none, as the reference: they are for a
+    /// model that does not answer in the environments' format when only told to.
     pub agent_examples: Vec<AgentExample>,
     /// Sampling temperature of every role without its own below.
     pub temperature: f64,
@@ -144,14 +146,12 @@ pub struct TrainConfig {
     pub check_seeds: u32,
     /// Validation steps per episode when the environment has no `max_turns`.
     pub check_max_steps: u32,
-    /// Fuel for one validation, summed over all its calls (the reference gives 60 s of wall
-    /// clock; 5*10^10 fuel is about 20 s of guest work on this machine's cores). Past it the
-    /// design is invalid with a `validation_fuel` error. Fuel, unlike time, gives the same
-    /// verdict on every machine and every run, so a run stays reproducible.
+    /// Fuel for one validation, summed over all its calls; past it the design is invalid with a
+    /// `validation_fuel` error. Fuel, unlike the reference's 60 s of wall clock, gives the same
+    /// verdict on every machine, and 5*10^10 is about 20 s of guest work on two cores.
     pub validation_fuel: u64,
-    /// Learning rate (AdamW). Default 3e-4, picked by the lr sweep in README.md (fixed-env
-    /// training of the default model's LoRA adapters, judged by held-out win-rate gain, KL to
-    /// the base and clip fraction).
+    /// Learning rate (AdamW). 3e-4 is a LoRA rate (10-100x a full fine-tune's) at which the
+    /// default model's adapters gain held-out wins while staying close to the base.
     pub lr: f64,
     /// Train LoRA adapters (true, the default) or all weights.
     pub lora: bool,
@@ -184,13 +184,11 @@ pub struct TrainConfig {
     /// samples x length^2 in attention, so long samples train in smaller groups. 2,048 keeps
     /// a LoRA update of SmolLM2-135M under about 8 GiB.
     pub micro_batch_tokens: usize,
-    /// Longest agent sequence trained on, in tokens (0 = no limit). An episode trains as one
-    /// sequence (its turns' exact prompts chained, observation tokens as context only), so a
-    /// 25-turn chat reaches about 3,000 tokens, and training costs 10-30 ms per token on 2
-    /// cores. A longer sequence ends after its last turn that fits: the head (system prompt,
-    /// rules, first observation with any hint) is never cut, so no turn trains on a context the
-    /// policy did not act in; a sequence always keeps its first turn. Designer samples are never
-    /// cut (their prompt is the task).
+    /// Longest agent sequence trained on, in tokens (0 = no limit): an episode trains as one
+    /// sequence of its turns, and a longer one ends after its last turn that fits (its head,
+    /// the system prompt, rules and first observation, is never cut, and its first turn is
+    /// always kept; designer samples are never cut). 1,024 bounds an update on two cores, where
+    /// a 25-turn chat reaches about 3,000 tokens at 10-30 ms per trained token.
     pub max_agent_train_tokens: usize,
     /// Most agent sequences per update (0 = all): whole games are kept in a seeded order,
     /// after advantages were computed over the whole game. (`max_update_samples` is read as
@@ -217,23 +215,18 @@ pub struct TrainConfig {
     pub env_reward_scale: f64,
     /// Cap of the computed designer reward scale (reference: 50).
     pub env_reward_scale_cap: f64,
-    /// Optimiser steps per batch: from the second on the policy has moved, so the ratio
-    /// leaves 1 and the clip acts. The update's time grows with it: 4 takes four times 1's.
-    /// Default 4: in the sweep (README.md), 4 raised held-out wins most in 8 rollouts
-    /// (+107 of 192, against +83 with 2 and +56 with 1), at a KL and clip fraction that stay
-    /// small (0.14 per token, 5.8%). The reference takes 1 step at 1e-6 on all weights.
+    /// Optimiser steps per batch: from the second on the policy has moved, so the ratio leaves
+    /// 1 and the clip acts; the update's time grows with it. 4 (the reference takes 1 at 1e-6
+    /// on all weights) learns more per rollout at lr 3e-4 while KL and clip fraction stay small.
     pub ppo_epochs: usize,
     /// Weight of the KL penalty to the frozen base model (k3 estimator; needs `lora`, where the
     /// base without adapters is the reference at no memory cost; each micro-batch then costs
     /// one more forward pass). 0 disables it.
     pub kl_coef: f64,
-    /// Weight of the entropy bonus: the update also raises the entropy of the policy's
-    /// next-token distribution at each trained token, by this much per nat (`GrpoConfig::
-    /// entropy_coef`). Against collapse: once every play of a problem gives the same answer,
-    /// the group's advantages are 0 and only this term moves the policy. Samples with advantage
-    /// 0 then go through the model too. 0 disables it (the reference's `--entropy-coef 0.00`).
-    /// On the default model and RLVE it did not help: 0.01 changed almost nothing, 0.05 drew
-    /// the replies away from answering (docs/fixed-envs.md).
+    /// Weight of the entropy bonus (`GrpoConfig::entropy_coef`): the update also raises the
+    /// entropy of the next-token distribution at each trained token, which still moves a group
+    /// whose plays all gave one answer (its advantages are 0; such samples then go through the
+    /// model too). 0 disables it, as the reference's `--entropy-coef 0.00`.
     pub entropy_coef: f64,
     /// Optimiser steps of linear learning-rate warmup.
     pub lr_warmup_steps: u64,
@@ -246,8 +239,9 @@ pub struct TrainConfig {
     pub lr_min_ratio: f64,
     /// Base weights that sampling reads: `gguf` (the default: a GGUF's own `Q8_0`/`Q4_1`
     /// blocks where it has them, f32 for other tensors and for models that are not GGUFs),
-    /// `q8_0` (every projection quantised at load), or `f32` (the training path's weights). Quantised decoding needs `lora` (a frozen base); with full fine-tuning
-    /// sampling reads f32 whatever this says. Training always reads f32.
+    /// `q8_0` (every projection quantised at load), or `f32` (the training path's weights).
+    /// Quantised decoding needs `lora` (a frozen base); with full fine-tuning sampling reads f32
+    /// whatever this says. Training always reads f32.
     pub decode_weights: DecodeWeights,
     /// How sampling's quantised products take their inputs: `f32` (the default: the weights
     /// are dequantised in registers, so the sampled policy equals the trained one within the
@@ -273,77 +267,6 @@ pub struct TrainConfig {
     /// Sample on an OpenAI-compatible inference server instead of in-process (`[inference]`;
     /// `spade train --inference URL` sets it). `None` (the default): in-process.
     pub inference: Option<InferenceConfig>,
-}
-
-/// `[inference]`: where every role samples when an inference server does, and how the trained
-/// adapters reach it (docs/inference.md). The API key is never here: it is read from
-/// `$SPADE_INFERENCE_API_KEY`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct InferenceConfig {
-    /// The server's base URL, `http://host:port`.
-    pub url: String,
-    /// The base model's name on the server (each request's `model` before the first update).
-    pub model: String,
-    /// Requests in flight at once (default 64).
-    pub concurrency: usize,
-    /// How adapters are loaded into the server after each update: `vllm`, `sglang` or
-    /// `llama-cpp` (required to train).
-    pub adapters: Option<AdapterServer>,
-    /// Where spade writes the adapters it loads (default: `served-adapters` in the run
-    /// directory).
-    pub adapter_dir: Option<PathBuf>,
-    /// The same directory as the server sees it, when the server runs elsewhere (default:
-    /// `adapter_dir`, absolute).
-    pub server_adapter_dir: Option<PathBuf>,
-    /// Adapter names are `<prefix>-step<N>` (default: `spade-` and the run directory's name).
-    pub adapter_prefix: Option<String>,
-    /// `llama-cpp` only: the router's preset file (`llama-server --models-preset FILE`), which
-    /// spade appends a preset to per adapter.
-    pub llama_presets: Option<PathBuf>,
-    /// `llama-cpp` only: the base GGUF as the server sees it (default: `--model`, when it is a
-    /// `.gguf` file).
-    pub llama_base_gguf: Option<PathBuf>,
-}
-
-impl Default for InferenceConfig {
-    fn default() -> Self {
-        Self {
-            url: String::new(),
-            model: "default".into(),
-            concurrency: 64,
-            adapters: None,
-            adapter_dir: None,
-            server_adapter_dir: None,
-            adapter_prefix: None,
-            llama_presets: None,
-            llama_base_gguf: None,
-        }
-    }
-}
-
-impl InferenceConfig {
-    /// Rejects settings training cannot run with.
-    pub fn validate(&self) -> std::result::Result<(), String> {
-        if self.url.is_empty() {
-            return Err("[inference] needs the server's url".into());
-        }
-        if self.concurrency == 0 {
-            return Err("[inference] concurrency must be at least 1".into());
-        }
-        if self.adapters.is_none() {
-            return Err(
-                "training through an inference server needs to know how to load the trained \
-                 adapters into it: set [inference] adapters (or --inference-adapters) to vllm, \
-                 sglang or llama-cpp"
-                    .into(),
-            );
-        }
-        if self.adapters == Some(AdapterServer::LlamaCpp) && self.llama_presets.is_none() {
-            return Err(super::remote::adapters::LLAMA_CPP_NEEDS_PRESETS.into());
-        }
-        Ok(())
-    }
 }
 
 impl Default for TrainConfig {
@@ -494,25 +417,22 @@ impl TrainConfig {
     /// `preset = "..."`, the preset's settings come first and the text's keys override them.
     pub fn parse(text: &str, toml_format: bool) -> Result<Self> {
         let value: serde_json::Value = if toml_format {
-            let table: toml::Table =
-                toml::from_str(text).map_err(|e| ModelError::InvalidParameter(e.to_string()))?;
-            serde_json::to_value(table).map_err(|source| ModelError::Json {
-                context: "reading the config".into(),
-                source,
+            let table: toml::Table = toml::from_str(text)
+                .map_err(|e| TrainError::Config(format!("the config is not valid TOML: {e}")))?;
+            serde_json::to_value(table).map_err(|e| {
+                TrainError::Config(format!("the config has a value JSON cannot hold: {e}"))
             })?
         } else {
-            serde_json::from_str(text).map_err(|source| ModelError::Json {
-                context: "parsing the config".into(),
-                source,
-            })?
+            serde_json::from_str(text)
+                .map_err(|e| TrainError::Config(format!("the config is not valid JSON: {e}")))?
         };
         let serde_json::Value::Object(mut keys) = value else {
-            return Err(ModelError::InvalidParameter(
+            return Err(TrainError::Config(
                 "the config must be a table of settings".into(),
             ));
         };
         if keys.contains_key("designer_start_rollout") {
-            return Err(ModelError::InvalidParameter(
+            return Err(TrainError::Config(
                 "designer_start_rollout was replaced by designer_delay: designer samples are \
                  now held and trained designer_delay rollouts after they were made (the \
                  reference's buffer), not dropped before a start rollout"
@@ -522,7 +442,7 @@ impl TrainConfig {
         let preset: Option<Preset> = match keys.get("preset") {
             None | Some(serde_json::Value::Null) => None,
             Some(p) => Some(serde_json::from_value(p.clone()).map_err(|e| {
-                ModelError::InvalidParameter(format!("preset: {e} (known: \"reference\")"))
+                TrainError::Config(format!("the config's preset: {e} (known: \"reference\")"))
             })?),
         };
         let serde_json::Value::Object(mut merged) =
@@ -533,7 +453,7 @@ impl TrainConfig {
         // The one alias, under its field's name, so that it overrides the preset's value.
         if let Some(v) = keys.remove("max_update_samples") {
             if keys.contains_key("max_agent_update_samples") {
-                return Err(ModelError::InvalidParameter(
+                return Err(TrainError::Config(
                     "the config sets both max_update_samples and max_agent_update_samples \
                      (the same setting)"
                         .into(),
@@ -543,7 +463,7 @@ impl TrainConfig {
         }
         merged.extend(keys);
         let cfg: Self = serde_json::from_value(serde_json::Value::Object(merged))
-            .map_err(|e| ModelError::InvalidParameter(format!("the config: {e}")))?;
+            .map_err(|e| TrainError::Config(format!("the config: {e}")))?;
         cfg.validate()?;
         Ok(cfg)
     }
@@ -558,17 +478,95 @@ impl TrainConfig {
         own.unwrap_or(self.temperature)
     }
 
+    /// How every role samples: each role's temperature and top-p.
+    pub fn sampling(&self) -> SamplingConfig {
+        SamplingConfig {
+            temperatures: Temperatures {
+                designer: self.temperature_of(Role::Designer),
+                hint: self.temperature_of(Role::Hint),
+                agent: self.temperature_of(Role::Agent),
+            },
+            top_p: self.top_p,
+        }
+    }
+
+    /// The in-process policy's settings: adapters (or full fine-tuning), optimiser, GRPO,
+    /// decoding and sampling.
+    pub fn policy(&self) -> PolicyConfig {
+        PolicyConfig {
+            lora: self.lora.then(|| LoraConfig {
+                r: self.lora_rank,
+                lora_alpha: self.lora_alpha,
+                ..LoraConfig::default()
+            }),
+            lora_seed: seeds::derive(self.seed, "lora", &[]),
+            decode_weights: self.decode_weights,
+            decode_activations: self.decode_activations,
+            adam: AdamWConfig {
+                lr: self.lr,
+                beta2: self.adam_beta2,
+                weight_decay: self.weight_decay,
+                ..AdamWConfig::default()
+            },
+            grpo: GrpoConfig {
+                clip_eps: self.clip_eps,
+                clip_eps_high: self.clip_eps_high,
+                aggregation: self.loss_aggregation,
+                tis_clamp: self.tis_clamp,
+                kl_coef: self.kl_coef,
+                entropy_coef: self.entropy_coef,
+                max_grad_norm: self.max_grad_norm,
+                micro_batch: self.micro_batch,
+                micro_batch_tokens: self.micro_batch_tokens,
+                epochs: self.ppo_epochs,
+                schedule: Some(self.lr_schedule()),
+                recompute_old_logprobs: self.recompute_old_logprobs,
+            },
+            sampling: self.sampling(),
+        }
+    }
+
+    /// The designer reward's settings.
+    pub fn rewards(&self) -> RewardConfig {
+        RewardConfig {
+            designer_reward: self.designer_reward,
+            timeout_reward: self.timeout_reward,
+            blend: BlendConfig {
+                plateau_weight: self.blend_plateau_weight,
+                regret_weight: self.blend_regret_weight,
+                regret_scale: self.blend_regret_scale,
+                plateau_low: self.plateau_low,
+                plateau_high: self.plateau_high,
+                plateau_ramp: self.plateau_ramp,
+            },
+        }
+    }
+
+    /// The environment memory's settings.
+    pub fn memory(&self) -> MemoryConfig {
+        MemoryConfig {
+            size: self.memory_size,
+            code_chars: self.memory_code_chars,
+            positive_examples: self.memory_positive_examples,
+            win_low: self.memory_win_low,
+            win_high: self.memory_win_high,
+            too_easy: self.memory_too_easy,
+            too_hard: self.memory_too_hard,
+            negative_examples: self.memory_negative_examples,
+        }
+    }
+
     /// Reads a config file: TOML when the name ends in `.toml`, else JSON.
     pub fn from_file(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| ModelError::io(format!("reading {}", path.display()), e))?;
+        let text =
+            std::fs::read_to_string(path).map_err(|e| TrainError::file("reading", path, e))?;
         let toml_format = path.extension().is_some_and(|e| e == "toml");
         Self::parse(&text, toml_format)
     }
 
     /// Rejects values the loop cannot run with.
     pub fn validate(&self) -> Result<()> {
-        let bad = |m: &str| Err(ModelError::InvalidParameter(m.to_string()));
+        let bad = |m: &str| Err(TrainError::InvalidParameter(m.to_string()));
         if self.regen_interval == 0 {
             return bad("regen_interval must be at least 1");
         }
@@ -590,7 +588,7 @@ impl TrainConfig {
         if self.ppo_epochs == 0 {
             return bad("ppo_epochs must be at least 1");
         }
-        check_agent_examples(&self.agent_examples).map_err(ModelError::InvalidParameter)?;
+        check_agent_examples(&self.agent_examples).map_err(TrainError::InvalidParameter)?;
         if !(0.0..=1.0).contains(&self.agent_ema_decay) {
             return bad("agent_ema_decay must be in [0, 1]");
         }
@@ -645,7 +643,7 @@ impl TrainConfig {
             }
         }
         if let Some(inference) = &self.inference {
-            inference.validate().map_err(ModelError::InvalidParameter)?;
+            inference.validate().map_err(TrainError::InvalidParameter)?;
             if !self.lora {
                 return bad(
                     "training through an inference server needs lora = true: the server loads \

@@ -1,5 +1,5 @@
 //! The grounding corpus: JSONL documents (`text` or `orig_doc`), truncated, sampled with a seed.
-use spade_model::error::{ModelError, Result};
+use crate::error::{Result, TrainError};
 
 /// The corpus bundled with spade: short documents written for the project.
 pub const DEFAULT_CORPUS: &str = include_str!("../assets/corpus/default.jsonl");
@@ -45,16 +45,14 @@ impl Corpus {
             if line.trim().is_empty() {
                 continue;
             }
-            let value: serde_json::Value =
-                serde_json::from_str(line).map_err(|source| ModelError::Json {
-                    context: format!("corpus line {}", n + 1),
-                    source,
-                })?;
+            let value: serde_json::Value = serde_json::from_str(line).map_err(|e| {
+                TrainError::Corpus(format!("corpus line {} is not a JSON document: {e}", n + 1))
+            })?;
             let text = ["text", "orig_doc"]
                 .iter()
                 .find_map(|k| value.get(*k).and_then(|v| v.as_str()))
                 .ok_or_else(|| {
-                    ModelError::InvalidParameter(format!(
+                    TrainError::Corpus(format!(
                         "corpus line {} has no string field `text` or `orig_doc`",
                         n + 1
                     ))
@@ -65,9 +63,7 @@ impl Corpus {
             });
         }
         if docs.is_empty() {
-            return Err(ModelError::InvalidParameter(
-                "the corpus has no documents".into(),
-            ));
+            return Err(TrainError::Corpus("the corpus has no documents".into()));
         }
         Ok(Self { docs })
     }

@@ -66,7 +66,8 @@ pub enum Validity {
     Invalid,
 }
 
-/// The choices credit assignment offers (fields of [`super::TrainConfig`]).
+/// The choices credit assignment offers (built from the config by
+/// [`TrainConfig::credit`](crate::TrainConfig::credit)).
 #[derive(Debug, Clone, PartialEq)]
 pub struct CreditConfig {
     /// Agent baseline.

@@ -10,10 +10,9 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::TrainConfig;
 use crate::credit::{Design, Validity};
 use crate::policy::Sampled;
-use crate::rewards::{self, EnvScore};
+use crate::rewards::{self, DesignOutcome, RewardConfig};
 
 /// A designer sample waiting in the buffer.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -120,11 +119,11 @@ impl DesignerBuffer {
 /// The raw reward of a released sample, recomputed over the window: the timeout reward if a
 /// play timed out, else regret or blend from the regret of its rollout and the window's mean
 /// no-hint return. (An invalid sample's reward is not read: see [`crate::credit::design_reward`].)
-pub fn window_reward(cfg: &TrainConfig, released: &Released) -> f64 {
+pub fn window_reward(cfg: &RewardConfig, released: &Released) -> f64 {
     if released.plays.timed_out {
-        return rewards::designer_reward(cfg, EnvScore::Timeout);
+        return rewards::designer_reward(cfg, DesignOutcome::Timeout);
     }
-    let score = EnvScore::Played {
+    let score = DesignOutcome::Played {
         regret: released.held.regret,
         mean_return: rewards::mean(&released.plays.returns),
     };
@@ -132,7 +131,7 @@ pub fn window_reward(cfg: &TrainConfig, released: &Released) -> f64 {
 }
 
 /// The released samples as credit assignment's designs, rewards recomputed.
-pub fn designs(cfg: &TrainConfig, released: Vec<Released>) -> Vec<Design> {
+pub fn designs(cfg: &RewardConfig, released: Vec<Released>) -> Vec<Design> {
     released
         .into_iter()
         .map(|r| {

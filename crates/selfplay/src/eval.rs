@@ -9,9 +9,9 @@ use std::path::Path;
 
 use serde::Serialize;
 use spade_envtools::{Episode, EpisodeError, Record};
-use spade_model::error::{ModelError, Result};
 use spade_sandbox::{Runtime, SandboxOptions};
 
+use super::error::{Result, TrainError};
 use super::lockstep::{self, LiveEpisode};
 use super::policy::Policy;
 use super::prompts::AgentExample;
@@ -50,8 +50,7 @@ pub fn wilson(wins: usize, plays: usize) -> (f64, f64) {
 
 /// Reads `<dir>/<name>/env.py` and `<dir>/<name>/skill.txt` (default skill: the name), sorted.
 pub fn load_envs(dir: &Path) -> Result<Vec<EvalEnv>> {
-    let rd = std::fs::read_dir(dir)
-        .map_err(|e| ModelError::io(format!("reading {}", dir.display()), e))?;
+    let rd = std::fs::read_dir(dir).map_err(|e| TrainError::file("reading", dir, e))?;
     let mut out = Vec::new();
     for entry in rd.flatten() {
         let p = entry.path();
@@ -59,8 +58,8 @@ pub fn load_envs(dir: &Path) -> Result<Vec<EvalEnv>> {
         if !env.is_file() {
             continue;
         }
-        let source = std::fs::read_to_string(&env)
-            .map_err(|e| ModelError::io(format!("reading {}", env.display()), e))?;
+        let source =
+            std::fs::read_to_string(&env).map_err(|e| TrainError::file("reading", &env, e))?;
         let name = entry.file_name().to_string_lossy().into_owned();
         let skill = std::fs::read_to_string(p.join("skill.txt"))
             .ok()
@@ -76,7 +75,7 @@ pub fn load_envs(dir: &Path) -> Result<Vec<EvalEnv>> {
     }
     out.sort_by(|a, b| a.name.cmp(&b.name));
     if out.is_empty() {
-        return Err(ModelError::InvalidParameter(format!(
+        return Err(TrainError::Environment(format!(
             "{} holds no <name>/env.py environments",
             dir.display()
         )));
@@ -162,7 +161,7 @@ pub async fn play_episodes(
         }
         let reset = match sb.reset_at(Some(seed), difficulty).await.result {
             Err(EpisodeError::NoDifficulty) => {
-                return Err(ModelError::InvalidParameter(
+                return Err(TrainError::Environment(
                     "a difficulty was given, but the environment's reset() takes no \
                      `difficulty`"
                         .into(),

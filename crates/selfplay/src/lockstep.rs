@@ -1,14 +1,13 @@
 //! The agent's lockstep play loop, shared by training and `spade eval`: each turn the policy
 //! samples every live episode's next action as one batch ([`Policy::sample_each`]), then every
 //! environment steps concurrently. Seeds come from the caller, so the loop is deterministic.
-use std::fmt::Display;
 use std::time::Instant;
 
 use spade_envtools::{Episode, EpisodeError};
 use spade_model::chat::Message;
-use spade_model::error::{ModelError, Result};
 use spade_sandbox::{ErrorKind, Step};
 
+use super::error::{Result, TrainError};
 use super::extract;
 use super::policy::{Policy, Role, Sampled};
 use super::prompts::AgentExample;
@@ -104,8 +103,8 @@ pub struct PlayTimes {
     pub tokens: usize,
 }
 
-fn join_error(e: impl Display) -> ModelError {
-    ModelError::InvalidParameter(format!("a play task failed: {e}"))
+fn join_error(e: tokio::task::JoinError) -> TrainError {
+    TrainError::PlayTask(e)
 }
 
 /// Plays `episodes` for at most `max_turns` turns in lockstep. `turn_seed(i, turn)` seeds
@@ -129,7 +128,7 @@ pub async fn play(
         let chats: Vec<&[Message]> = active.iter().map(|&i| &episodes[i].messages[..]).collect();
         let sampled = policy.sample_each(Role::Agent, &chats, max_new_tokens, &seeds)?;
         if sampled.len() != active.len() {
-            return Err(ModelError::InvalidParameter(format!(
+            return Err(TrainError::Policy(format!(
                 "the policy returned {} completions for {} episodes",
                 sampled.len(),
                 active.len()
@@ -175,11 +174,11 @@ pub async fn play(
                     e.last = None;
                     e.failure = Some(kind);
                 }
-                Err(StepFailure::Episode(EpisodeError::Record(io))) => {
-                    return Err(ModelError::io("writing a trajectory", io));
+                Err(StepFailure::Episode(EpisodeError::Record(source))) => {
+                    return Err(TrainError::Trajectory { path: None, source });
                 }
                 Err(StepFailure::Episode(other)) => {
-                    return Err(ModelError::InvalidParameter(format!(
+                    return Err(TrainError::Environment(format!(
                         "playing an episode: {other}"
                     )));
                 }

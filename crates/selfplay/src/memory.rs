@@ -1,12 +1,11 @@
-//! Environment memory: a bounded FIFO of played environments that seeds the designer with
-//! positive examples (learnable, high regret) and lists of games that were too easy or too hard.
+//! Environment memory: a bounded FIFO of played environments that gives the designer
+//! examples: positive ones (learnable, high regret) and lists of games that were too easy or
+//! too hard.
 use std::collections::VecDeque;
 use std::path::Path;
 
+use super::error::{Result, TrainError};
 use serde::{Deserialize, Serialize};
-use spade_model::error::{ModelError, Result};
-
-use super::config::TrainConfig;
 
 /// One played environment.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -25,9 +24,30 @@ pub struct MemoryRecord {
     pub regret: f64,
 }
 
-/// What goes into a designer prompt.
+/// The memory's settings (`memory_*` in the config).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MemoryConfig {
+    /// Most records kept, oldest dropped first.
+    pub size: usize,
+    /// Characters of code each record keeps.
+    pub code_chars: usize,
+    /// Positive examples put into each designer prompt.
+    pub positive_examples: usize,
+    /// Positive examples have a win rate in `[win_low, win_high]`.
+    pub win_low: f64,
+    /// Upper end of the positive win-rate band.
+    pub win_high: f64,
+    /// Listed as too easy above this win rate.
+    pub too_easy: f64,
+    /// Listed as too hard below this win rate.
+    pub too_hard: f64,
+    /// Class names per negative list.
+    pub negative_examples: usize,
+}
+
+/// The examples from memory that go into a designer prompt.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Seeds {
+pub struct DesignerExamples {
     /// Positive examples.
     pub positive: Vec<MemoryRecord>,
     /// Class names of games that were too easy.
@@ -55,15 +75,15 @@ impl EnvMemory {
         }
     }
 
-    /// Seeds for a designer prompt: positives have a win rate in the band, the top
-    /// `max(3n, 10)` by regret form the pool and `n` are drawn from it with `seed`; negatives
-    /// are the most recent too-easy and too-hard class names.
-    pub fn seeds(&self, cfg: &TrainConfig, seed: u64) -> Seeds {
-        let n = cfg.memory_positive_examples;
+    /// Examples for a designer prompt: positives have a win rate in the band, the top
+    /// `max(3n, 10)` by regret form the pool and `n` are drawn from it with the RNG seed
+    /// `seed`; negatives are the most recent too-easy and too-hard class names.
+    pub fn examples(&self, cfg: &MemoryConfig, seed: u64) -> DesignerExamples {
+        let n = cfg.positive_examples;
         let mut band: Vec<&MemoryRecord> = self
             .records
             .iter()
-            .filter(|r| r.win_rate >= cfg.memory_win_low && r.win_rate <= cfg.memory_win_high)
+            .filter(|r| r.win_rate >= cfg.win_low && r.win_rate <= cfg.win_high)
             .collect();
         // Stable: ties keep insertion order.
         band.sort_by(|a, b| b.regret.total_cmp(&a.regret));
@@ -81,23 +101,23 @@ impl EnvMemory {
                 if !out.contains(&r.class_name) {
                     out.push(r.class_name.clone());
                 }
-                if out.len() == cfg.memory_negative_examples {
+                if out.len() == cfg.negative_examples {
                     break;
                 }
             }
             out
         };
-        Seeds {
+        DesignerExamples {
             positive,
-            too_easy: names(&|r| r.win_rate > cfg.memory_too_easy),
-            too_hard: names(&|r| r.win_rate < cfg.memory_too_hard),
+            too_easy: names(&|r| r.win_rate > cfg.too_easy),
+            too_hard: names(&|r| r.win_rate < cfg.too_hard),
         }
     }
 
     /// Writes `env_memory.json` (pretty JSON list of records) atomically.
     pub fn save(&self, path: &Path) -> Result<()> {
         let text =
-            serde_json::to_string_pretty(&self.records).map_err(|source| ModelError::Json {
+            serde_json::to_string_pretty(&self.records).map_err(|source| TrainError::Json {
                 context: "serialising the memory".into(),
                 source,
             })?;
@@ -106,9 +126,9 @@ impl EnvMemory {
 
     /// Reads a file written by [`EnvMemory::save`].
     pub fn load(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| ModelError::io(format!("reading {}", path.display()), e))?;
-        let records = serde_json::from_str(&text).map_err(|source| ModelError::Json {
+        let text =
+            std::fs::read_to_string(path).map_err(|e| TrainError::file("reading", path, e))?;
+        let records = serde_json::from_str(&text).map_err(|source| TrainError::Json {
             context: format!("parsing {}", path.display()),
             source,
         })?;

@@ -8,7 +8,6 @@ use candle_core::{Tensor, Var};
 use candle_nn::VarMap;
 use spade_model::chat::Message;
 use spade_model::checkpoint;
-use spade_model::error::{ModelError, Result};
 use spade_model::grpo::{GrpoConfig, GrpoSample, GrpoTrainer, UpdateStats};
 use spade_model::load::LoadedModel;
 use spade_model::logprob::{Pair, completion_logprobs};
@@ -17,7 +16,7 @@ use spade_model::optim::{AdamW, AdamWConfig};
 use spade_model::prefix_cache::PrefixCache;
 use spade_model::sample::{Sampler, SamplingParams};
 
-use super::config::TrainConfig;
+use super::error::{Result, TrainError};
 
 /// Who is asking.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -88,7 +87,7 @@ pub trait Policy {
         for (chat, &seed) in chats.iter().zip(seeds) {
             let s = self.sample(role, chat, 1, max_new_tokens, seed)?;
             out.push(s.into_iter().next().ok_or_else(|| {
-                ModelError::InvalidParameter("the policy returned no completion".into())
+                TrainError::Policy("the policy returned no completion for a chat".into())
             })?);
         }
         Ok(out)
@@ -118,6 +117,57 @@ pub trait Policy {
     fn load(&mut self, dir: &Path) -> Result<()>;
 }
 
+/// The sampling temperature of each role (repairs sample as the designer).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Temperatures {
+    /// The designer's and repairs'.
+    pub designer: f64,
+    /// The hint writer's.
+    pub hint: f64,
+    /// The agent's.
+    pub agent: f64,
+}
+
+impl Temperatures {
+    /// The temperature of `role`.
+    pub fn get(&self, role: Role) -> f64 {
+        match role {
+            Role::Designer | Role::Repair => self.designer,
+            Role::Hint => self.hint,
+            Role::Agent => self.agent,
+        }
+    }
+}
+
+/// How every role samples, in-process or on an inference server.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SamplingConfig {
+    /// Each role's temperature.
+    pub temperatures: Temperatures,
+    /// Nucleus mass.
+    pub top_p: f64,
+}
+
+/// What [`CandlePolicy`] trains and how it samples (the config's LoRA, optimiser, GRPO,
+/// decoding and sampling settings).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PolicyConfig {
+    /// Fresh LoRA adapters to attach and train (`None`: every weight trains).
+    pub lora: Option<LoraConfig>,
+    /// RNG seed of the fresh adapters' initial weights.
+    pub lora_seed: u64,
+    /// Base weights that sampling reads (f32 whatever this says when every weight trains).
+    pub decode_weights: DecodeWeights,
+    /// How sampling's quantised products take their inputs.
+    pub decode_activations: DecodeActivations,
+    /// The optimiser.
+    pub adam: AdamWConfig,
+    /// The GRPO update (clip, loss, KL, entropy, micro-batches, epochs, schedule).
+    pub grpo: GrpoConfig,
+    /// Temperatures and top-p.
+    pub sampling: SamplingConfig,
+}
+
 /// The candle model: LoRA adapters (default) or all weights, fused AdamW, GRPO with the
 /// advantages credit assignment gave, optional KL to the frozen base and a learning-rate
 /// schedule.
@@ -129,7 +179,7 @@ pub struct CandlePolicy {
     adam: AdamWConfig,
     grpo: GrpoConfig,
     /// Sampling temperature of each role (the config's per-role ones, else `temperature`).
-    temperatures: RoleTemperatures,
+    temperatures: Temperatures,
     top_p: f64,
     prefixes: PrefixCache,
     token_hook: Option<TokenHook>,
@@ -156,51 +206,19 @@ fn sorted_vars(varmap: &VarMap) -> Vec<(String, Var)> {
     vars
 }
 
-/// The sampling temperature of each role.
-#[derive(Debug, Clone, Copy, PartialEq)]
-struct RoleTemperatures {
-    designer: f64,
-    hint: f64,
-    agent: f64,
-}
-
-impl RoleTemperatures {
-    fn of(cfg: &TrainConfig) -> Self {
-        Self {
-            designer: cfg.temperature_of(Role::Designer),
-            hint: cfg.temperature_of(Role::Hint),
-            agent: cfg.temperature_of(Role::Agent),
-        }
-    }
-
-    fn get(&self, role: Role) -> f64 {
-        match role {
-            Role::Designer | Role::Repair => self.designer,
-            Role::Hint => self.hint,
-            Role::Agent => self.agent,
-        }
-    }
-}
-
 const OPT_FILE: &str = "optimizer.safetensors";
 const OPT_META: &str = "optimizer.json";
 const FULL_FILE: &str = "model.safetensors";
 
 impl CandlePolicy {
-    /// Wraps `loaded`, attaching fresh LoRA adapters (seeded from the config) unless
-    /// `cfg.lora` is false, in which case every weight trains.
-    pub fn new(loaded: LoadedModel, cfg: &TrainConfig) -> Result<Self> {
+    /// Wraps `loaded`, attaching fresh LoRA adapters (seeded with `cfg.lora_seed`) unless
+    /// `cfg.lora` is `None`, in which case every weight trains.
+    pub fn new(loaded: LoadedModel, cfg: &PolicyConfig) -> Result<Self> {
         let base = loaded.clone();
         let mut model = loaded;
-        let (lora, decode_weights) = if cfg.lora {
-            let lc = LoraConfig {
-                r: cfg.lora_rank,
-                lora_alpha: cfg.lora_alpha,
-                ..LoraConfig::default()
-            };
-            let seed = super::seeds::derive(cfg.seed, "lora", &[]);
-            let vm = spade_model::model::lora::attach_new(&mut model.model, &lc, seed)?;
-            (Some((lc, vm)), cfg.decode_weights)
+        let (lora, decode_weights) = if let Some(lc) = &cfg.lora {
+            let vm = spade_model::model::lora::attach_new(&mut model.model, lc, cfg.lora_seed)?;
+            (Some((lc.clone(), vm)), cfg.decode_weights)
         } else {
             // Full fine-tuning moves the base weights: quantised copies would go stale.
             model.model.set_train_base(true);
@@ -209,34 +227,15 @@ impl CandlePolicy {
         let decode = model
             .model
             .set_decode_weights(decode_weights, cfg.decode_activations)?;
-        let adam = AdamWConfig {
-            lr: cfg.lr,
-            beta2: cfg.adam_beta2,
-            weight_decay: cfg.weight_decay,
-            ..AdamWConfig::default()
-        };
         let mut p = Self {
             base,
             model,
             lora,
             optimizer: None,
-            adam,
-            grpo: GrpoConfig {
-                clip_eps: cfg.clip_eps,
-                clip_eps_high: cfg.clip_eps_high,
-                aggregation: cfg.loss_aggregation,
-                tis_clamp: cfg.tis_clamp,
-                kl_coef: cfg.kl_coef,
-                entropy_coef: cfg.entropy_coef,
-                max_grad_norm: cfg.max_grad_norm,
-                micro_batch: cfg.micro_batch,
-                micro_batch_tokens: cfg.micro_batch_tokens,
-                epochs: cfg.ppo_epochs,
-                schedule: Some(cfg.lr_schedule()),
-                recompute_old_logprobs: cfg.recompute_old_logprobs,
-            },
-            temperatures: RoleTemperatures::of(cfg),
-            top_p: cfg.top_p,
+            adam: cfg.adam,
+            grpo: cfg.grpo.clone(),
+            temperatures: cfg.sampling.temperatures,
+            top_p: cfg.sampling.top_p,
             prefixes: PrefixCache::new(PREFIX_CACHE_TOKENS),
             token_hook: None,
             decode,
@@ -252,12 +251,12 @@ impl CandlePolicy {
     /// every weight while sampling kept reading the blocks: use [`Self::new`] to train.
     pub fn for_inference(
         loaded: LoadedModel,
-        cfg: &TrainConfig,
+        cfg: &PolicyConfig,
         weights: DecodeWeights,
         activations: DecodeActivations,
     ) -> Result<Self> {
-        let cfg = TrainConfig {
-            lora: false,
+        let cfg = PolicyConfig {
+            lora: None,
             ..cfg.clone()
         };
         let mut p = Self::new(loaded, &cfg)?;
@@ -274,10 +273,8 @@ impl CandlePolicy {
     }
 
     fn new_optimizer(&self) -> Result<AdamW> {
-        AdamW::new(
-            self.trainable().into_iter().map(|(_, v)| v).collect(),
-            self.adam,
-        )
+        let vars = self.trainable().into_iter().map(|(_, v)| v).collect();
+        Ok(AdamW::new(vars, self.adam)?)
     }
 
     /// A sampler over the current model that reports decode steps to the token hook.
@@ -456,8 +453,7 @@ impl Policy for CandlePolicy {
     }
 
     fn save(&self, dir: &Path) -> Result<()> {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| ModelError::io(format!("creating {}", dir.display()), e))?;
+        std::fs::create_dir_all(dir).map_err(|e| TrainError::file("creating", dir, e))?;
         match &self.lora {
             Some((cfg, vm)) => checkpoint::save_lora(dir, cfg, vm)?,
             None => self.model.varmap.save(dir.join(FULL_FILE))?,
@@ -474,8 +470,9 @@ impl Policy for CandlePolicy {
         candle_core::safetensors::save(&tensors, dir.join(OPT_FILE))?;
         let names: Vec<String> = self.trainable().into_iter().map(|(n, _)| n).collect();
         let meta = serde_json::json!({"step": step, "vars": names});
-        std::fs::write(dir.join(OPT_META), meta.to_string())
-            .map_err(|e| ModelError::io("writing optimizer.json", e))
+        let meta_path = dir.join(OPT_META);
+        std::fs::write(&meta_path, meta.to_string())
+            .map_err(|e| TrainError::file("writing", &meta_path, e))
     }
 
     fn load(&mut self, dir: &Path) -> Result<()> {
@@ -495,10 +492,10 @@ impl Policy for CandlePolicy {
         let meta_path = dir.join(OPT_META);
         let meta: serde_json::Value = serde_json::from_str(
             &std::fs::read_to_string(&meta_path)
-                .map_err(|e| ModelError::io(format!("reading {}", meta_path.display()), e))?,
+                .map_err(|e| TrainError::file("reading", &meta_path, e))?,
         )
-        .map_err(|source| ModelError::Json {
-            context: "parsing optimizer.json".into(),
+        .map_err(|source| TrainError::Json {
+            context: format!("parsing {}", meta_path.display()),
             source,
         })?;
         let step = meta["step"].as_u64().unwrap_or(0);
@@ -508,8 +505,13 @@ impl Policy for CandlePolicy {
         let mut moments = Vec::with_capacity(n);
         for i in 0..n {
             let get = |t: Option<Tensor>| -> Result<Vec<f32>> {
-                t.ok_or_else(|| {
-                    ModelError::InvalidParameter("optimizer state is incomplete".into())
+                t.ok_or_else(|| TrainError::BadCheckpoint {
+                    path: dir.join(OPT_FILE),
+                    why: format!(
+                        "the optimizer state is incomplete: no moments for variable {} of {n} \
+                         (was it saved with other adapters or another model?)",
+                        i + 1
+                    ),
                 })?
                 .to_vec1()
                 .map_err(Into::into)
@@ -596,8 +598,7 @@ impl Policy for Scripted {
     fn save(&self, dir: &Path) -> Result<()> {
         match &self.model {
             Some(m) => m.save(dir),
-            None => std::fs::create_dir_all(dir)
-                .map_err(|e| ModelError::io(format!("creating {}", dir.display()), e)),
+            None => std::fs::create_dir_all(dir).map_err(|e| TrainError::file("creating", dir, e)),
         }
     }
 

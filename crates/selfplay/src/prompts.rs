@@ -2,7 +2,7 @@
 //! method's facts, not copied from the reference).
 use serde::{Deserialize, Serialize};
 
-use super::memory::Seeds;
+use super::memory::DesignerExamples;
 
 /// The skills environments target (docs/environment-contract.md section 3).
 pub const SKILLS: [&str; 9] = [
@@ -86,7 +86,7 @@ pub struct DesignSpec {
 }
 
 /// The designer's user message.
-pub fn designer_prompt(spec: &DesignSpec, document: &str, seeds: &Seeds) -> String {
+pub fn designer_prompt(spec: &DesignSpec, document: &str, examples: &DesignerExamples) -> String {
     let mut p = format!(
         "Design an interactive environment that trains the skill \"{}\" at {} difficulty.\n\n\
          Ground it in one concept from the document below; build a task around that concept \
@@ -97,7 +97,7 @@ pub fn designer_prompt(spec: &DesignSpec, document: &str, seeds: &Seeds) -> Stri
         CONTRACT,
         variant_rules(spec.variant)
     );
-    for (i, ex) in seeds.positive.iter().enumerate() {
+    for (i, ex) in examples.positive.iter().enumerate() {
         p.push_str(&format!(
             "\nExample {} of a good environment (agent win rate {:.2}, regret {:.2}):\n```python\n{}\n```\n",
             i + 1,
@@ -106,16 +106,16 @@ pub fn designer_prompt(spec: &DesignSpec, document: &str, seeds: &Seeds) -> Stri
             ex.code
         ));
     }
-    if !seeds.too_easy.is_empty() {
+    if !examples.too_easy.is_empty() {
         p.push_str(&format!(
             "\nAvoid games like these, which were too easy: {}.\n",
-            seeds.too_easy.join(", ")
+            examples.too_easy.join(", ")
         ));
     }
-    if !seeds.too_hard.is_empty() {
+    if !examples.too_hard.is_empty() {
         p.push_str(&format!(
             "\nAvoid games like these, which were too hard: {}.\n",
-            seeds.too_hard.join(", ")
+            examples.too_hard.join(", ")
         ));
     }
     p.push_str("\nReply with the complete module in one ```python code block.");

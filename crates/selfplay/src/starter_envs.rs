@@ -11,6 +11,15 @@
 //!
 //! All six live in this crate's `assets/starter_envs/<name>/env.py`.
 
+/// The skill of a starter environment in the pool of a self-play run (a designed one has the
+/// skill its prompt asked for). Runs written before this name had `"Seed"`.
+pub const STARTER_SKILL: &str = "Starter";
+
+/// The prefix of a starter environment's `origin` in the pool (`seed:bigger_number`). It is
+/// read back from `state.json` when a run resumes, so it keeps the name older runs wrote; here
+/// "seed" means "what the pool started with", not an RNG seed.
+pub const STARTER_ORIGIN: &str = "seed:";
+
 /// `(name, source)` of each bundled starter environment.
 pub const STARTER_ENVS: [(&str, &str); 6] = [
     (

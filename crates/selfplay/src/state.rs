@@ -1,8 +1,8 @@
 //! What a run keeps between rollouts, and atomic checkpoints of it.
 use std::path::{Path, PathBuf};
 
+use super::error::{Result, TrainError};
 use serde::{Deserialize, Serialize};
-use spade_model::error::{ModelError, Result};
 
 use super::credit::Baselines;
 use super::delay::DesignerBuffer;
@@ -33,7 +33,8 @@ pub struct PoolEnv {
     pub hint: Option<String>,
     /// Rollout that added it.
     pub created: u64,
-    /// `designed` or `seed`.
+    /// `designed`, `seed:<name>` (a starter environment, [`crate::starter_envs::STARTER_ORIGIN`])
+    /// or `fixed:<name>` (fixed-env training).
     pub origin: String,
     /// The design record (prompt, completions, repairs), relative to the run directory.
     pub design_file: Option<String>,
@@ -71,10 +72,8 @@ pub struct RunState {
 /// Writes `bytes` to `path` through a temporary file and a rename.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, bytes)
-        .map_err(|e| ModelError::io(format!("writing {}", tmp.display()), e))?;
-    std::fs::rename(&tmp, path)
-        .map_err(|e| ModelError::io(format!("renaming to {}", path.display()), e))
+    std::fs::write(&tmp, bytes).map_err(|e| TrainError::file("writing", &tmp, e))?;
+    std::fs::rename(&tmp, path).map_err(|e| TrainError::file("renaming to", path, e))
 }
 
 /// `checkpoints/` under a run directory.
@@ -93,16 +92,16 @@ pub fn latest_checkpoint(run: &Path) -> Option<PathBuf> {
 /// Reads a checkpoint's `state.json`.
 pub fn load_state(ckpt: &Path) -> Result<RunState> {
     let p = ckpt.join("state.json");
-    let text = std::fs::read_to_string(&p)
-        .map_err(|e| ModelError::io(format!("reading {}", p.display()), e))?;
-    serde_json::from_str(&text).map_err(|source| ModelError::Json {
+    let text = std::fs::read_to_string(&p).map_err(|e| TrainError::file("reading", &p, e))?;
+    serde_json::from_str(&text).map_err(|source| TrainError::Json {
         context: format!("parsing {}", p.display()),
         source,
     })
 }
 
 /// Writes a checkpoint: `save_policy` fills `policy/`, then `state.json`; the directory is
-/// built under a temporary name, renamed, and only then named in `checkpoints/latest`.
+/// built under a temporary name, renamed, and only then named in `checkpoints/latest`. A
+/// failure is a [`TrainError::Checkpoint`] that names the checkpoint and what failed in it.
 pub fn save_checkpoint(
     run: &Path,
     state: &RunState,
@@ -111,21 +110,32 @@ pub fn save_checkpoint(
     let dir = checkpoints_dir(run);
     let name = format!("rollout-{:06}", state.rollouts_done);
     let final_dir = dir.join(&name);
+    write_checkpoint(run, state, save_policy, &name)
+        .map_err(|e| e.in_checkpoint("writing", &final_dir))?;
+    Ok(final_dir)
+}
+
+fn write_checkpoint(
+    run: &Path,
+    state: &RunState,
+    save_policy: impl FnOnce(&Path) -> Result<()>,
+    name: &str,
+) -> Result<()> {
+    let dir = checkpoints_dir(run);
+    let final_dir = dir.join(name);
     let tmp = dir.join(format!("{name}.partial"));
     let _ = std::fs::remove_dir_all(&tmp);
-    std::fs::create_dir_all(&tmp)
-        .map_err(|e| ModelError::io(format!("creating {}", tmp.display()), e))?;
+    std::fs::create_dir_all(&tmp).map_err(|e| TrainError::file("creating", &tmp, e))?;
     save_policy(&tmp.join("policy"))?;
-    let text = serde_json::to_string_pretty(state).map_err(|source| ModelError::Json {
+    let text = serde_json::to_string_pretty(state).map_err(|source| TrainError::Json {
         context: "serialising the run state".into(),
         source,
     })?;
-    std::fs::write(tmp.join("state.json"), text)
-        .map_err(|e| ModelError::io("writing state.json", e))?;
+    let state_file = tmp.join("state.json");
+    std::fs::write(&state_file, text).map_err(|e| TrainError::file("writing", &state_file, e))?;
     let _ = std::fs::remove_dir_all(&final_dir);
     std::fs::rename(&tmp, &final_dir)
-        .map_err(|e| ModelError::io(format!("renaming to {}", final_dir.display()), e))?;
+        .map_err(|e| TrainError::file("renaming to", &final_dir, e))?;
     write_atomic(&dir.join("latest"), name.as_bytes())?;
-    state.memory.save(&run.join("env_memory.json"))?;
-    Ok(final_dir)
+    state.memory.save(&run.join("env_memory.json"))
 }

@@ -7,7 +7,7 @@ use spade_model::chat::Message;
 use spade_model::load::LoadedModel;
 use spade_model::sample::{Sampler, SamplingParams};
 use spade_selfplay::corpus::{Corpus, DEFAULT_CORPUS};
-use spade_selfplay::memory::Seeds;
+use spade_selfplay::memory::DesignerExamples;
 use spade_selfplay::prompts::{self, DesignSpec, Variant};
 use spade_selfplay::starter_envs::starter_envs;
 
@@ -49,7 +49,7 @@ pub fn prompt_set() -> anyhow::Result<Vec<AgreementPrompt>> {
                 Message::new("system", prompts::DESIGNER_SYSTEM),
                 Message::new(
                     "user",
-                    prompts::designer_prompt(&spec, &document.text, &Seeds::default()),
+                    prompts::designer_prompt(&spec, &document.text, &DesignerExamples::default()),
                 ),
             ],
         },

@@ -53,7 +53,7 @@ pub fn compare(model: Option<&Path>, inference: &InferenceArgs, seed: u64) -> an
 
     eprintln!("bench-model: one default iteration sampled in-process (seed {seed}) ...");
     let start = Instant::now();
-    let mut local = CandlePolicy::new(loaded.clone(), &cfg)?;
+    let mut local = CandlePolicy::new(loaded.clone(), &cfg.policy())?;
     let here = one_rollout(&root.join("in-process"), cfg, &mut local)?;
     let here_wall = start.elapsed().as_secs_f64();
     drop(local);

@@ -327,7 +327,7 @@ fn inference_policies_sample_from_the_chosen_decode_weights() {
     // `spade eval`'s policy: the GGUF's own blocks by default, f32 when asked.
     let gguf = CandlePolicy::for_inference(
         tiny_gguf("quant-eval-a.gguf"),
-        &cfg,
+        &cfg.policy(),
         DecodeWeights::Gguf,
         DecodeActivations::F32,
     )
@@ -342,7 +342,7 @@ fn inference_policies_sample_from_the_chosen_decode_weights() {
     );
     let f32_path = CandlePolicy::for_inference(
         tiny_gguf("quant-eval-b.gguf"),
-        &cfg,
+        &cfg.policy(),
         DecodeWeights::F32,
         DecodeActivations::F32,
     )
@@ -358,7 +358,7 @@ fn inference_policies_sample_from_the_chosen_decode_weights() {
         lora: false,
         ..TrainConfig::default()
     };
-    let trained = CandlePolicy::new(tiny_gguf("quant-eval-c.gguf"), &full)
+    let trained = CandlePolicy::new(tiny_gguf("quant-eval-c.gguf"), &full.policy())
         .unwrap()
         .decode_path()
         .unwrap();

@@ -5,26 +5,100 @@
 //! [`RemotePolicy`] samples and does not learn (`spade eval --inference URL`);
 //! [`ServerPolicy`] samples on the server, trains LoRA adapters in-process and loads them into
 //! the server after each update (`spade train --inference URL`, [`adapters`]).
+//! [`InferenceConfig`] is a training config's `[inference]` section.
 
 pub mod adapters;
 pub mod client;
 pub mod trained;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
+use serde::{Deserialize, Serialize};
 use spade_model::chat::Message;
-use spade_model::error::{ModelError, Result};
+use spade_model::error::ModelError;
 use spade_model::grpo::{GrpoSample, UpdateStats};
 use spade_model::load::LoadedModel;
 
+pub use adapters::AdapterServer;
 pub use client::{ClientConfig, Completion, CompletionRequest, CompletionsClient, InferenceError};
 pub use trained::ServerPolicy;
 
-use crate::config::TrainConfig;
-use crate::policy::{Policy, Role, Sampled};
+use crate::error::{Result, TrainError};
+use crate::policy::{Policy, Role, Sampled, SamplingConfig, Temperatures};
 
 /// The environment variable an inference server's API key is read from (never a flag).
 pub const API_KEY_ENV: &str = "SPADE_INFERENCE_API_KEY";
+
+/// `[inference]`: where every role samples when an inference server does, and how the trained
+/// adapters reach it (docs/inference.md). The API key is never here: it is read from
+/// `$SPADE_INFERENCE_API_KEY`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct InferenceConfig {
+    /// The server's base URL, `http://host:port`.
+    pub url: String,
+    /// The base model's name on the server (each request's `model` before the first update).
+    pub model: String,
+    /// Requests in flight at once (default 64).
+    pub concurrency: usize,
+    /// How adapters are loaded into the server after each update: `vllm`, `sglang` or
+    /// `llama-cpp` (required to train).
+    pub adapters: Option<AdapterServer>,
+    /// Where spade writes the adapters it loads (default: `served-adapters` in the run
+    /// directory).
+    pub adapter_dir: Option<PathBuf>,
+    /// The same directory as the server sees it, when the server runs elsewhere (default:
+    /// `adapter_dir`, absolute).
+    pub server_adapter_dir: Option<PathBuf>,
+    /// Adapter names are `<prefix>-step<N>` (default: `spade-` and the run directory's name).
+    pub adapter_prefix: Option<String>,
+    /// `llama-cpp` only: the router's preset file (`llama-server --models-preset FILE`), which
+    /// spade appends a preset to per adapter.
+    pub llama_presets: Option<PathBuf>,
+    /// `llama-cpp` only: the base GGUF as the server sees it (default: `--model`, when it is a
+    /// `.gguf` file).
+    pub llama_base_gguf: Option<PathBuf>,
+}
+
+impl Default for InferenceConfig {
+    fn default() -> Self {
+        Self {
+            url: String::new(),
+            model: "default".into(),
+            concurrency: 64,
+            adapters: None,
+            adapter_dir: None,
+            server_adapter_dir: None,
+            adapter_prefix: None,
+            llama_presets: None,
+            llama_base_gguf: None,
+        }
+    }
+}
+
+impl InferenceConfig {
+    /// Rejects settings training cannot run with.
+    pub fn validate(&self) -> std::result::Result<(), String> {
+        if self.url.is_empty() {
+            return Err("[inference] needs the server's url".into());
+        }
+        if self.concurrency == 0 {
+            return Err("[inference] concurrency must be at least 1".into());
+        }
+        if self.adapters.is_none() {
+            return Err(
+                "training through an inference server needs to know how to load the trained \
+                 adapters into it: set [inference] adapters (or --inference-adapters) to vllm, \
+                 sglang or llama-cpp"
+                    .into(),
+            );
+        }
+        if self.adapters == Some(AdapterServer::LlamaCpp) && self.llama_presets.is_none() {
+            return Err(adapters::LLAMA_CPP_NEEDS_PRESETS.into());
+        }
+        Ok(())
+    }
+}
 
 /// A policy that samples on an inference server. The local model provides the chat template
 /// and the tokenizer: prompts are rendered exactly as in-process; [`Sampled::tokens`] are the
@@ -36,7 +110,7 @@ pub struct RemotePolicy {
     /// The async runtime the requests run on (its own, so that a caller inside another
     /// runtime can block on it from a scoped thread). Always `Some` but in `drop`.
     runtime: Option<tokio::runtime::Runtime>,
-    temperatures: [f64; 3],
+    temperatures: Temperatures,
     top_p: f64,
 }
 
@@ -46,10 +120,6 @@ impl std::fmt::Debug for RemotePolicy {
             .field("client", &self.client)
             .finish_non_exhaustive()
     }
-}
-
-fn inference_error(err: InferenceError) -> ModelError {
-    ModelError::InvalidParameter(err.to_string())
 }
 
 impl Drop for RemotePolicy {
@@ -64,23 +134,23 @@ impl Drop for RemotePolicy {
 
 impl RemotePolicy {
     /// A policy sampling on the server of `client`, with `model`'s chat template and tokenizer
-    /// and `cfg`'s temperatures and top-p.
-    pub fn new(model: LoadedModel, client: ClientConfig, cfg: &TrainConfig) -> Result<Self> {
-        let client = CompletionsClient::new(client).map_err(inference_error)?;
+    /// and `sampling`'s temperatures and top-p.
+    pub fn new(
+        model: LoadedModel,
+        client: ClientConfig,
+        sampling: &SamplingConfig,
+    ) -> Result<Self> {
+        let client = CompletionsClient::new(client)?;
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
-            .map_err(|e| ModelError::io("starting the inference client's runtime", e))?;
+            .map_err(TrainError::InferenceRuntime)?;
         Ok(RemotePolicy {
             model,
             client,
             runtime: Some(runtime),
-            temperatures: [
-                cfg.temperature_of(Role::Designer),
-                cfg.temperature_of(Role::Hint),
-                cfg.temperature_of(Role::Agent),
-            ],
-            top_p: cfg.top_p,
+            temperatures: sampling.temperatures,
+            top_p: sampling.top_p,
         })
     }
 
@@ -113,11 +183,7 @@ impl RemotePolicy {
     }
 
     fn temperature(&self, role: Role) -> f64 {
-        match role {
-            Role::Designer | Role::Repair => self.temperatures[0],
-            Role::Hint => self.temperatures[1],
-            Role::Agent => self.temperatures[2],
-        }
+        self.temperatures.get(role)
     }
 
     fn encode(&self, text: &str) -> Result<Vec<u32>> {
@@ -125,15 +191,14 @@ impl RemotePolicy {
             .tokenizer
             .encode(text, false)
             .map(|e| e.get_ids().to_vec())
-            .map_err(|e| ModelError::Tokenizer(e.to_string()))
+            .map_err(|e| ModelError::Tokenizer(e.to_string()).into())
     }
 
     /// Sends every request together and waits for all answers, on the policy's runtime from a
     /// scoped thread (the caller may itself be inside an async runtime).
     fn complete_all(&self, requests: Vec<CompletionRequest>) -> Result<Vec<Completion>> {
         let client = self.client.clone();
-        self.block_on(async move { client.complete_all(requests).await })
-            .map_err(inference_error)
+        Ok(self.block_on(async move { client.complete_all(requests).await })?)
     }
 
     /// The record of a completion: the server's token ids when it gave them, else the text
@@ -219,7 +284,7 @@ impl Policy for RemotePolicy {
     }
 
     fn update(&mut self, _batch: &[GrpoSample]) -> Result<Option<UpdateStats>> {
-        Err(ModelError::InvalidParameter(
+        Err(TrainError::Policy(
             "a policy that only samples on an inference server does not learn: train with \
              ServerPolicy, which syncs its adapters to the server"
                 .into(),
@@ -227,13 +292,13 @@ impl Policy for RemotePolicy {
     }
 
     fn save(&self, _dir: &Path) -> Result<()> {
-        Err(ModelError::InvalidParameter(
+        Err(TrainError::Policy(
             "a policy sampling on an inference server has no trainable state to save".into(),
         ))
     }
 
     fn load(&mut self, _dir: &Path) -> Result<()> {
-        Err(ModelError::InvalidParameter(
+        Err(TrainError::Policy(
             "a policy sampling on an inference server cannot load adapters: load them into \
              the server"
                 .into(),

@@ -11,15 +11,14 @@ use std::time::Duration;
 
 use spade_model::chat::Message;
 use spade_model::checkpoint;
-use spade_model::error::{ModelError, Result};
 use spade_model::gguf_lora::save_gguf_lora;
 use spade_model::grpo::{GrpoSample, UpdateStats};
 use spade_model::load::LoadedModel;
 
 use super::adapters::{AdapterSync, SyncConfig};
-use super::{ClientConfig, RemotePolicy, api_key_from_env};
-use crate::config::{InferenceConfig, TrainConfig};
-use crate::policy::{CandlePolicy, Policy, Role, Sampled};
+use super::{ClientConfig, InferenceConfig, InferenceError, RemotePolicy, api_key_from_env};
+use crate::error::{Result, TrainError};
+use crate::policy::{CandlePolicy, Policy, PolicyConfig, Role, Sampled};
 
 /// Samples on an inference server, trains in-process, keeps the server's adapter in step.
 #[derive(Debug)]
@@ -29,22 +28,18 @@ pub struct ServerPolicy {
     sync: AdapterSync,
 }
 
-fn sync_error(e: impl std::fmt::Display) -> ModelError {
-    ModelError::InvalidParameter(e.to_string())
-}
-
 impl ServerPolicy {
     /// Samples with `sampler`, trains `trainer` (which must train LoRA adapters: a server
     /// cannot follow full fine-tuning) and syncs its adapters as `sync` says.
     pub fn new(sampler: RemotePolicy, trainer: CandlePolicy, sync: SyncConfig) -> Result<Self> {
         if trainer.lora().is_none() {
-            return Err(ModelError::InvalidParameter(
+            return Err(TrainError::InvalidParameter(
                 "training through an inference server needs LoRA adapters (lora = true): the \
                  server loads adapters after each update, not whole models"
                     .into(),
             ));
         }
-        let sync = AdapterSync::new(sync, sampler.client().clone()).map_err(sync_error)?;
+        let sync = AdapterSync::new(sync, sampler.client().clone())?;
         let mut policy = ServerPolicy {
             sampler,
             trainer,
@@ -55,19 +50,20 @@ impl ServerPolicy {
         Ok(policy)
     }
 
-    /// The policy of a run's `[inference]` section: a client with the section's URL, model,
+    /// The policy of a run's `[inference]` section, training and sampling as `cfg` says: a
+    /// client with the section's URL, model,
     /// concurrency and `$SPADE_INFERENCE_API_KEY`; adapters written to its `adapter_dir`
     /// (default `run_dir/served-adapters`) and named `<adapter_prefix>-step<N>` (default
     /// `spade-<run directory name>`); `base_gguf` is what llama.cpp presets name when the
     /// section gives no `llama_base_gguf`.
     pub fn from_config(
         loaded: LoadedModel,
-        cfg: &TrainConfig,
+        cfg: &PolicyConfig,
         section: &InferenceConfig,
         run_dir: &Path,
         base_gguf: Option<PathBuf>,
     ) -> Result<Self> {
-        section.validate().map_err(ModelError::InvalidParameter)?;
+        section.validate().map_err(TrainError::InvalidParameter)?;
         let server = section.adapters.expect("validated");
         let mut client = ClientConfig::new(section.url.clone(), section.model.clone());
         client.api_key = api_key_from_env();
@@ -92,7 +88,7 @@ impl ServerPolicy {
             load_timeout: Duration::from_secs(300),
         };
         let trainer = CandlePolicy::new(loaded.clone(), cfg)?;
-        let sampler = RemotePolicy::new(loaded, client, cfg)?;
+        let sampler = RemotePolicy::new(loaded, client, &cfg.sampling)?;
         Self::new(sampler, trainer, sync)
     }
 
@@ -125,16 +121,13 @@ impl ServerPolicy {
             checkpoint::save_lora(&partial, cfg, adapters)?;
             if path.exists() {
                 std::fs::remove_dir_all(&path)
-                    .map_err(|e| ModelError::io(format!("replacing {}", path.display()), e))?;
+                    .map_err(|e| TrainError::file("replacing", &path, e))?;
             }
             std::fs::rename(&partial, &path)
-                .map_err(|e| ModelError::io(format!("moving {} into place", path.display()), e))?;
+                .map_err(|e| TrainError::file("moving into place", &path, e))?;
         }
         let sync = &mut self.sync;
-        let target = self
-            .sampler
-            .block_on(sync.publish(&name))
-            .map_err(sync_error)?;
+        let target = self.sampler.block_on(sync.publish(&name))?;
         self.sampler.set_target(&target);
         Ok(())
     }
@@ -144,14 +137,18 @@ impl ServerPolicy {
     fn aligned(&self, sampled: Vec<Sampled>) -> Result<Vec<Sampled>> {
         for s in &sampled {
             if s.tokens.len() != s.logprobs.len() {
-                return Err(ModelError::InvalidParameter(format!(
-                    "the inference server gave {} log-probs for a completion that is {} tokens \
-                     here and no token ids, so training cannot tell which token each belongs \
-                     to: use a server that returns token ids (llama.cpp's server does; vLLM \
-                     does with return_tokens_as_token_ids, which spade asks for)",
-                    s.logprobs.len(),
-                    s.tokens.len()
-                )));
+                return Err(InferenceError::BadAnswer {
+                    url: self.sampler.client().config().url.clone(),
+                    why: format!(
+                        "{} log-probs for a completion that is {} tokens here and no token \
+                         ids, so training cannot tell which token each belongs to: use a \
+                         server that returns token ids (llama.cpp's server does; vLLM does \
+                         with return_tokens_as_token_ids, which spade asks for)",
+                        s.logprobs.len(),
+                        s.tokens.len()
+                    ),
+                }
+                .into());
             }
         }
         Ok(sampled)

@@ -13,7 +13,7 @@ use crate::state::RunState;
 pub struct PoolInfo {
     /// Class name found by validation.
     pub class_name: String,
-    /// `designed` or `seed:<name>`.
+    /// `designed`, `seed:<name>` (a starter environment) or `fixed:<name>`.
     pub origin: String,
     /// Difficulty.
     pub difficulty: String,

@@ -1,7 +1,7 @@
 //! What can go wrong when reporting on a run directory.
 use std::path::PathBuf;
 
-use spade_model::error::ModelError;
+use crate::error::TrainError;
 
 /// Errors of [`write_report`](super::write_report), each naming the file at fault.
 #[derive(Debug, thiserror::Error)]
@@ -57,9 +57,9 @@ pub enum ReportError {
         /// The underlying error.
         source: std::io::Error,
     },
-    /// Writing a report file failed.
+    /// Writing a report file (or reading the run's state) failed.
     #[error(transparent)]
-    Write(#[from] ModelError),
+    Write(#[from] TrainError),
 }
 
 impl ReportError {

@@ -50,6 +50,6 @@ impl Run<'_> {
         let flush = self.cfg.is_last_rollout(r);
         let released = buffer.release(r, self.cfg.designer_delay, flush);
         m.designer_samples_buffered = buffer.len();
-        delay::designs(&self.cfg, released)
+        delay::designs(&self.cfg.rewards(), released)
     }
 }

@@ -3,9 +3,9 @@
 use std::time::Instant;
 
 use spade_model::chat::Message;
-use spade_model::error::Result;
 
 use super::{Metrics, Run};
+use crate::error::Result;
 use crate::policy::{Role, Sampled};
 use crate::prompts::{self, DIFFICULTIES, DesignSpec, SKILLS, VARIANTS};
 
@@ -40,8 +40,11 @@ impl Run<'_> {
                 variant: VARIANTS[pick("variant", VARIANTS.len())],
                 doc_id: doc.id,
             };
-            let seeds = self.state.memory.seeds(&cfg, self.seed("memory", &parts));
-            let prompt = prompts::designer_prompt(&spec, &doc.text, &seeds);
+            let examples = self
+                .state
+                .memory
+                .examples(&cfg.memory(), self.seed("memory", &parts));
+            let prompt = prompts::designer_prompt(&spec, &doc.text, &examples);
             let msgs = [
                 Message::new("system", prompts::DESIGNER_SYSTEM),
                 Message::new("user", prompt.clone()),

@@ -9,8 +9,8 @@
 //! evaluation never plays a problem seed that training used.
 use super::play::{Played, Problem, Start};
 use super::{EnvMetrics, FixedEnvMetrics, Metrics, Run};
+use crate::error::Result;
 use crate::rewards;
-use spade_model::error::Result;
 
 /// The lowest problem seed of training.
 pub const TRAIN_SEED_BASE: u64 = 1 << 30;

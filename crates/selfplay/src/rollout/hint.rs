@@ -4,13 +4,14 @@
 use std::time::Instant;
 
 use spade_model::chat::Message;
-use spade_model::error::{ModelError, Result};
 
 use super::validate::DesignResult;
 use super::{Metrics, Run};
+use crate::error::{Result, TrainError};
 use crate::extract;
 use crate::policy::Role;
 use crate::prompts;
+use crate::starter_envs::STARTER_ORIGIN;
 
 impl Run<'_> {
     /// Writes the hints of this rollout's new environments.
@@ -25,7 +26,7 @@ impl Run<'_> {
         if r == 0 {
             to_hint.extend(
                 (0..self.state.pool.len())
-                    .filter(|&i| self.state.pool[i].origin.starts_with("seed:")),
+                    .filter(|&i| self.state.pool[i].origin.starts_with(STARTER_ORIGIN)),
             );
         }
         to_hint.extend(designs.iter().filter_map(|d| d.env));
@@ -65,7 +66,7 @@ impl Run<'_> {
             self.policy
                 .sample_each(Role::Hint, &chats, self.cfg.hint_max_new_tokens, &seeds)?;
         if out.len() != envs.len() {
-            return Err(ModelError::InvalidParameter(format!(
+            return Err(TrainError::Policy(format!(
                 "the policy returned {} hints for {} envs",
                 out.len(),
                 envs.len()

@@ -12,14 +12,15 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use spade_model::error::{ModelError, Result};
 use spade_sandbox::Runtime;
 
 use super::config::TrainConfig;
 use super::corpus::Corpus;
+use super::error::{Result, TrainError};
 use super::policy::Policy;
 use super::progress::{Progress, Silent};
 use super::seeds::derive;
+use super::starter_envs::{STARTER_ORIGIN, STARTER_SKILL};
 use super::state::{self, PoolEnv, RunState};
 
 mod delay;
@@ -50,9 +51,9 @@ pub struct Run<'p> {
     verdicts: HashMap<String, validate::Verdict>,
 }
 
-fn io_err(what: &str, p: &Path) -> impl FnOnce(std::io::Error) -> ModelError {
-    let ctx = format!("{what} {}", p.display());
-    move |e| ModelError::io(ctx, e)
+/// A failed file operation: `what` (`creating`, `writing`, ...) on `p`.
+fn io_err(what: &'static str, p: &Path) -> impl FnOnce(std::io::Error) -> TrainError {
+    move |e| TrainError::file(what, p, e)
 }
 
 impl<'p> Run<'p> {
@@ -68,10 +69,9 @@ impl<'p> Run<'p> {
     ) -> Result<Self> {
         cfg.validate()?;
         if dir.join("config.json").exists() {
-            return Err(ModelError::InvalidParameter(format!(
-                "{} already holds a run: pass --resume to continue it, or choose another --out",
-                dir.display()
-            )));
+            return Err(TrainError::RunExists {
+                dir: dir.to_path_buf(),
+            });
         }
         std::fs::create_dir_all(dir).map_err(io_err("creating", dir))?;
         state::write_atomic(&dir.join("config.json"), cfg.to_json().as_bytes())?;
@@ -92,7 +92,11 @@ impl<'p> Run<'p> {
                 class_name,
                 tool_use: source.contains("ToolUseBaseEnv"),
                 source,
-                skill: if fixed { name.clone() } else { "Seed".into() },
+                skill: if fixed {
+                    name.clone()
+                } else {
+                    STARTER_SKILL.into()
+                },
                 difficulty: "medium".into(),
                 variant: None,
                 doc_id: None,
@@ -101,7 +105,7 @@ impl<'p> Run<'p> {
                 origin: if fixed {
                     format!("fixed:{name}")
                 } else {
-                    format!("seed:{name}")
+                    format!("{STARTER_ORIGIN}{name}")
                 },
                 design_file: None,
                 banned: false,
@@ -130,14 +134,13 @@ impl<'p> Run<'p> {
         policy: &'p mut dyn Policy,
     ) -> Result<Self> {
         let cfg = TrainConfig::from_file(&dir.join("config.json"))?;
-        let ckpt = state::latest_checkpoint(dir).ok_or_else(|| {
-            ModelError::InvalidParameter(format!(
-                "{} has no complete checkpoint to resume from",
-                dir.display()
-            ))
+        let ckpt = state::latest_checkpoint(dir).ok_or_else(|| TrainError::NoCheckpoint {
+            dir: dir.to_path_buf(),
         })?;
-        let st = state::load_state(&ckpt)?;
-        policy.load(&ckpt.join("policy"))?;
+        let st = state::load_state(&ckpt).map_err(|e| e.in_checkpoint("loading", &ckpt))?;
+        policy
+            .load(&ckpt.join("policy"))
+            .map_err(|e| e.in_checkpoint("loading", &ckpt))?;
         // Drop metrics lines of a rollout that did not reach its checkpoint.
         let metrics = dir.join("metrics.jsonl");
         let f = std::fs::OpenOptions::new()

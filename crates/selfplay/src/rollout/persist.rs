@@ -2,9 +2,8 @@
 //! between the two leaves a line that resuming drops).
 use std::io::Write as _;
 
-use spade_model::error::Result;
-
 use super::{Metrics, Run, io_err};
+use crate::error::Result;
 use crate::state;
 
 impl Run<'_> {

@@ -7,11 +7,11 @@ use std::time::Instant;
 
 use spade_envtools::trajectory::RecordMeta;
 use spade_envtools::{Episode, EpisodeError, Record};
-use spade_model::error::{ModelError, Result};
 use spade_sandbox::{ErrorKind, SandboxOptions};
 
 use super::validate::DesignResult;
 use super::{Metrics, Run, io_err};
+use crate::error::{Result, TrainError};
 use crate::lockstep::{self, LiveEpisode};
 use crate::policy::Sampled;
 use crate::prompts;
@@ -232,7 +232,7 @@ impl Run<'_> {
         let record = Record::to(BufWriter::new(file), meta);
         let mut rec = Episode::start(&self.runtime, &env.source, opts, record)
             .await
-            .map_err(io_err("writing", &path))?;
+            .map_err(|e| TrainError::trajectory(&path, e))?;
         let system = prompts::agent_system(env.tool_use);
         let difficulty = problem.map(|p| p.difficulty);
         let reset = rec.reset_at(Some(seed), difficulty).await.result;
@@ -249,18 +249,13 @@ impl Run<'_> {
             }
             Err(EpisodeError::Call(c)) => Err((c.kind(), rec)),
             Err(EpisodeError::NoDifficulty) => {
-                return Err(ModelError::InvalidParameter(format!(
+                return Err(TrainError::Environment(format!(
                     "fixed environment {} ({}) takes no `difficulty` in reset(): \
                      fixed-env training needs one (RLVE's environments take it)",
                     env.id, env.origin
                 )));
             }
-            Err(e) => {
-                return Err(ModelError::InvalidParameter(format!(
-                    "recording the reset of {}: {e}",
-                    path.display()
-                )));
-            }
+            Err(EpisodeError::Record(io)) => return Err(TrainError::trajectory(&path, io)),
         })
     }
 }
@@ -269,5 +264,5 @@ impl Run<'_> {
 fn finish(rec: Episode) -> Result<()> {
     rec.finish()
         .map(|_| ())
-        .map_err(|e| ModelError::io("finishing a trajectory", e))
+        .map_err(|source| TrainError::Trajectory { path: None, source })
 }

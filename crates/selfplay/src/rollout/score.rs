@@ -7,7 +7,7 @@ use super::play::Played;
 use super::validate::DesignResult;
 use super::{EnvMetrics, Metrics, Run};
 use crate::memory::MemoryRecord;
-use crate::rewards::{self, EnvScore};
+use crate::rewards::{self, DesignOutcome};
 
 /// What one game scored this rollout, for the designer that made it.
 #[derive(Debug, Clone, PartialEq)]
@@ -100,19 +100,20 @@ impl Run<'_> {
         m.mean_return = rewards::mean(&rets);
         m.mean_return_hint = rewards::mean(&rets_h);
         m.regret = rewards::mean(&m.envs.iter().map(|e| e.regret).collect::<Vec<_>>());
+        let reward_cfg = cfg.rewards();
         m.designer_rewards = designs
             .iter()
             .map(|d| {
                 let s = scores.get(&d.env?)?;
                 let score = if s.timed_out {
-                    EnvScore::Timeout
+                    DesignOutcome::Timeout
                 } else {
-                    EnvScore::Played {
+                    DesignOutcome::Played {
                         regret: s.regret,
                         mean_return: rewards::mean(&s.returns),
                     }
                 };
-                Some(rewards::designer_reward(&cfg, score))
+                Some(rewards::designer_reward(&reward_cfg, score))
             })
             .collect();
         scores

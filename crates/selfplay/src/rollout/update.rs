@@ -3,11 +3,10 @@
 //! policy takes `ppo_epochs` GRPO steps on them.
 use std::time::Instant;
 
-use spade_model::error::Result;
-
 use super::play::Played;
 use super::{Metrics, Run};
 use crate::credit::{self, Design, Episode};
+use crate::error::Result;
 use crate::policy::Role;
 
 impl Run<'_> {

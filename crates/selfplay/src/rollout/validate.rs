@@ -6,10 +6,10 @@ use std::time::Instant;
 use spade_envtools::check::{CheckOptions, check};
 use spade_envtools::oracles::Severity;
 use spade_model::chat::Message;
-use spade_model::error::{ModelError, Result};
 
 use super::design::Designed;
 use super::{Metrics, Run, io_err};
+use crate::error::{Result, TrainError};
 use crate::extract;
 use crate::policy::{Role, Sampled};
 use crate::prompts;
@@ -207,7 +207,7 @@ impl Run<'_> {
         m.time.design += ts.elapsed().as_secs_f64();
         let fixes = fixes?;
         if fixes.len() != to_repair.len() {
-            return Err(ModelError::InvalidParameter(format!(
+            return Err(TrainError::Policy(format!(
                 "the policy returned {} repairs for {} designs",
                 fixes.len(),
                 to_repair.len()

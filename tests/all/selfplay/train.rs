@@ -39,7 +39,7 @@ fn regret_is_hint_minus_no_hint_floored_and_zero_without_a_hint() {
     assert_eq!(rewards::regret(0.75, 0.25, true), 0.0);
     assert_eq!(rewards::regret(0.25, 0.75, false), 0.0);
     let cfg = TrainConfig::default();
-    let timeout = rewards::designer_reward(&cfg, rewards::EnvScore::Timeout);
+    let timeout = rewards::designer_reward(&cfg.rewards(), rewards::DesignOutcome::Timeout);
     assert_eq!(timeout, -0.5);
 }
 
@@ -53,23 +53,23 @@ fn blend_uses_the_plateau_and_scaled_regret() {
         designer_reward: DesignerReward::Blend,
         ..TrainConfig::default()
     };
-    let played = |regret: f64, mean_return: f64| rewards::EnvScore::Played {
+    let played = |regret: f64, mean_return: f64| rewards::DesignOutcome::Played {
         regret,
         mean_return,
     };
     // 0.6 * plateau(0.5) + 0.4 * 0.15 / 0.15 = 0.6 + 0.4 = 1.0
-    assert!((rewards::designer_reward(&cfg, played(0.15, 0.5)) - 1.0).abs() < 1e-9);
+    assert!((rewards::designer_reward(&cfg.rewards(), played(0.15, 0.5)) - 1.0).abs() < 1e-9);
     // The regret term saturates at 1: regret 0.6 is 4 scales, but the term stays 0.4
     // (unclipped it would be 0.6 + 1.6 = 2.2).
-    assert!((rewards::designer_reward(&cfg, played(0.6, 0.5)) - 1.0).abs() < 1e-9);
-    assert!((rewards::blend(&cfg, 1.0, 0.5) - 1.0).abs() < 1e-9);
+    assert!((rewards::designer_reward(&cfg.rewards(), played(0.6, 0.5)) - 1.0).abs() < 1e-9);
+    assert!((rewards::blend(&cfg.rewards().blend, 1.0, 0.5) - 1.0).abs() < 1e-9);
     // Half a scale of regret off the plateau: plateau(0.3) = 1 - 0.1 / 0.25 = 0.6, so
     // 0.6 * 0.6 + 0.4 * 0.5 = 0.56.
-    assert!((rewards::designer_reward(&cfg, played(0.075, 0.3)) - 0.56).abs() < 1e-9);
+    assert!((rewards::designer_reward(&cfg.rewards(), played(0.075, 0.3)) - 0.56).abs() < 1e-9);
     // Regret mode reads the regret alone.
     let regret_mode = TrainConfig::default();
     assert_eq!(
-        rewards::designer_reward(&regret_mode, played(0.6, 0.5)),
+        rewards::designer_reward(&regret_mode.rewards(), played(0.6, 0.5)),
         0.6
     );
 }
@@ -115,7 +115,7 @@ fn memory_is_a_bounded_fifo_that_keeps_2000_characters_of_code() {
 }
 
 #[test]
-fn memory_seeds_pick_two_in_band_by_regret_and_list_too_easy_and_too_hard() {
+fn memory_examples_pick_two_in_band_by_regret_and_list_too_easy_and_too_hard() {
     let cfg = TrainConfig::default();
     let mut m = EnvMemory::default();
     // 12 in band with regret i/100, 2 out of band with huge regret, easy and hard ones.
@@ -125,7 +125,7 @@ fn memory_seeds_pick_two_in_band_by_regret_and_list_too_easy_and_too_hard() {
     m.add(rec(100, 0.95, 9.0), 200, 2000);
     m.add(rec(101, 0.05, 9.0), 200, 2000);
     m.add(rec(102, 0.14, 9.0), 200, 2000);
-    let s = m.seeds(&cfg, 7);
+    let s = m.examples(&cfg.memory(), 7);
     assert_eq!(s.positive.len(), 2);
     for p in &s.positive {
         assert!(p.win_rate >= 0.15 && p.win_rate <= 0.85);
@@ -136,7 +136,7 @@ fn memory_seeds_pick_two_in_band_by_regret_and_list_too_easy_and_too_hard() {
     assert_ne!(s.positive[0].env_id, s.positive[1].env_id);
     assert_eq!(s.too_easy, vec!["Game100Env"]);
     assert_eq!(s.too_hard, vec!["Game101Env"]);
-    assert_eq!(m.seeds(&cfg, 7), s, "seeded");
+    assert_eq!(m.examples(&cfg.memory(), 7), s, "seeded");
 }
 
 // ---------------------------------------------------------------- corpus, config, prompts
@@ -227,14 +227,14 @@ fn prompts_carry_document_examples_avoid_lists_and_the_hint_suffix() {
     m.add(rec(1, 0.5, 0.3), 200, 2000);
     m.add(rec(2, 0.5, 0.2), 200, 2000);
     m.add(rec(3, 0.99, 0.0), 200, 2000);
-    let seeds = m.seeds(&cfg, 1);
+    let examples = m.examples(&cfg.memory(), 1);
     let spec = prompts::DesignSpec {
         skill: "Optimization".into(),
         difficulty: "hard".into(),
         variant: prompts::Variant::ToolUse,
         doc_id: 0,
     };
-    let p = prompts::designer_prompt(&spec, "THE DOCUMENT", &seeds);
+    let p = prompts::designer_prompt(&spec, "THE DOCUMENT", &examples);
     assert!(p.contains("THE DOCUMENT") && p.contains("Optimization") && p.contains("hard"));
     assert!(p.contains("Example 1") && p.contains("Example 2") && !p.contains("Example 3"));
     assert!(p.contains("too easy: Game3Env"));
@@ -424,7 +424,7 @@ impl<P: Policy> Policy for Recording<P> {
         n: usize,
         max_new_tokens: usize,
         seed: u64,
-    ) -> spade_model::Result<Vec<spade_selfplay::policy::Sampled>> {
+    ) -> spade_selfplay::error::Result<Vec<spade_selfplay::policy::Sampled>> {
         self.inner.sample(role, messages, n, max_new_tokens, seed)
     }
 
@@ -434,7 +434,7 @@ impl<P: Policy> Policy for Recording<P> {
         chats: &[&[Message]],
         max_new_tokens: usize,
         seeds: &[u64],
-    ) -> spade_model::Result<Vec<spade_selfplay::policy::Sampled>> {
+    ) -> spade_selfplay::error::Result<Vec<spade_selfplay::policy::Sampled>> {
         self.batches.lock().unwrap().push((role, seeds.to_vec()));
         self.inner.sample_each(role, chats, max_new_tokens, seeds)
     }
@@ -442,15 +442,15 @@ impl<P: Policy> Policy for Recording<P> {
     fn update(
         &mut self,
         batch: &[spade_model::grpo::GrpoSample],
-    ) -> spade_model::Result<Option<spade_model::grpo::UpdateStats>> {
+    ) -> spade_selfplay::error::Result<Option<spade_model::grpo::UpdateStats>> {
         self.inner.update(batch)
     }
 
-    fn save(&self, dir: &std::path::Path) -> spade_model::Result<()> {
+    fn save(&self, dir: &std::path::Path) -> spade_selfplay::error::Result<()> {
         self.inner.save(dir)
     }
 
-    fn load(&mut self, dir: &std::path::Path) -> spade_model::Result<()> {
+    fn load(&mut self, dir: &std::path::Path) -> spade_selfplay::error::Result<()> {
         self.inner.load(dir)
     }
 }
@@ -604,7 +604,7 @@ fn starter_envs() -> Vec<(String, String)> {
 async fn a_tiny_random_model_runs_a_full_rollout_with_an_update() {
     let dir = tmp("tiny");
     let cfg = tiny_cfg();
-    let mut policy = CandlePolicy::new(tiny_loaded(1), &cfg).unwrap();
+    let mut policy = CandlePolicy::new(tiny_loaded(1), &cfg.policy()).unwrap();
     let mut run = Run::create(&dir, cfg, corpus(), runtime(), &mut policy, starter_envs()).unwrap();
     let events = std::sync::Arc::new(spade_selfplay::progress::Recorded::default());
     run.on_progress(events.clone());
@@ -656,7 +656,7 @@ async fn a_tiny_random_model_runs_a_full_rollout_with_an_update() {
     assert!(m.loss.is_some(), "{m:?}");
     assert!(m.tokens_trained > 0);
     // This run only checks the plumbing: a random model wins nothing and its designs are all
-    // invalid, so every advantage is 0 (learning is tested in tests/all/learning.rs).
+    // invalid, so every advantage is 0 (learning is tested in tests/all/selfplay/learning.rs).
     assert_eq!(m.zero_advantage_fraction, 1.0);
     // The default ppo_epochs.
     assert_eq!(m.optimizer_steps, 4);
@@ -670,7 +670,7 @@ async fn a_tiny_random_model_runs_a_full_rollout_with_an_update() {
 #[test]
 fn the_policy_trait_is_object_safe_for_scripted_and_model_policies() {
     let cfg = tiny_cfg();
-    let mut a = CandlePolicy::new(tiny_loaded(2), &cfg).unwrap();
+    let mut a = CandlePolicy::new(tiny_loaded(2), &cfg.policy()).unwrap();
     let mut b = Scripted::new(Box::new(|_, _| "\\boxed{1}".to_string()), None);
     let msgs = [Message::new("user", "hi")];
     for p in [&mut a as &mut dyn Policy, &mut b] {

@@ -297,7 +297,7 @@ async fn a_tiny_model_trains_on_a_group_with_wins_and_losses() {
     let mut cfg = cfg();
     cfg.lr = 1e-3;
     cfg.agent_max_new_tokens = 4;
-    let model = CandlePolicy::new(crate::selfplay::tiny_loaded(2), &cfg).unwrap();
+    let model = CandlePolicy::new(super::train::tiny_loaded(2), &cfg.policy()).unwrap();
     let mut policy = Scripted::new(
         Box::new(|_: Role, msgs: &[Message]| {
             let d = level(msgs);

@@ -25,8 +25,8 @@ use spade_selfplay::remote::ServerPolicy;
 use spade_selfplay::remote::adapters::AdapterServer;
 use spade_selfplay::{Corpus, Run, TrainConfig};
 
+use super::fixed_envs::LEVEL_ENV;
 use crate::common::{runtime, tiny_chat_model};
-use crate::fixed_envs::LEVEL_ENV;
 
 /// The fake server's state.
 struct Fake {
@@ -253,7 +253,7 @@ fn cfg(kind: AdapterServer, url: &str, dir: &Path) -> TrainConfig {
 
 fn policy(cfg: &TrainConfig, run: &Path) -> ServerPolicy {
     let section = cfg.inference.clone().unwrap();
-    ServerPolicy::from_config(tiny_chat_model(1, None), cfg, &section, run, None).unwrap()
+    ServerPolicy::from_config(tiny_chat_model(1, None), &cfg.policy(), &section, run, None).unwrap()
 }
 
 /// A new run of `cfg` in `run_dir` on the level environment.

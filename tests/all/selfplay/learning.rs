@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use spade_model::chat::Message;
 use spade_model::grpo::{GrpoSample, UpdateStats};
-use spade_selfplay::memory::Seeds;
+use spade_selfplay::memory::DesignerExamples;
 use spade_selfplay::policy::Sampled;
 use spade_selfplay::prompts::{self, DesignSpec, VARIANTS};
 use spade_selfplay::{CandlePolicy, Corpus, Policy, Role, Run, TrainConfig};
@@ -123,7 +123,7 @@ impl Policy for Chooser {
         n: usize,
         _max_new_tokens: usize,
         seed: u64,
-    ) -> spade_model::Result<Vec<Sampled>> {
+    ) -> spade_selfplay::error::Result<Vec<Sampled>> {
         if let Some(choices) = self.choices(role).cloned() {
             let out = self.model.sample(role, messages, n, 1, seed)?;
             return Ok(out
@@ -142,15 +142,18 @@ impl Policy for Chooser {
         Ok((0..n).map(|_| untrained(text.clone())).collect())
     }
 
-    fn update(&mut self, batch: &[GrpoSample]) -> spade_model::Result<Option<UpdateStats>> {
+    fn update(
+        &mut self,
+        batch: &[GrpoSample],
+    ) -> spade_selfplay::error::Result<Option<UpdateStats>> {
         self.model.update(batch)
     }
 
-    fn save(&self, dir: &Path) -> spade_model::Result<()> {
+    fn save(&self, dir: &Path) -> spade_selfplay::error::Result<()> {
         self.model.save(dir)
     }
 
-    fn load(&mut self, dir: &Path) -> spade_model::Result<()> {
+    fn load(&mut self, dir: &Path) -> spade_selfplay::error::Result<()> {
         self.model.load(dir)
     }
 }
@@ -189,7 +192,11 @@ fn designer_messages() -> Vec<Message> {
         variant: VARIANTS[0],
         doc_id: 0,
     };
-    let user = prompts::designer_prompt(&spec, "Numbers can be hidden.", &Seeds::default());
+    let user = prompts::designer_prompt(
+        &spec,
+        "Numbers can be hidden.",
+        &DesignerExamples::default(),
+    );
     vec![
         Message::new("system", prompts::DESIGNER_SYSTEM),
         Message::new("user", user),
@@ -236,7 +243,7 @@ async fn the_designer_learns_to_write_the_environment_with_positive_regret() {
         ..learning_cfg()
     };
     let dir = tmp("designer");
-    let model = CandlePolicy::new(small_model(21), &cfg).unwrap();
+    let model = CandlePolicy::new(small_model(21), &cfg.policy()).unwrap();
     let mut policy = Chooser {
         model,
         designer: Some(templates()),
@@ -293,7 +300,7 @@ async fn the_agent_learns_the_winning_action_of_a_one_step_env() {
         ..learning_cfg()
     };
     let dir = tmp("agent");
-    let model = CandlePolicy::new(small_model(22), &cfg).unwrap();
+    let model = CandlePolicy::new(small_model(22), &cfg.policy()).unwrap();
     let mut policy = Chooser {
         model,
         designer: None,
@@ -308,8 +315,8 @@ async fn the_agent_learns_the_winning_action_of_a_one_step_env() {
     let obs = sb.reset(Some(5)).await.unwrap().observation;
     let msgs = vec![Message::new("system", system), Message::new("user", obs)];
     let before = choice_rate(&mut policy.model, Role::Agent, &msgs, 3);
-    let seeds = vec![("hidden".to_string(), source)];
-    let mut run = Run::create(&dir, cfg, corpus(), runtime(), &mut policy, seeds).unwrap();
+    let starters = vec![("hidden".to_string(), source)];
+    let mut run = Run::create(&dir, cfg, corpus(), runtime(), &mut policy, starters).unwrap();
     let metrics = run.run(10).await.unwrap();
     drop(run);
     print_times(&metrics);
@@ -345,7 +352,7 @@ fn ckpt(dir: &Path, file: &str) -> Vec<u8> {
 /// Both roles choose with the model, so both have non-zero advantages in every rollout.
 fn both_choose(seed: u64, cfg: &TrainConfig) -> Chooser {
     Chooser {
-        model: CandlePolicy::new(small_model(seed), cfg).unwrap(),
+        model: CandlePolicy::new(small_model(seed), &cfg.policy()).unwrap(),
         designer: Some(templates()),
         agent: Some(ACTIONS.iter().map(|a| a.to_string()).collect()),
     }

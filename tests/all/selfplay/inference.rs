@@ -118,8 +118,12 @@ fn every_chat_is_one_request_in_flight_together_within_the_bound() {
         });
         let url = serve(script.clone());
         let cfg = TrainConfig::default();
-        let mut policy =
-            RemotePolicy::new(tiny_chat_model(1, None), client(&url, bound, 1), &cfg).unwrap();
+        let mut policy = RemotePolicy::new(
+            tiny_chat_model(1, None),
+            client(&url, bound, 1),
+            &cfg.sampling(),
+        )
+        .unwrap();
         let chats: Vec<Vec<Message>> = (0..16).map(|i| chat(&format!("w{i}"))).collect();
         let refs: Vec<&[Message]> = chats.iter().map(Vec::as_slice).collect();
         let seeds: Vec<u64> = (100..116).collect();
@@ -170,7 +174,12 @@ fn busy_and_failing_servers_are_retried_then_named() {
     });
     let url = serve(script.clone());
     let cfg = TrainConfig::default();
-    let mut policy = RemotePolicy::new(tiny_chat_model(1, None), client(&url, 4, 3), &cfg).unwrap();
+    let mut policy = RemotePolicy::new(
+        tiny_chat_model(1, None),
+        client(&url, 4, 3),
+        &cfg.sampling(),
+    )
+    .unwrap();
     let out = policy
         .sample(Role::Designer, &chat("river"), 1, 8, 7)
         .unwrap();
@@ -184,7 +193,12 @@ fn busy_and_failing_servers_are_retried_then_named() {
         ..Script::default()
     });
     let url = serve(script.clone());
-    let mut policy = RemotePolicy::new(tiny_chat_model(1, None), client(&url, 4, 2), &cfg).unwrap();
+    let mut policy = RemotePolicy::new(
+        tiny_chat_model(1, None),
+        client(&url, 4, 2),
+        &cfg.sampling(),
+    )
+    .unwrap();
     let err = policy
         .sample(Role::Agent, &chat("x"), 1, 8, 7)
         .unwrap_err()
@@ -204,7 +218,12 @@ fn busy_and_failing_servers_are_retried_then_named() {
         ..Script::default()
     });
     let url = serve(script.clone());
-    let mut policy = RemotePolicy::new(tiny_chat_model(1, None), client(&url, 4, 5), &cfg).unwrap();
+    let mut policy = RemotePolicy::new(
+        tiny_chat_model(1, None),
+        client(&url, 4, 5),
+        &cfg.sampling(),
+    )
+    .unwrap();
     let err = policy
         .sample(Role::Agent, &chat("x"), 1, 8, 7)
         .unwrap_err()
@@ -219,7 +238,12 @@ fn busy_and_failing_servers_are_retried_then_named() {
         .unwrap()
         .port();
     let url = format!("http://127.0.0.1:{port}");
-    let mut policy = RemotePolicy::new(tiny_chat_model(1, None), client(&url, 4, 2), &cfg).unwrap();
+    let mut policy = RemotePolicy::new(
+        tiny_chat_model(1, None),
+        client(&url, 4, 2),
+        &cfg.sampling(),
+    )
+    .unwrap();
     let err = policy
         .sample(Role::Agent, &chat("x"), 1, 8, 7)
         .unwrap_err()
@@ -306,7 +330,7 @@ fn inference_flags_are_checked() {
     let err = RemotePolicy::new(
         tiny_chat_model(1, None),
         ClientConfig::new("https://example.org", "m"),
-        &TrainConfig::default(),
+        &TrainConfig::default().sampling(),
     )
     .unwrap_err()
     .to_string();
@@ -322,7 +346,7 @@ fn inference_flags_are_checked() {
 /// ```sh
 /// cargo run --release -- model fetch
 /// LLAMA_SERVER=$(scripts/build-llama-server.sh | tail -1) \
-///     cargo test -p spade --test all inference::eval_through_llama_server -- --ignored --nocapture
+///     cargo test -p spade --test all selfplay::inference::eval_through_llama_server -- --ignored --nocapture
 /// ```
 #[test]
 #[ignore = "needs llama.cpp's server (scripts/build-llama-server.sh, $LLAMA_SERVER) and the default model (spade model fetch)"]

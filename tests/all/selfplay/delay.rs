@@ -68,8 +68,8 @@ fn designs_of_rollout_k_leave_at_k_plus_4_with_the_reward_of_the_windows_plays()
     // Recomputed: e0's mean return over the window is 5/6, plateau(5/6) = 1 - (5/6 - 0.6) /
     // 0.25 = 1/15, so 0.6 / 15 + 0.4 * min(1, 0.15 / 0.15) = 0.04 + 0.4 = 0.44. (At design
     // time the mean was 0.5, on the plateau: 1.0.)
-    assert!(close(delay::window_reward(&cfg, &out[0]), 0.44));
-    let designs = delay::designs(&cfg, out);
+    assert!(close(delay::window_reward(&cfg.rewards(), &out[0]), 0.44));
+    let designs = delay::designs(&cfg.rewards(), out);
     assert!(close(designs[0].reward, 0.44));
     assert_eq!(designs[1].validity, Validity::Invalid);
     // The invalid one is never trained.
@@ -83,7 +83,7 @@ fn designs_of_rollout_k_leave_at_k_plus_4_with_the_reward_of_the_windows_plays()
     let out = b.release(5, 4, false);
     assert_eq!(out.len(), 1);
     assert_eq!(out[0].held.rollout, 1);
-    assert_eq!(delay::window_reward(&cfg, &out[0]), 0.0);
+    assert_eq!(delay::window_reward(&cfg.rewards(), &out[0]), 0.0);
     assert!(b.is_empty() && b.plays.is_empty());
 }
 
@@ -121,13 +121,16 @@ fn a_timeout_anywhere_in_the_window_gives_the_timeout_reward() {
     b.record("e0", &[], true);
     let out = b.release(4, 4, false);
     assert!(out[0].plays.timed_out);
-    assert_eq!(delay::window_reward(&cfg, &out[0]), -0.5);
+    assert_eq!(delay::window_reward(&cfg.rewards(), &out[0]), -0.5);
     // Regret mode: the regret of the design rollout.
     let mut b = DesignerBuffer::default();
     b.hold([held(0, "A", Some("e0"), Validity::FirstAttempt, 0.25)]);
     b.record("e0", &[0.0], false);
     let out = b.release(4, 4, false);
-    assert_eq!(delay::window_reward(&TrainConfig::default(), &out[0]), 0.25);
+    assert_eq!(
+        delay::window_reward(&TrainConfig::default().rewards(), &out[0]),
+        0.25
+    );
 }
 
 #[test]
