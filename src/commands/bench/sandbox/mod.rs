@@ -179,22 +179,24 @@ impl BenchArgs {
             "ratio"
         );
         say!(
-            "{:<18} {:>12} {:>12} {:>8} {:>12}",
+            "{:<18} {:>12} {:>12} {:>8} {:>12} {:>8}",
             "",
             "steps/s",
             "steps/s",
-            "",
-            "steps/s"
+            "paired",
+            "steps/s",
+            "vs above"
         );
         for (fixture, (row, _)) in fixtures.iter().zip(&rows) {
-            let episode = tokio.block_on(self.episode_steps_per_s(&runtime, fixture))?;
+            let (bare, episode, ratio) =
+                tokio.block_on(self.episode_steps_per_s(&runtime, fixture))?;
             let rec = tokio.block_on(self.record_and_replay(&runtime, fixture, &prelude_dir))?;
             say!(
-                "{:<18} {:>12.0} {:>12.0} {:>7.2}x {:>12.0} {:>7.2}x {:>12} {:>12} {:>7.2}x",
+                "{:<18} {:>12.0} {:>12.0} {:>7.3}x {:>12.0} {:>7.2}x {:>12} {:>12} {:>7.2}x",
                 fixture.name,
-                row.steps_per_s,
+                bare,
                 episode,
-                episode / row.steps_per_s,
+                ratio,
                 rec.steps_per_s,
                 rec.steps_per_s / row.steps_per_s,
                 ms(rec.record),
@@ -387,17 +389,35 @@ impl BenchArgs {
         })
     }
 
-    /// Steps per second of the throughput loop through an unrecorded [`Episode`].
+    /// Steps per second of the throughput loop through the bare sandbox and through an
+    /// unrecorded [`Episode`], measured in alternating rounds (paired, so that the machine's
+    /// drift hits both alike): the median steps/s of each, and the median of the rounds'
+    /// Episode-over-sandbox ratios.
     async fn episode_steps_per_s(
         &self,
         runtime: &Runtime,
         fixture: &Fixture,
-    ) -> anyhow::Result<f64> {
+    ) -> anyhow::Result<(f64, f64, f64)> {
+        const ROUNDS: usize = 21;
+        let per_round = (self.steps / 4).max(100);
         let options = SandboxOptions::seeded(0);
+        let mut sandbox = runtime.sandbox(&fixture.source, options).await?;
+        sandbox.reset(Some(0)).await?;
         let mut episode = Episode::start(runtime, &fixture.source, options, Record::Off).await?;
         episode.reset(Some(0)).await.result?;
-        let elapsed = play::play_episode(&mut episode, fixture, self.steps).await?;
-        Ok(self.steps as f64 / elapsed.as_secs_f64())
+        let (mut bare, mut through, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..ROUNDS {
+            let (_, a) = play::play(&mut sandbox, fixture, per_round).await?;
+            let b = play::play_episode(&mut episode, fixture, per_round).await?;
+            let (a, b) = (
+                per_round as f64 / a.as_secs_f64(),
+                per_round as f64 / b.as_secs_f64(),
+            );
+            bare.push(a);
+            through.push(b);
+            ratios.push(b / a);
+        }
+        Ok((median_f64(bare), median_f64(through), median_f64(ratios)))
     }
 
     /// Plays the throughput loop through an [`Episode`] writing a trajectory file, then replays
@@ -498,6 +518,12 @@ struct Row {
     reset_median: Duration,
     step_median: Duration,
     steps_per_s: f64,
+}
+
+/// The median of `values` (not empty).
+fn median_f64(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
 }
 
 fn tempfile_dir() -> anyhow::Result<PathBuf> {
