@@ -10,6 +10,7 @@ mod determinism;
 mod envs;
 mod episode;
 mod fidelity;
+mod fork;
 mod fuzz;
 mod llama_server;
 mod model;

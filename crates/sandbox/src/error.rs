@@ -167,3 +167,22 @@ pub enum RuntimeError {
         message: String,
     },
 }
+
+/// Why a sandbox could not be forked ([`crate::Runtime::fork`]). The parent is unchanged by a
+/// refusal; after [`ForkError::Call`] it is as that call left it (dead after a host limit).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ForkError {
+    /// The sandbox is dead (a host limit, or a cancelled call): it has no state to copy.
+    #[error("cannot fork: this sandbox is dead after {}; its state is gone", dead_reason(*.0))]
+    Dead(ErrorKind),
+    /// The guest holds a host resource (a WASI stream, a pollable) that a fork cannot
+    /// duplicate: the copy would refer to a handle its own instance does not have.
+    #[error(
+        "cannot fork: the environment holds {0}, a host resource a fork cannot duplicate \
+         (printing leaves the output stream open; fork before the environment prints)"
+    )]
+    HostResource(String),
+    /// Capturing the parent's memory or writing it into a copy failed.
+    #[error("cannot fork: {0}")]
+    Call(#[from] CallError),
+}

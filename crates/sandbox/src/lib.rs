@@ -44,6 +44,7 @@ mod cache;
 mod config;
 mod deadline;
 mod error;
+mod fork;
 mod guest_layout;
 mod outcome;
 mod runtime;
@@ -52,7 +53,7 @@ mod source;
 mod wasi;
 
 pub use config::{Config, Limits, Pool, Yields, default_cache_dir};
-pub use error::{CallError, ErrorKind, RuntimeError};
+pub use error::{CallError, ErrorKind, ForkError, RuntimeError};
 pub use runtime::Runtime;
 pub use sandbox::{CallOutput, EnvInfo, Reset, Sandbox, SandboxOptions, Step};
 pub use source::EnvSource;

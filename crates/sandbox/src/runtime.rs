@@ -408,8 +408,13 @@ impl Runtime {
         Ok(Some((snapshot, len)))
     }
 
+    /// The pre-instantiated guest every sandbox of this runtime is created from.
+    pub(crate) fn guest(&self) -> &GuestPre {
+        &self.inner.guest
+    }
+
     /// A fresh interpreter's memory (captured once per runtime).
-    async fn base_memory(&self) -> Result<Arc<Vec<u8>>, CallError> {
+    pub(crate) async fn base_memory(&self) -> Result<Arc<Vec<u8>>, CallError> {
         self.inner
             .base_memory
             .get_or_try_init(|| async {

@@ -14,7 +14,7 @@ use crate::deadline;
 use crate::error::{CallError, ErrorKind};
 use crate::outcome;
 use crate::source::EnvSource;
-use crate::wasi::{CappedOutput, EntropyReads, VirtualClock, deterministic_ctx};
+use crate::wasi::{CappedOutput, EntropyReads, EntropyStreams, VirtualClock, deterministic_ctx};
 
 /// How a sandbox is set up. Everything that could make two runs differ is here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -127,6 +127,8 @@ pub struct SandboxState {
     pub(crate) seed: u64,
     /// Reads of WASI entropy so far.
     pub(crate) entropy: EntropyReads,
+    /// The positions of the WASI entropy streams (shared with the WASI context).
+    pub(crate) streams: EntropyStreams,
     /// The host side of snapshot capture and restore.
     pub(crate) snapshot: SnapshotIo,
 }
@@ -138,9 +140,10 @@ impl SandboxState {
         let stderr = CappedOutput::new(config.output_limit);
         let clock = VirtualClock::default();
         let entropy = EntropyReads::default();
+        let streams = EntropyStreams::new(seed);
         SandboxState {
             wasi: deterministic_ctx(
-                seed,
+                &streams,
                 clock.clone(),
                 stdout.clone(),
                 stderr.clone(),
@@ -156,6 +159,7 @@ impl SandboxState {
             stderr,
             seed,
             entropy,
+            streams,
             snapshot: SnapshotIo::default(),
         }
     }
@@ -194,7 +198,7 @@ struct Live {
 }
 
 /// One guest call, with its arguments.
-enum Call<'a> {
+pub(crate) enum Call<'a> {
     /// Compile `source` to bytecode.
     Compile(&'a str),
     /// Load `source`, seeding `random` first with `seed` when there is one.
@@ -389,6 +393,41 @@ impl Sandbox {
     /// The host state of the live store (`None` once the sandbox is dead).
     pub(crate) fn state(&self) -> Option<&SandboxState> {
         self.live.as_ref().map(|live| live.store.data())
+    }
+
+    /// The host state of the live store, to change (`None` once the sandbox is dead).
+    pub(crate) fn state_mut(&mut self) -> Option<&mut SandboxState> {
+        self.live.as_mut().map(|live| live.store.data_mut())
+    }
+
+    /// The sandbox's limits.
+    pub(crate) fn limits_arc(&self) -> Arc<Limits> {
+        self.limits.clone()
+    }
+
+    /// Takes the account of the last call (fuel, output), for a call of the host's own (a
+    /// fork's capture) that must not replace it.
+    pub(crate) fn take_last(&mut self) -> (u64, CallOutput) {
+        (self.last_fuel, std::mem::take(&mut self.last_output))
+    }
+
+    /// Puts back what [`Sandbox::take_last`] took.
+    pub(crate) fn put_last(&mut self, (fuel, output): (u64, CallOutput)) {
+        self.last_fuel = fuel;
+        self.last_output = output;
+    }
+
+    /// Makes a sandbox just restored from `parent`'s state report what `parent` found at load;
+    /// its own account starts empty (the fork ran no call of the environment's).
+    pub(crate) fn set_forked_from(&mut self, parent: &Sandbox) {
+        self.info = parent.info.clone();
+        self.last_fuel = 0;
+        self.last_output = CallOutput::default();
+    }
+
+    /// Runs one guest call through the call lifecycle ([`Sandbox::call`]).
+    pub(crate) async fn run(&mut self, call: Call<'_>) -> Result<Reply, CallError> {
+        self.call(call).await
     }
 
     /// Whether the sandbox is alive and has not read WASI entropy.

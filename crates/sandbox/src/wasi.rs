@@ -30,10 +30,10 @@ const CLOCK_STEP: Duration = Duration::from_micros(1000);
 /// Largest single request for random bytes (`os.urandom`): the host allocates it.
 const MAX_RANDOM_BYTES: u64 = 1 << 20;
 
-/// Builds the WASI context of one sandbox from its seed, reading time from `clock` and
-/// counting every read of entropy in `entropy`.
+/// Builds the WASI context of one sandbox, drawing entropy from `streams` (seeded by the
+/// sandbox's seed), reading time from `clock` and counting every read of entropy in `entropy`.
 pub fn deterministic_ctx(
-    seed: u64,
+    streams: &EntropyStreams,
     clock: VirtualClock,
     stdout: CappedOutput,
     stderr: CappedOutput,
@@ -44,11 +44,11 @@ pub fn deterministic_ctx(
         .stdout(stdout)
         .stderr(stderr)
         .secure_random(Counted {
-            rng: SplitMix64::new(seed ^ 0x5EC0_5EC0_5EC0_5EC0),
+            rng: streams.secure.clone(),
             reads: entropy.clone(),
         })
         .insecure_random(Counted {
-            rng: SplitMix64::new(seed ^ 0x1A5E_C0DE_1A5E_C0DE),
+            rng: streams.insecure.clone(),
             reads: entropy.clone(),
         })
         .max_random_size(MAX_RANDOM_BYTES)
@@ -65,6 +65,32 @@ pub(crate) fn insecure_seed(seed: u64) -> (u64, u64) {
     (seed, !seed)
 }
 
+/// The two WASI entropy streams of a sandbox (`wasi:random/random` and
+/// `wasi:random/insecure`), each a [`SplitMix64`] whose position the host can read and set: a
+/// fork copies its parent's positions, so that it goes on drawing the very bytes the parent
+/// would have drawn.
+#[derive(Clone)]
+pub struct EntropyStreams {
+    secure: SplitMix64,
+    insecure: SplitMix64,
+}
+
+impl EntropyStreams {
+    /// The streams of a sandbox seeded with `seed`.
+    pub fn new(seed: u64) -> Self {
+        EntropyStreams {
+            secure: SplitMix64::new(seed ^ 0x5EC0_5EC0_5EC0_5EC0),
+            insecure: SplitMix64::new(seed ^ 0x1A5E_C0DE_1A5E_C0DE),
+        }
+    }
+
+    /// Moves both streams to the positions of `other`'s.
+    pub(crate) fn copy_from(&self, other: &EntropyStreams) {
+        self.secure.set_state(other.secure.state());
+        self.insecure.set_state(other.insecure.state());
+    }
+}
+
 /// Reads of a sandbox's entropy (WASI random bytes and the insecure seed). A load that reads
 /// none is independent of the sandbox's seed as far as WASI goes.
 #[derive(Clone, Default)]
@@ -74,6 +100,11 @@ impl EntropyReads {
     /// Reads so far.
     pub fn get(&self) -> u64 {
         self.0.load(Ordering::Relaxed)
+    }
+
+    /// Sets the count (a fork starts with its parent's).
+    pub(crate) fn set(&self, reads: u64) {
+        self.0.store(reads, Ordering::Relaxed);
     }
 
     fn count(&self) {
@@ -126,19 +157,33 @@ impl HasData for Seeds {
 }
 
 /// SplitMix64 (Steele, Lea and Flood 2014): a tiny generator with a fixed, documented output
-/// stream, so a recorded seed replays the same bytes with any spade build.
+/// stream, so a recorded seed replays the same bytes with any spade build. Its state is shared
+/// by its clones (the WASI context holds one, the sandbox another, to read and set it).
+#[derive(Clone)]
 pub struct SplitMix64 {
-    state: u64,
+    state: Arc<AtomicU64>,
 }
 
 impl SplitMix64 {
     pub fn new(seed: u64) -> Self {
-        SplitMix64 { state: seed }
+        SplitMix64 {
+            state: Arc::new(AtomicU64::new(seed)),
+        }
+    }
+
+    fn state(&self) -> u64 {
+        self.state.load(Ordering::Relaxed)
+    }
+
+    fn set_state(&self, state: u64) {
+        self.state.store(state, Ordering::Relaxed);
     }
 
     fn next(&mut self) -> u64 {
-        self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.state;
+        // One sandbox draws from one thread at a time: a load and a store are enough.
+        let state = self.state().wrapping_add(0x9E37_79B9_7F4A_7C15);
+        self.set_state(state);
+        let mut z = state;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         z ^ (z >> 31)

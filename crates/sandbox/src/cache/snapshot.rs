@@ -132,6 +132,12 @@ pub(crate) enum LoadPlan {
 /// count so far (over the limit), so a memory too changed to snapshot never costs the host
 /// more than the limit.
 pub(crate) fn diff(base: &[u8], memory: &[u8]) -> (Vec<u8>, usize) {
+    diff_within(base, memory, MAX_SNAPSHOT_BYTES)
+}
+
+/// [`diff`] with a limit of `max_bytes` of changed pages instead of [`MAX_SNAPSHOT_BYTES`] (a
+/// fork copies every changed page, however many: the memory limit bounds them).
+pub(crate) fn diff_within(base: &[u8], memory: &[u8], max_bytes: usize) -> (Vec<u8>, usize) {
     let zeros = [0u8; PAGE];
     let size = memory.len() + 1;
     let mut records = Vec::new();
@@ -145,7 +151,7 @@ pub(crate) fn diff(base: &[u8], memory: &[u8]) -> (Vec<u8>, usize) {
             continue;
         }
         dirty += 1;
-        if dirty * PAGE > MAX_SNAPSHOT_BYTES {
+        if dirty * PAGE > max_bytes {
             return (Vec::new(), dirty);
         }
         records.extend_from_slice(&(index as u32).to_le_bytes());
@@ -215,6 +221,8 @@ pub(crate) enum CaptureRequest {
     Whole,
     /// The pages that differ from `base` ([`diff`]).
     Diff(Arc<Vec<u8>>),
+    /// Every page that differs from `base`, however many (a fork's state).
+    Fork(Arc<Vec<u8>>),
     /// The pages a later stage wrote ([`later_pages`]).
     LaterPages {
         base: Arc<Vec<u8>>,
@@ -241,6 +249,14 @@ impl CaptureRequest {
             CaptureRequest::Whole => Captured::Whole(memory.to_vec()),
             CaptureRequest::Diff(base) => {
                 let (records, dirty_pages) = diff(base, memory);
+                Captured::Diff {
+                    records,
+                    dirty_pages,
+                    len: memory.len(),
+                }
+            }
+            CaptureRequest::Fork(base) => {
+                let (records, dirty_pages) = diff_within(base, memory, usize::MAX);
                 Captured::Diff {
                     records,
                     dirty_pages,

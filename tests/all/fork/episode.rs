@@ -1,0 +1,1 @@
+//! `Episode::fork`: recorded forks and their replay.
