@@ -80,6 +80,11 @@ impl ReplayArgs {
             env_source,
             allow_guest_mismatch: self.allow_guest_mismatch,
             trust_limits: self.trust_limits,
+            dir: Some(
+                self.trajectory
+                    .parent()
+                    .map_or_else(|| ".".into(), std::path::Path::to_path_buf),
+            ),
         };
         let runtime = Runtime::new(Config::default()).context("starting the sandbox runtime")?;
         let report = match executor()?.block_on(replay(&runtime, &trajectory, &options)) {

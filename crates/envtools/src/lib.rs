@@ -26,7 +26,7 @@ pub mod trajectory;
 
 pub use actions::{ActionGen, MAX_ACTION_CHARS, Style, ToolSpec, parse_tools};
 pub use episode::{
-    Cost, Costed, Episode, EpisodeError, Finished, Record, Source, Spent, check_replay,
+    Branch, Cost, Costed, Episode, EpisodeError, Finished, Record, Source, Spent, check_replay,
 };
 pub use oracles::{REWARD_BOUND, Severity, Violation};
 pub use rng::{Rng, derive_seed};

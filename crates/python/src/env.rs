@@ -49,7 +49,9 @@ fn episode_error(py: Python<'_>, path: Option<&std::path::Path>, err: EpisodeErr
             let path = path.map(|p| p.display().to_string()).unwrap_or_default();
             PyOSError::new_err(format!("writing the recording {path}: {err}"))
         }
-        other @ EpisodeError::NoDifficulty => errors::usage(py, other.to_string()),
+        other @ (EpisodeError::NoDifficulty
+        | EpisodeError::Fork(_)
+        | EpisodeError::UnrecordedParent) => errors::usage(py, other.to_string()),
     }
 }
 

@@ -32,9 +32,12 @@ use wasmtime::component::ResourceTable;
 use wasmtime_wasi::p2::{DynInputStream, DynOutputStream, DynPollable};
 
 use crate::cache::snapshot::{CaptureRequest, Captured, Snapshot};
+use crate::config::Limits;
 use crate::error::ForkError;
 use crate::runtime::Runtime;
+use crate::sandbox::EnvInfo;
 use crate::sandbox::{Call, Sandbox};
+use crate::wasi::EntropyStreams;
 
 impl Runtime {
     /// A copy of `parent` in exactly its state: the same calls from here give byte-identical
@@ -63,9 +66,10 @@ impl Runtime {
         refuse(parent)?;
         let base = self.base_memory().await?;
         let state = Arc::new(capture(parent, base).await?);
+        let host = HostState::of(parent)?;
         let mut copies = Vec::with_capacity(reseeds.len());
         for &reseed in reseeds {
-            copies.push(restore(self, parent, &state, reseed).await?);
+            copies.push(restore(self, &host, &state, reseed).await?);
         }
         Ok(copies)
     }
@@ -126,21 +130,43 @@ async fn capture(parent: &mut Sandbox, base: Arc<Vec<u8>>) -> Result<Snapshot, F
     })
 }
 
+/// The parent's host state a copy takes over (owned, so that no borrow of the parent is
+/// held while the copies are made).
+struct HostState {
+    seed: u64,
+    entropy_reads: u64,
+    streams: EntropyStreams,
+    info: EnvInfo,
+    limits: Arc<Limits>,
+}
+
+impl HostState {
+    fn of(parent: &Sandbox) -> Result<HostState, ForkError> {
+        let state = parent
+            .state()
+            .ok_or(ForkError::Dead(crate::ErrorKind::Cancelled))?;
+        Ok(HostState {
+            seed: state.seed,
+            entropy_reads: state.entropy.get(),
+            streams: state.streams.snapshot(),
+            info: parent.info().clone(),
+            limits: parent.limits_arc(),
+        })
+    }
+}
+
 /// Phases 3 and 4: a fresh instance made into the captured state, reseeded when asked.
 async fn restore(
     runtime: &Runtime,
-    parent: &Sandbox,
+    host: &HostState,
     state: &Arc<Snapshot>,
     reseed: Option<u64>,
 ) -> Result<Sandbox, ForkError> {
-    let host = parent
-        .state()
-        .ok_or(ForkError::Dead(crate::ErrorKind::Cancelled))?;
     let seed = reseed.unwrap_or(host.seed);
-    let mut copy = Sandbox::fresh(parent.limits_arc(), runtime.guest(), seed);
+    let mut copy = Sandbox::fresh(host.limits.clone(), runtime.guest(), seed);
     copy.run(Call::Restore(state)).await?;
     let mine = copy.state().expect("a restored sandbox is alive");
-    mine.entropy.set(host.entropy.get());
+    mine.entropy.set(host.entropy_reads);
     match reseed {
         // The copy's streams already start from the new seed.
         None => mine.streams.copy_from(&host.streams),
@@ -148,6 +174,6 @@ async fn restore(
             copy.run(Call::Reseed(seed)).await?;
         }
     }
-    copy.set_forked_from(parent);
+    copy.set_forked(host.info.clone());
     Ok(copy)
 }

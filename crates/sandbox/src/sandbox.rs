@@ -417,10 +417,10 @@ impl Sandbox {
         self.last_output = output;
     }
 
-    /// Makes a sandbox just restored from `parent`'s state report what `parent` found at load;
-    /// its own account starts empty (the fork ran no call of the environment's).
-    pub(crate) fn set_forked_from(&mut self, parent: &Sandbox) {
-        self.info = parent.info.clone();
+    /// Makes a sandbox just restored from a parent's state report what the parent found at
+    /// load (`info`); its own account starts empty (the fork ran no call of the environment's).
+    pub(crate) fn set_forked(&mut self, info: EnvInfo) {
+        self.info = info;
         self.last_fuel = 0;
         self.last_output = CallOutput::default();
     }

@@ -84,6 +84,14 @@ impl EntropyStreams {
         }
     }
 
+    /// Independent streams at this one's positions (a clone would share them).
+    pub(crate) fn snapshot(&self) -> EntropyStreams {
+        EntropyStreams {
+            secure: SplitMix64::new(self.secure.state()),
+            insecure: SplitMix64::new(self.insecure.state()),
+        }
+    }
+
     /// Moves both streams to the positions of `other`'s.
     pub(crate) fn copy_from(&self, other: &EntropyStreams) {
         self.secure.set_state(other.secure.state());

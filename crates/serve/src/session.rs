@@ -105,7 +105,9 @@ impl SessionError {
             EpisodeError::Record(err) => {
                 SessionError::Internal(format!("writing the trajectory failed: {err}"))
             }
-            EpisodeError::NoDifficulty => SessionError::Invalid(err.to_string()),
+            EpisodeError::NoDifficulty | EpisodeError::Fork(_) | EpisodeError::UnrecordedParent => {
+                SessionError::Invalid(err.to_string())
+            }
         }
     }
 }

@@ -29,6 +29,16 @@ pub enum EpisodeError {
     /// `reset` takes no `difficulty` and dropped it: the problem is not the one asked for.
     #[error("this environment's reset() takes no `difficulty` argument")]
     NoDifficulty,
+    /// The sandbox's state could not be copied ([`super::Episode::fork`]).
+    #[error(transparent)]
+    Fork(#[from] spade_sandbox::ForkError),
+    /// A fork was to be recorded, but its parent is not: a fork's recording is replayed from
+    /// its parent's.
+    #[error(
+        "cannot record a fork of an episode that is not recorded: a fork's trajectory is \
+         replayed from its parent's"
+    )]
+    UnrecordedParent,
 }
 
 impl EpisodeError {

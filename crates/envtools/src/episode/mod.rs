@@ -15,9 +15,11 @@
 //!
 //! Per-episode state is all here (the sandbox, the recording's index, hash chain and tally,
 //! the running totals), apart from the per-source state the runtime keeps: an episode fork
-//! is a method of this type that copies exactly that state.
+//! ([`Episode::fork`], in `fork.rs`) copies the sandbox's state and starts a recording that
+//! names this one's.
 
 mod cost;
+mod fork;
 mod probe;
 mod replay_check;
 
@@ -32,6 +34,7 @@ use crate::trajectory::recorder::{Recording, Sink};
 use crate::trajectory::{RecordMeta, RecordSummary};
 
 pub use cost::{Cost, Costed, EpisodeError, Spent};
+pub use fork::Branch;
 pub use replay_check::check_replay;
 
 /// The environment source an episode loads: text (compiled on first use, then cached by the
@@ -106,6 +109,8 @@ pub struct Finished {
 /// many at once. After a host limit the sandbox is dead ([`Episode::dead`]) and every further
 /// call is refused with [`CallError::Dead`] (and recorded, as the sandbox refuses it).
 pub struct Episode {
+    /// The runtime the sandbox came from (forks are made by it).
+    runtime: Runtime,
     sandbox: Result<Sandbox, CallError>,
     recording: Option<Recording>,
     load: Cost,
@@ -160,6 +165,7 @@ impl Episode {
             },
         };
         let mut episode = Episode {
+            runtime: runtime.clone(),
             sandbox,
             recording,
             load,

@@ -89,6 +89,28 @@ pub struct Header {
     pub hint: Option<String>,
     /// Caller metadata (role, model, run id, ...).
     pub metadata: BTreeMap<String, serde_json::Value>,
+    /// Set when the episode is a fork of another recorded episode: its calls go on from the
+    /// parent's first [`ForkOrigin::at`] calls, which a replay runs first from the parent's
+    /// file. Absent from the file otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fork: Option<ForkOrigin>,
+}
+
+/// Where a forked episode comes from: its parent's trajectory and the point it forked at.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForkOrigin {
+    /// The parent's trajectory file, as the caller named it: a path relative to the directory
+    /// of the fork's own file, or absolute.
+    pub parent: String,
+    /// The calls of the parent's that precede the fork (its load included): the fork's first
+    /// call has this index.
+    pub at: u64,
+    /// sha256 of the parent's lines before the fork (its header and first `at` calls, each
+    /// with its newline): a replay refuses a parent file whose prefix differs.
+    pub prefix_sha256: String,
+    /// The seed the fork's entropy and module-global `random` were seeded with anew, if any
+    /// (`None`: an exact copy of the parent's state).
+    pub reseed: Option<u64>,
 }
 
 /// [`SandboxOptions`] as recorded.

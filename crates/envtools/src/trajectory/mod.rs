@@ -9,7 +9,7 @@ mod tally;
 mod writer;
 
 pub use format::{
-    CallKind, CallRecord, CallResult, FORMAT_VERSION, Footer, Header, Line, ReadCall,
+    CallKind, CallRecord, CallResult, FORMAT_VERSION, Footer, ForkOrigin, Header, Line, ReadCall,
     RecordedError, RecordedLimits, RecordedOptions, StepSummary, sha256_hex,
 };
 pub use read::{DEFAULT_MAX_FILE_BYTES, Trajectory, TrajectoryError, Truncation, Verified};

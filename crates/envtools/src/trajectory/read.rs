@@ -76,6 +76,11 @@ pub enum TrajectoryError {
          sha256 {given})"
     )]
     EnvMismatch { recorded: String, given: String },
+    /// The trajectory is a fork, and its parent's prefix could not be replayed: the file is
+    /// missing or unreadable, its lines before the fork differ from the ones the fork was made
+    /// from, or their replay diverged.
+    #[error("the fork's parent {parent}: {message}")]
+    ForkParent { parent: String, message: String },
 }
 
 /// How a trajectory file ends when its writer was interrupted.
@@ -258,10 +263,13 @@ impl Trajectory {
         trace.update(self.header_text.as_bytes());
         trace.update(b"\n");
         let mut tally = Tally::default();
+        // A fork's calls go on from its parent's.
+        let first = self.header.fork.as_ref().map_or(0, |fork| fork.at);
         for (i, (text, call)) in self.calls.iter().enumerate() {
             let line = i + 2;
-            if call.index != i as u64 {
-                let why = if call.index > i as u64 {
+            let i = first + i as u64;
+            if call.index != i {
+                let why = if call.index > i {
                     "a line was removed or lines were reordered"
                 } else {
                     "lines were reordered or duplicated"

@@ -10,8 +10,8 @@ use spade_sandbox::GUEST_SHA256;
 use spade_sandbox::{CallOutput, EnvInfo, Limits, Reset, SandboxOptions, Step};
 
 use super::format::{
-    CallKind, CallRecord, CallResult, FORMAT_VERSION, Footer, Header, RecordedError, StepSummary,
-    raw_json, sha256_hex,
+    CallKind, CallRecord, CallResult, FORMAT_VERSION, Footer, ForkOrigin, Header, RecordedError,
+    StepSummary, raw_json, sha256_hex,
 };
 use super::tally::Tally;
 use super::writer::TrajectoryWriter;
@@ -61,6 +61,7 @@ impl Write for Sink {
 
 /// The trajectory of one episode being written: the header first, then one line per call.
 pub(crate) struct Recording {
+    header: Header,
     writer: TrajectoryWriter<Sink>,
     next_index: u64,
     tally: Tally,
@@ -88,10 +89,41 @@ impl Recording {
             limits: limits.into(),
             hint: meta.hint,
             metadata: meta.metadata,
+            fork: None,
         };
         Ok(Recording {
             writer: TrajectoryWriter::new(sink, &header)?,
+            header,
             next_index: 0,
+            tally: Tally::default(),
+        })
+    }
+
+    /// The recording of a fork of this episode taken now: the same environment, options and
+    /// limits, `meta`'s hint and metadata, and a header naming `parent` (this recording's
+    /// file), the calls so far and their hash. Its calls go on from this one's index.
+    pub(crate) fn fork(
+        &self,
+        parent: &str,
+        reseed: Option<u64>,
+        meta: RecordMeta,
+        sink: Sink,
+    ) -> io::Result<Recording> {
+        let header = Header {
+            hint: meta.hint,
+            metadata: meta.metadata,
+            fork: Some(ForkOrigin {
+                parent: parent.to_owned(),
+                at: self.next_index,
+                prefix_sha256: self.writer.prefix_sha256(),
+                reseed,
+            }),
+            ..self.header.clone()
+        };
+        Ok(Recording {
+            writer: TrajectoryWriter::new(sink, &header)?,
+            header,
+            next_index: self.next_index,
             tally: Tally::default(),
         })
     }

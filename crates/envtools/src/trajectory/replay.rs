@@ -3,14 +3,19 @@
 //! A trajectory may come from anyone, so the limits it asks for are not taken on trust: each
 //! is clamped to the local runtime's (unless the caller trusts the file).
 
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+
+use sha2::{Digest, Sha256};
 use spade_sandbox::GUEST_SHA256;
 use spade_sandbox::Runtime;
 
-use super::format::{CallKind, Line, RecordedLimits, canonical, sha256_hex};
+use super::format::{CallKind, ForkOrigin, Line, ReadCall, RecordedLimits, canonical, sha256_hex};
 use super::raw;
-use super::read::{Trajectory, TrajectoryError, Truncation};
+use super::read::{DEFAULT_MAX_FILE_BYTES, Trajectory, TrajectoryError, Truncation};
 use super::recorder::RecordMeta;
-use crate::episode::{Episode, Record};
+use crate::episode::{Branch, Episode, Record};
 
 /// How to replay.
 #[derive(Debug, Clone, Default)]
@@ -24,6 +29,9 @@ pub struct ReplayOptions {
     /// default each recorded limit (fuel, load fuel, memory, deadline, output) is clamped to
     /// the runtime's: a hostile file could otherwise ask for unbounded fuel and time.
     pub trust_limits: bool,
+    /// The directory of the trajectory's file, against which a fork's parent file
+    /// ([`ForkOrigin::parent`]) is resolved. A fork cannot be replayed without it.
+    pub dir: Option<PathBuf>,
 }
 
 /// The first place where the replay differs from the recording.
@@ -129,16 +137,46 @@ pub async fn replay(
         line: 0,
         message: format!("writing the replayed lines failed: {e}"),
     };
+    // A header that differs on purpose (another guest, clamped limits) changes the hash chain
+    // and the trace hash; those are then left out, and every other byte is still compared.
+    let mut ignore: Vec<&str> = Vec::new();
+    if guest_mismatch.is_some() {
+        ignore.push("guest_sha256");
+    }
+    if clamped_limits.is_some() {
+        ignore.push("limits");
+    }
+    if !ignore.is_empty() {
+        ignore.push("prev_sha256");
+        // A fork's prefix hash covers the parent's header, which differs the same way; the
+        // recorded prefix is checked against the parent's file itself before it runs.
+        ignore.push("fork");
+    }
+    let ignore = ignore.as_slice();
     // The replayed lines are compared as they are written and then dropped: only the last one
     // is kept, never a second copy of the file.
-    let mut episode = Episode::start(
-        &runtime,
-        &source,
-        header.options.into(),
-        Record::to(std::io::sink(), meta),
-    )
-    .await
-    .map_err(io)?;
+    let mut episode = match &header.fork {
+        None => Episode::start(
+            &runtime,
+            &source,
+            header.options.into(),
+            Record::to(std::io::sink(), meta),
+        )
+        .await
+        .map_err(io)?,
+        Some(fork) => {
+            let dir = options
+                .dir
+                .as_deref()
+                .ok_or_else(|| TrajectoryError::ForkParent {
+                    parent: fork.parent.clone(),
+                    message: "this trajectory is a fork; replay it from its file, so that its \
+                          parent can be read beside it"
+                        .to_owned(),
+                })?;
+            replay_fork_point(&runtime, dir, fork, meta, ignore).await?
+        }
+    };
     let mut report = ReplayReport {
         calls: 0,
         steps: 0,
@@ -149,19 +187,6 @@ pub async fn replay(
         outcome: trajectory.footer.as_ref().map(|(_, f)| f.outcome.clone()),
         trace_sha256: String::new(),
     };
-    // A header that differs on purpose (another guest, clamped limits) changes the hash chain
-    // and the trace hash; those are then left out, and every other byte is still compared.
-    let mut ignore: Vec<&str> = Vec::new();
-    if guest_mismatch.is_some() {
-        ignore.push("guest_sha256");
-    }
-    if report.clamped_limits.is_some() {
-        ignore.push("limits");
-    }
-    if !ignore.is_empty() {
-        ignore.push("prev_sha256");
-    }
-    let ignore = ignore.as_slice();
     report.divergence = compare(
         1,
         "header",
@@ -184,20 +209,7 @@ pub async fn replay(
             CallKind::Solution => "solution".to_owned(),
             CallKind::Close => "close".to_owned(),
         };
-        // A call's result is in the line it writes, which is compared below.
-        let _ = match call.call {
-            CallKind::Load => Ok(()),
-            CallKind::Reset => match &call.fields {
-                Some(fields) => episode.reset_with(call.seed, fields).await.result.map(drop),
-                None => episode.reset(call.seed).await.result.map(drop),
-            },
-            CallKind::Step => {
-                let action = call.action.as_deref().unwrap_or_default();
-                episode.step(action).await.result.map(drop)
-            }
-            CallKind::Solution => episode.solution().await.result.map(drop),
-            CallKind::Close => episode.close().await.result.map(drop),
-        };
+        run_call(&mut episode, call).await;
         report.calls += 1;
         report.steps = step;
         let replayed = episode.last_line().expect("the replay is recorded");
@@ -226,6 +238,109 @@ pub async fn replay(
         );
     }
     Ok(report)
+}
+
+/// Runs the recorded `call` in `episode`. Its result is in the line the episode writes, which
+/// the caller compares with the recorded one.
+async fn run_call(episode: &mut Episode, call: &ReadCall) {
+    let _ = match call.call {
+        CallKind::Load => Ok(()),
+        CallKind::Reset => match &call.fields {
+            Some(fields) => episode.reset_with(call.seed, fields).await.result.map(drop),
+            None => episode.reset(call.seed).await.result.map(drop),
+        },
+        CallKind::Step => {
+            let action = call.action.as_deref().unwrap_or_default();
+            episode.step(action).await.result.map(drop)
+        }
+        CallKind::Solution => episode.solution().await.result.map(drop),
+        CallKind::Close => episode.close().await.result.map(drop),
+    };
+}
+
+/// The episode a fork's replay starts from: the parent's calls before the fork, replayed from
+/// the parent's file (itself a fork or not) and compared line by line, then forked as
+/// `fork` says, recorded with `meta`. Refused when the parent file is missing, its lines
+/// before the fork hash differently from what the fork records, or their replay diverges.
+fn replay_fork_point<'a>(
+    runtime: &'a Runtime,
+    dir: &'a Path,
+    fork: &'a ForkOrigin,
+    meta: RecordMeta,
+    ignore: &'a [&'a str],
+) -> Pin<Box<dyn Future<Output = Result<Episode, TrajectoryError>> + Send + 'a>> {
+    Box::pin(async move {
+        let path = dir.join(&fork.parent);
+        let refused = |message: String| TrajectoryError::ForkParent {
+            parent: path.display().to_string(),
+            message,
+        };
+        let parent =
+            Trajectory::open(&path, DEFAULT_MAX_FILE_BYTES).map_err(|e| refused(e.to_string()))?;
+        let first = parent.header.fork.as_ref().map_or(0, |f| f.at);
+        let count = fork
+            .at
+            .checked_sub(first)
+            .and_then(|n| usize::try_from(n).ok())
+            .filter(|&n| n <= parent.calls.len())
+            .ok_or_else(|| {
+                refused(format!(
+                    "it holds calls {first} to {}, but the fork was made after call {}",
+                    first + parent.calls.len() as u64,
+                    fork.at
+                ))
+            })?;
+        let mut prefix = Sha256::new();
+        for line in std::iter::once(&parent.header_text)
+            .chain(parent.calls[..count].iter().map(|(text, _)| text))
+        {
+            prefix.update(line.as_bytes());
+            prefix.update(b"\n");
+        }
+        let hash = hex::encode(prefix.finalize());
+        if hash != fork.prefix_sha256 {
+            return Err(refused(format!(
+                "its lines before the fork are not the ones the fork was made from (they hash \
+                 to {hash}, the fork records {}): the parent was changed after the fork",
+                fork.prefix_sha256
+            )));
+        }
+        let parent_meta = RecordMeta {
+            hint: parent.header.hint.clone(),
+            metadata: parent.header.metadata.clone(),
+        };
+        let mut episode = match &parent.header.fork {
+            None => Episode::start(
+                runtime,
+                &parent.header.env_source,
+                parent.header.options.into(),
+                Record::to(std::io::sink(), parent_meta),
+            )
+            .await
+            .map_err(|e| refused(e.to_string()))?,
+            Some(grandparent) => {
+                let dir = path.parent().unwrap_or(Path::new("."));
+                replay_fork_point(runtime, dir, grandparent, parent_meta, ignore).await?
+            }
+        };
+        for (i, (text, call)) in parent.calls[..count].iter().enumerate() {
+            run_call(&mut episode, call).await;
+            let replayed = episode.last_line().expect("the prefix is recorded");
+            if let Some(divergence) = compare(i + 2, "prefix", text, replayed, ignore) {
+                return Err(refused(format!("its replay diverged at {divergence}")));
+            }
+        }
+        let branch = Branch {
+            reseed: fork.reseed,
+            record: Record::to(std::io::sink(), meta),
+            parent: fork.parent.clone(),
+        };
+        episode
+            .fork(branch)
+            .await
+            .result
+            .map_err(|e| refused(format!("forking after call {}: {e}", fork.at)))
+    })
 }
 
 /// Compares two lines byte for byte, except for the values of the named top-level fields.

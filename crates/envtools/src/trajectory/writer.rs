@@ -64,6 +64,12 @@ impl<W: Write> TrajectoryWriter<W> {
         &self.last_line
     }
 
+    /// sha256 of every line written so far, each with its newline (a fork's
+    /// [`ForkOrigin::prefix_sha256`](super::ForkOrigin::prefix_sha256)).
+    pub fn prefix_sha256(&self) -> String {
+        hex::encode(self.trace.clone().finalize())
+    }
+
     /// Lines written so far (header included, footer excluded).
     pub fn lines(&self) -> u64 {
         self.lines

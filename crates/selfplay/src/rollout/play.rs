@@ -256,6 +256,9 @@ impl Run<'_> {
                 )));
             }
             Err(EpisodeError::Record(io)) => return Err(TrainError::trajectory(&path, io)),
+            Err(other @ (EpisodeError::Fork(_) | EpisodeError::UnrecordedParent)) => {
+                unreachable!("a reset does not fork: {other}")
+            }
         })
     }
 }
