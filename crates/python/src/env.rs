@@ -1,12 +1,15 @@
 //! `spade._native.Env`: one sandboxed environment instance, optionally recorded: an
 //! [`Episode`] behind a lock, with Python's exceptions for its errors.
 
-use std::path::PathBuf;
+use std::fs::File;
+use std::io::BufWriter;
+use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
 use pyo3::exceptions::PyOSError;
 use pyo3::prelude::*;
-use spade_envtools::{Cost, Costed, Episode, EpisodeError};
+use spade_envtools::trajectory::RecordMeta;
+use spade_envtools::{Branch, Cost, Costed, Episode, EpisodeError, Record};
 use spade_sandbox::EnvInfo;
 
 use crate::blocking;
@@ -52,6 +55,18 @@ fn episode_error(py: Python<'_>, path: Option<&std::path::Path>, err: EpisodeErr
         other @ (EpisodeError::NoDifficulty
         | EpisodeError::Fork(_)
         | EpisodeError::UnrecordedParent) => errors::usage(py, other.to_string()),
+    }
+}
+
+/// How a fork recorded at `fork` names its parent's recording at `parent`: by its file name
+/// when both are in one directory (the pair can then be moved together), else by the parent's
+/// absolute path.
+fn parent_name(parent: &Path, fork: &Path) -> String {
+    let absolute = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    let (parent, fork) = (absolute(parent), absolute(fork));
+    match parent.file_name() {
+        Some(name) if parent.parent() == fork.parent() => name.to_string_lossy().into_owned(),
+        _ => parent.display().to_string(),
     }
 }
 
@@ -164,6 +179,65 @@ impl Env {
         let open = Env::open(py, &mut guard, "solution")?;
         let costed = blocking::run(py, open.episode.solution());
         open.take(py, costed)
+    }
+
+    /// Copies of this instance in exactly its state, one per entry of `reseeds` (`None`: an
+    /// exact copy; a seed: WASI entropy and the module-global `random` seeded anew) and of
+    /// `records` (`None`: not recorded; a path: the fork's trajectory, which names this
+    /// instance's recording as its parent). The GIL is released while the copies are made.
+    #[pyo3(signature = (reseeds, records, hint=None))]
+    fn fork(
+        &self,
+        py: Python<'_>,
+        reseeds: Vec<Option<u64>>,
+        records: Vec<Option<PathBuf>>,
+        hint: Option<String>,
+    ) -> PyResult<Vec<Env>> {
+        if reseeds.len() != records.len() {
+            return Err(errors::usage(
+                py,
+                "fork: one reseed and one record per copy".into(),
+            ));
+        }
+        let mut guard = self.lock();
+        let open = Env::open(py, &mut guard, "fork")?;
+        let mut branches = Vec::with_capacity(reseeds.len());
+        for (reseed, record) in reseeds.into_iter().zip(&records) {
+            let recording = match record {
+                None => Record::Off,
+                Some(path) => {
+                    let file = File::create(path).map_err(|e| {
+                        PyOSError::new_err(format!(
+                            "creating the recording {}: {e}",
+                            path.display()
+                        ))
+                    })?;
+                    let meta = RecordMeta {
+                        hint: hint.clone(),
+                        ..RecordMeta::default()
+                    };
+                    Record::to(BufWriter::new(file), meta)
+                }
+            };
+            let parent = match (&open.path, record) {
+                (Some(parent), Some(fork)) => parent_name(parent, fork),
+                _ => String::new(),
+            };
+            branches.push(Branch {
+                reseed,
+                record: recording,
+                parent,
+            });
+        }
+        let costed = blocking::run(py, open.episode.fork_n(branches));
+        let copies = costed
+            .result
+            .map_err(|err| episode_error(py, open.path.as_deref(), err))?;
+        Ok(copies
+            .into_iter()
+            .zip(records)
+            .map(|(episode, path)| Env::new(Open::new(episode, path)))
+            .collect())
     }
 
     /// Calls the environment's `close()` (when the sandbox is alive), frees the sandbox and

@@ -150,7 +150,49 @@ class Env:
         Closing twice does nothing."""
         self._native.close()
 
+    def fork(self, n=None, *, reseed=None, record=None, hint=None):
+        """Copies of this environment in exactly its state: the same actions give the same
+        observations, rewards, infos and fuel in a copy as here, and no copy sees another's
+        calls. `fork()` returns one `Env`, `fork(n)` a list of `n`.
+
+        `reseed`: None for exact copies (they draw this instance's very random numbers); an
+        int (or, with `n`, a list of `n` ints, or None entries) seeds a copy's WASI entropy and
+        module-global `random` anew. `record`: a path (with `n`, a list of `n` paths or None
+        entries) the copy's trajectory is written to; it names this instance's recording as
+        its parent, and `spade replay` replays the parent's calls up to the fork from it (this
+        instance must be recorded). The GIL is released while the copies are made.
+
+        Raises `UsageError` when the state cannot be copied: the sandbox is dead or closed, or
+        the environment holds an open output stream (it printed)."""
+        count = 1 if n is None else n
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            raise ValueError(f"n must be a positive int, not {n!r}")
+        reseeds = self._per_copy(reseed, n, "reseed")
+        reseeds = [None if s is None else _check_seed(s, "reseed") for s in reseeds]
+        records = self._per_copy(record, n, "record")
+        records = [None if r is None else str(r) for r in records]
+        natives = self._native.fork(reseeds, records, hint)
+        copies = [Env(native) for native in natives]
+        return copies[0] if n is None else copies
+
+    @staticmethod
+    def _per_copy(value, n, name):
+        if n is None:
+            return [value]
+        if value is None:
+            return [None] * n
+        if isinstance(value, (list, tuple)):
+            if len(value) != n:
+                raise ValueError(f"{name} must have one entry per copy ({n}), not {len(value)}")
+            return list(value)
+        raise ValueError(f"with n, {name} must be a list of {n} entries (or None)")
+
     # asyncio is imported on first use: it is most of `import spade`'s time otherwise.
+    async def afork(self, n=None, *, reseed=None, record=None, hint=None):
+        import asyncio
+
+        return await asyncio.to_thread(self.fork, n, reseed=reseed, record=record, hint=hint)
+
     async def areset(self, seed=None, **fields):
         import asyncio
 
