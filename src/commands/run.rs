@@ -1,13 +1,13 @@
 //! `spade run`: play an environment from the command line: actions from a file (one per line,
 //! or one JSON string per line for actions with newlines) or typed interactively.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context as _, bail};
 use clap::Args;
 use serde_json::{Value, json};
-use spade_envtools::trajectory::RecordMeta;
+use spade_envtools::trajectory::{RecordMeta, ReplayOptions, branch_from};
 use spade_envtools::{Cost, Costed, Episode, EpisodeError, Record};
 use spade_sandbox::{CallError, CallOutput, Runtime, Sandbox, SandboxOptions};
 
@@ -16,11 +16,35 @@ use super::common::{leave_for_exit, one_episode_config, start_runtime};
 use super::env_arg::EnvArg;
 use super::{EXIT_ENV_FAILED, one_task_executor};
 
-/// Run an environment in the sandbox: reset, then one step per action.
+/// Run an environment in the sandbox: reset, then one step per action; or, with `--from`,
+/// go on from a call of a recorded episode with other actions.
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    #[command(flatten)]
-    pub env: EnvArg,
+    /// The environment: a Python file defining one class whose name ends in `Env`;
+    /// `rlve:NAME`, an environment of RLVE (`pip install rlve-gym`; `$SPADE_RLVE_DIR` names
+    /// the directory holding `Gym/` if python3 cannot import it); or, with --package, an entry
+    /// point `module:Class` of that package. Not given with --from.
+    #[arg(value_name = "ENV", required_unless_present = "from")]
+    pub env: Option<String>,
+    /// A directory of Python modules (or a package directory, with its `__init__.py`) that the
+    /// environment is imported from. Its modules are bundled into the environment's source,
+    /// read-only: the sandbox still reads no files.
+    #[arg(long, value_name = "DIR", conflicts_with = "from")]
+    pub package: Option<PathBuf>,
+    /// Go on from a recorded episode instead of a new one: replay the first N calls of the
+    /// trajectory file (0 is the load, 1 the reset, 1 + k step k; each compared with the
+    /// recording), fork the episode there and play the actions from it. With --record, the
+    /// branch's file names the trajectory as its parent, and `spade replay` replays both.
+    #[arg(
+        long,
+        value_name = "TRAJECTORY@N",
+        conflicts_with_all = ["env", "seed", "difficulty", "max_turns", "no_snapshots"]
+    )]
+    pub from: Option<String>,
+    /// With --from: seed the branch's WASI entropy and module-global `random` anew at the
+    /// fork, so that it draws other numbers than the recording did.
+    #[arg(long, value_name = "SEED", requires = "from")]
+    pub reseed: Option<u64>,
     /// Seed for the sandbox and for `reset(seed=...)`.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -63,8 +87,20 @@ enum Actions {
 
 impl RunArgs {
     pub fn execute(self) -> anyhow::Result<ExitCode> {
-        let source = self.env.source()?;
         let actions = self.actions()?;
+        if let Some(from) = &self.from {
+            let (path, at) = parse_from(from)?;
+            let runtime = start_runtime(one_episode_config(true))?;
+            let (code, sandbox) =
+                one_task_executor()?.block_on(self.branch(&runtime, &path, at, actions))?;
+            leave_for_exit(sandbox, runtime);
+            return Ok(code);
+        }
+        let env = EnvArg {
+            env: self.env.clone().expect("clap requires ENV without --from"),
+            package: self.package.clone(),
+        };
+        let source = env.source()?;
         let runtime = start_runtime(one_episode_config(!self.no_snapshots))?;
         let (code, sandbox) =
             one_task_executor()?.block_on(self.play(&runtime, &source, actions))?;
@@ -80,13 +116,9 @@ impl RunArgs {
         }
     }
 
-    async fn play(
-        &self,
-        runtime: &Runtime,
-        source: &str,
-        actions: Actions,
-    ) -> anyhow::Result<(ExitCode, Option<Sandbox>)> {
-        let record = match &self.record {
+    /// The trajectory file `--record` names, opened.
+    fn record(&self) -> anyhow::Result<Record> {
+        Ok(match &self.record {
             Some(path) => Record::to(
                 std::io::BufWriter::new(std::fs::File::create(path).with_context(|| {
                     format!("cannot create trajectory file '{}'", path.display())
@@ -94,7 +126,36 @@ impl RunArgs {
                 RecordMeta::default(),
             ),
             None => Record::Off,
-        };
+        })
+    }
+
+    /// `--from`: the recorded episode's first `at` calls replayed, forked, and played on.
+    async fn branch(
+        &self,
+        runtime: &Runtime,
+        path: &Path,
+        at: u64,
+        actions: Actions,
+    ) -> anyhow::Result<(ExitCode, Option<Sandbox>)> {
+        let record = (self.record()?, self.record.as_deref());
+        let options = ReplayOptions::default();
+        let mut episode = branch_from(runtime, path, at, self.reseed, record, &options)
+            .await
+            .with_context(|| format!("--from {}@{at}", path.display()))?;
+        let mut out = Printer { json: self.json };
+        out.branched(path, at, self.reseed);
+        let code = self.steps(&mut episode, &mut out, actions).await?;
+        let finished = episode.finish().context("writing the trajectory")?;
+        Ok((code, finished.sandbox))
+    }
+
+    async fn play(
+        &self,
+        runtime: &Runtime,
+        source: &str,
+        actions: Actions,
+    ) -> anyhow::Result<(ExitCode, Option<Sandbox>)> {
+        let record = self.record()?;
         let mut out = Printer { json: self.json };
         let options = SandboxOptions {
             seed: self.seed,
@@ -127,7 +188,16 @@ impl RunArgs {
             Err(err) => return out.failure("reset", None, &call_error(err)?, &cost),
         };
         out.reset(self.seed, &reset.observation, &reset.info, &cost);
+        self.steps(episode, out, actions).await
+    }
 
+    /// Plays `actions` as steps until the episode ends or they run out.
+    async fn steps(
+        &self,
+        episode: &mut Episode,
+        out: &mut Printer,
+        actions: Actions,
+    ) -> anyhow::Result<ExitCode> {
         let mut lines: Box<dyn Iterator<Item = anyhow::Result<String>>> = match actions {
             Actions::List(list) => Box::new(list.into_iter().map(Ok)),
             Actions::Interactive => Box::new(InteractiveActions::new()),
@@ -155,6 +225,21 @@ impl RunArgs {
         }
         out.unfinished(steps, total);
         Ok(ExitCode::SUCCESS)
+    }
+}
+
+/// `TRAJECTORY@N` of `--from`.
+fn parse_from(text: &str) -> anyhow::Result<(PathBuf, u64)> {
+    let parsed = text
+        .rsplit_once('@')
+        .and_then(|(path, at)| Some((path, at.parse::<u64>().ok()?)))
+        .filter(|(path, _)| !path.is_empty());
+    match parsed {
+        Some((path, at)) => Ok((PathBuf::from(path), at)),
+        None => bail!(
+            "--from {text:?}: expected TRAJECTORY@N, a trajectory file and the number of its \
+             calls to replay before the branch (2 goes on after the reset)"
+        ),
     }
 }
 
@@ -213,6 +298,20 @@ impl Printer {
             self.emit(json!({"call": "load", "class": class_name, "fuel": fuel}));
         } else {
             say!("== loaded {class_name}");
+        }
+    }
+
+    fn branched(&mut self, path: &Path, at: u64, reseed: Option<u64>) {
+        if self.json {
+            self.emit(json!({"call": "fork", "from": path.display().to_string(), "at": at, "reseed": reseed}));
+        } else {
+            let reseeded = reseed
+                .map(|s| format!(", reseeded with {s}"))
+                .unwrap_or_default();
+            say!(
+                "== branched from {} after its first {at} calls{reseeded}",
+                path.display()
+            );
         }
     }
 

@@ -3,12 +3,12 @@
 
 use std::fs::File;
 use std::io::BufWriter;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard};
 
 use pyo3::exceptions::PyOSError;
 use pyo3::prelude::*;
-use spade_envtools::trajectory::RecordMeta;
+use spade_envtools::trajectory::{RecordMeta, parent_name};
 use spade_envtools::{Branch, Cost, Costed, Episode, EpisodeError, Record};
 use spade_sandbox::EnvInfo;
 
@@ -55,18 +55,6 @@ fn episode_error(py: Python<'_>, path: Option<&std::path::Path>, err: EpisodeErr
         other @ (EpisodeError::NoDifficulty
         | EpisodeError::Fork(_)
         | EpisodeError::UnrecordedParent) => errors::usage(py, other.to_string()),
-    }
-}
-
-/// How a fork recorded at `fork` names its parent's recording at `parent`: by its file name
-/// when both are in one directory (the pair can then be moved together), else by the parent's
-/// absolute path.
-fn parent_name(parent: &Path, fork: &Path) -> String {
-    let absolute = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
-    let (parent, fork) = (absolute(parent), absolute(fork));
-    match parent.file_name() {
-        Some(name) if parent.parent() == fork.parent() => name.to_string_lossy().into_owned(),
-        _ => parent.display().to_string(),
     }
 }
 

@@ -1,6 +1,7 @@
 //! Forking a live episode: the sandbox core (`Runtime::fork`), `Episode::fork` with its
 //! recording and replay, and the hand-written environment whose state every test inspects.
 
+mod cli;
 mod episode;
 mod sandbox;
 

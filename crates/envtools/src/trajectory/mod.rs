@@ -14,5 +14,5 @@ pub use format::{
 };
 pub use read::{DEFAULT_MAX_FILE_BYTES, Trajectory, TrajectoryError, Truncation, Verified};
 pub use recorder::{RecordMeta, RecordSummary};
-pub use replay::{Divergence, ReplayOptions, ReplayReport, replay};
+pub use replay::{Divergence, ReplayOptions, ReplayReport, branch_from, parent_name, replay};
 pub use writer::TrajectoryWriter;

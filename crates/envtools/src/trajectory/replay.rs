@@ -174,7 +174,14 @@ pub async fn replay(
                           parent can be read beside it"
                         .to_owned(),
                 })?;
-            replay_fork_point(&runtime, dir, fork, meta, ignore).await?
+            replay_fork_point(
+                &runtime,
+                dir,
+                fork,
+                Record::to(std::io::sink(), meta),
+                ignore,
+            )
+            .await?
         }
     };
     let mut report = ReplayReport {
@@ -266,7 +273,7 @@ fn replay_fork_point<'a>(
     runtime: &'a Runtime,
     dir: &'a Path,
     fork: &'a ForkOrigin,
-    meta: RecordMeta,
+    record: Record,
     ignore: &'a [&'a str],
 ) -> Pin<Box<dyn Future<Output = Result<Episode, TrajectoryError>> + Send + 'a>> {
     Box::pin(async move {
@@ -290,14 +297,7 @@ fn replay_fork_point<'a>(
                     fork.at
                 ))
             })?;
-        let mut prefix = Sha256::new();
-        for line in std::iter::once(&parent.header_text)
-            .chain(parent.calls[..count].iter().map(|(text, _)| text))
-        {
-            prefix.update(line.as_bytes());
-            prefix.update(b"\n");
-        }
-        let hash = hex::encode(prefix.finalize());
+        let hash = prefix_sha256(&parent, count);
         if hash != fork.prefix_sha256 {
             return Err(refused(format!(
                 "its lines before the fork are not the ones the fork was made from (they hash \
@@ -320,7 +320,8 @@ fn replay_fork_point<'a>(
             .map_err(|e| refused(e.to_string()))?,
             Some(grandparent) => {
                 let dir = path.parent().unwrap_or(Path::new("."));
-                replay_fork_point(runtime, dir, grandparent, parent_meta, ignore).await?
+                let record = Record::to(std::io::sink(), parent_meta);
+                replay_fork_point(runtime, dir, grandparent, record, ignore).await?
             }
         };
         for (i, (text, call)) in parent.calls[..count].iter().enumerate() {
@@ -332,7 +333,7 @@ fn replay_fork_point<'a>(
         }
         let branch = Branch {
             reseed: fork.reseed,
-            record: Record::to(std::io::sink(), meta),
+            record,
             parent: fork.parent.clone(),
         };
         episode
@@ -341,6 +342,104 @@ fn replay_fork_point<'a>(
             .result
             .map_err(|e| refused(format!("forking after call {}: {e}", fork.at)))
     })
+}
+
+/// sha256 of the header and first `count` call lines of `trajectory`, each with its newline.
+fn prefix_sha256(trajectory: &Trajectory, count: usize) -> String {
+    let mut prefix = Sha256::new();
+    let calls = trajectory.calls[..count].iter().map(|(text, _)| text);
+    for line in std::iter::once(&trajectory.header_text).chain(calls) {
+        prefix.update(line.as_bytes());
+        prefix.update(b"\n");
+    }
+    hex::encode(prefix.finalize())
+}
+
+/// How a fork recorded at `fork` names its parent's file at `parent` ([`ForkOrigin::parent`]):
+/// by its file name when both are in one directory (the pair can then be moved together),
+/// else by the parent's absolute path.
+pub fn parent_name(parent: &Path, fork: &Path) -> String {
+    let absolute = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    let (parent, fork) = (absolute(parent), absolute(fork));
+    match parent.file_name() {
+        Some(name) if parent.parent() == fork.parent() => name.to_string_lossy().into_owned(),
+        _ => parent.display().to_string(),
+    }
+}
+
+/// A branch of the recorded episode at `path`: its first `at` calls (counted from 0, the
+/// load; a fork's file counts on from its parent's) replayed and compared line by line (its
+/// parents' first, for a fork), then forked into a new episode that `record` records (naming
+/// `path` as its parent, [`parent_name`]) and `reseed` reseeds. The sandbox runs under the
+/// file's limits, clamped to `runtime`'s unless `options.trust_limits`.
+pub async fn branch_from(
+    runtime: &Runtime,
+    path: &Path,
+    at: u64,
+    reseed: Option<u64>,
+    record: (Record, Option<&Path>),
+    options: &ReplayOptions,
+) -> Result<Episode, TrajectoryError> {
+    let trajectory = Trajectory::open(path, DEFAULT_MAX_FILE_BYTES)?;
+    let header = &trajectory.header;
+    if header.guest_sha256 != GUEST_SHA256 && !options.allow_guest_mismatch {
+        return Err(TrajectoryError::GuestMismatch {
+            recorded: header.guest_sha256.clone(),
+            this: GUEST_SHA256.to_owned(),
+        });
+    }
+    let first = header.fork.as_ref().map_or(0, |f| f.at);
+    let last = first + trajectory.calls.len() as u64;
+    if at <= first || at > last {
+        return Err(TrajectoryError::ForkParent {
+            parent: path.display().to_string(),
+            message: format!(
+                "it holds calls {first} to {}; a branch goes on after one of them (give {} to {last})",
+                last.saturating_sub(1),
+                first + 1
+            ),
+        });
+    }
+    let local = runtime.limits();
+    let mut limits = header.limits.to_limits(local);
+    if !options.trust_limits {
+        limits = limits.clamp_to(local);
+    }
+    let clamped = RecordedLimits::from(&limits) != header.limits;
+    let runtime = runtime.with_limits(limits);
+    let mut ignore: Vec<&str> = Vec::new();
+    if header.guest_sha256 != GUEST_SHA256 {
+        ignore.push("guest_sha256");
+    }
+    if clamped {
+        ignore.push("limits");
+    }
+    if !ignore.is_empty() {
+        ignore.extend(["prev_sha256", "fork"]);
+    }
+    // The parent is named as the branch's file names it, and found from that file's
+    // directory; an unrecorded branch names it from its own.
+    let (record, record_path) = record;
+    let absolute = std::path::absolute(path).map_err(|e| TrajectoryError::Io(e.to_string()))?;
+    let (dir, parent) = match record_path {
+        Some(fork) => {
+            let fork = std::path::absolute(fork).map_err(|e| TrajectoryError::Io(e.to_string()))?;
+            let dir = fork.parent().map(Path::to_path_buf).unwrap_or_default();
+            (dir, parent_name(&absolute, &fork))
+        }
+        None => {
+            let dir = absolute.parent().map(Path::to_path_buf).unwrap_or_default();
+            let name = absolute.file_name().unwrap_or_default();
+            (dir, name.to_string_lossy().into_owned())
+        }
+    };
+    let origin = ForkOrigin {
+        parent,
+        at,
+        prefix_sha256: prefix_sha256(&trajectory, (at - first) as usize),
+        reseed,
+    };
+    replay_fork_point(&runtime, &dir, &origin, record, &ignore).await
 }
 
 /// Compares two lines byte for byte, except for the values of the named top-level fields.
