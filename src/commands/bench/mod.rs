@@ -6,7 +6,7 @@
 #[cfg(feature = "train")]
 mod agreement;
 #[cfg(feature = "train")]
-mod cpu;
+pub(crate) mod cpu;
 #[cfg(feature = "train")]
 mod iteration;
 #[cfg(feature = "train")]

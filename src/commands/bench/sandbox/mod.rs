@@ -2,6 +2,7 @@
 //! in-process (the SPADE reference's way), measured in the same run, and each lever of sandbox
 //! creation (pooled slots, snapshots) on and off.
 
+mod fork;
 mod levers;
 mod memory;
 mod play;
@@ -56,6 +57,24 @@ pub struct BenchArgs {
     /// The CPython interpreter to compare against.
     #[arg(long, default_value = "python3")]
     pub python: String,
+    /// Measure only forking (`Runtime::fork`): fork against a fresh sandbox and against
+    /// replaying the prefix, at each of --fork-prefixes, on --fork-envs; forks per second; the
+    /// memory of 8 live forks.
+    #[arg(long)]
+    pub fork: bool,
+    /// Prefix lengths (steps after the reset) the fork table forks at.
+    #[arg(long, value_delimiter = ',', default_value = "1,10,100,1000")]
+    pub fork_prefixes: Vec<usize>,
+    /// Environments of the fork table.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "grid_walk,tool_inventory"
+    )]
+    pub fork_envs: Vec<String>,
+    /// Forks and fresh sandboxes timed per prefix length.
+    #[arg(long, default_value_t = 50)]
+    pub fork_samples: usize,
     /// Internal: build a runtime, load this environment, reset it, exit (timed by the parent).
     #[arg(long, hide = true)]
     pub startup_probe: Option<PathBuf>,
@@ -94,7 +113,10 @@ impl BenchArgs {
         if let Some(env) = &self.startup_probe {
             return startup::probe(env, self.probe_setting);
         }
-        let fixtures = self.fixtures()?;
+        if self.fork {
+            return self.fork_only();
+        }
+        let fixtures = self.fixtures(&self.envs)?;
         let t0 = Instant::now();
         let runtime = Runtime::new(Config::default()).context("starting the sandbox runtime")?;
         say!(
@@ -251,6 +273,76 @@ impl BenchArgs {
         Ok(ExitCode::SUCCESS)
     }
 
+    /// `--fork`: the fork table, forks per second and live forks' memory.
+    fn fork_only(&self) -> anyhow::Result<ExitCode> {
+        let fixtures = self.fixtures(&self.fork_envs)?;
+        let runtime = Runtime::new(Config::default()).context("starting the sandbox runtime")?;
+        let tokio = executor()?;
+        say!(
+            "spade bench --fork: guest {}, {} ({} samples per prefix; medians)",
+            &GUEST_SHA256[..12],
+            super::cpu::describe(),
+            self.fork_samples
+        );
+        say!(
+            "\n{:<18} {:>7} {:>10} {:>10} {:>8} {:>12} {:>10}",
+            "env",
+            "prefix",
+            "fresh",
+            "fork",
+            "÷ fresh",
+            "replay",
+            "÷ fork"
+        );
+        let mut worst_vs_fresh: f64 = 0.0;
+        let mut longest_vs_replay = f64::INFINITY;
+        for fixture in &fixtures {
+            let rows = tokio.block_on(fork::table(
+                &runtime,
+                fixture,
+                &self.fork_prefixes,
+                self.fork_samples,
+            ))?;
+            fork::print(&fixture.name, &rows);
+            for row in &rows {
+                worst_vs_fresh =
+                    worst_vs_fresh.max(row.fork.as_secs_f64() / row.fresh.as_secs_f64());
+            }
+            if let Some(row) = rows.iter().max_by_key(|row| row.prefix) {
+                longest_vs_replay =
+                    longest_vs_replay.min(row.replay.as_secs_f64() / row.fork.as_secs_f64());
+            }
+        }
+        let fixture = &fixtures[0];
+        let prefix = self
+            .fork_prefixes
+            .iter()
+            .copied()
+            .max()
+            .unwrap_or(100)
+            .min(100);
+        let rate = tokio.block_on(fork::forks_per_second(&runtime, fixture, prefix, 64))?;
+        say!(
+            "\nforks per second from one state ({}, prefix {prefix}, 64 from one capture): {rate:.0}",
+            fixture.name
+        );
+        let memory = tokio.block_on(fork::live_forks(&runtime, fixture, prefix, 8))?;
+        say!(
+            "private dirty memory of live forks ({}, prefix {prefix}): the first {:.2} MiB, all {} {:.2} MiB ({:.2}x the first)",
+            fixture.name,
+            memory.first,
+            memory.count,
+            memory.all,
+            memory.all / memory.first
+        );
+        say!("\ntargets (worst env shown):");
+        say!("  fork vs a fresh sandbox: {worst_vs_fresh:.2}x (target at most 2x at every prefix)");
+        say!(
+            "  replaying the longest prefix vs forking there: {longest_vs_replay:.0}x (target at least 50x at 1,000 steps)"
+        );
+        Ok(ExitCode::SUCCESS)
+    }
+
     /// Fresh sandbox + first reset with each lever on and off.
     fn levers(&self, tokio: &tokio::runtime::Runtime, fixtures: &[Fixture]) -> anyhow::Result<()> {
         let settings = levers::settings();
@@ -324,11 +416,11 @@ impl BenchArgs {
         Ok(())
     }
 
-    fn fixtures(&self) -> anyhow::Result<Vec<Fixture>> {
-        if self.envs.is_empty() {
+    fn fixtures(&self, names: &[String]) -> anyhow::Result<Vec<Fixture>> {
+        if names.is_empty() {
             bail!("no environments to measure (--envs is empty)");
         }
-        self.envs
+        names
             .iter()
             .map(|name| {
                 let dir = self.envs_dir.join(name);
