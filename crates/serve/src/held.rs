@@ -14,12 +14,16 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::OwnedSemaphorePermit;
 
+use crate::registry::Tenant;
 use crate::session::Session;
 
 /// One session, its slot, and who uses it.
 pub struct SharedSession {
     session: tokio::sync::Mutex<Session>,
     id: String,
+    /// The tenant (bearer token) that created it: only it may attach to, fork, call tools in
+    /// or close the session while the server holds it.
+    owner: Tenant,
     /// The admission slot: released when the last handle is dropped.
     _slot: OwnedSemaphorePermit,
     /// A WebSocket is attached (a held session has at most one).
@@ -31,10 +35,11 @@ pub struct SharedSession {
 }
 
 impl SharedSession {
-    /// A session that holds `slot`.
-    pub fn new(session: Session, slot: OwnedSemaphorePermit) -> Arc<SharedSession> {
+    /// A session of `owner` that holds `slot`.
+    pub fn new(session: Session, slot: OwnedSemaphorePermit, owner: Tenant) -> Arc<SharedSession> {
         Arc::new(SharedSession {
             id: session.id().to_owned(),
+            owner,
             session: tokio::sync::Mutex::new(session),
             _slot: slot,
             attached: AtomicBool::new(false),
@@ -46,6 +51,11 @@ impl SharedSession {
     /// The session id.
     pub fn id(&self) -> &str {
         &self.id
+    }
+
+    /// The tenant that created the session.
+    pub fn owner(&self) -> Tenant {
+        self.owner
     }
 
     /// The session, locked for one call; marks it as used.
@@ -105,16 +115,18 @@ impl HeldSessions {
         self.map().insert(session.id.clone(), session);
     }
 
-    /// The held session `id`.
-    pub fn get(&self, id: &str) -> Option<Arc<SharedSession>> {
-        self.map().get(id).cloned()
+    /// The held session `id` of `tenant`. Another tenant's session is not found: its
+    /// existence is not revealed either.
+    pub fn get(&self, id: &str, tenant: Tenant) -> Option<Arc<SharedSession>> {
+        self.map().get(id).filter(|s| s.owner == tenant).cloned()
     }
 
-    /// Attaches a WebSocket to held session `id` (one at a time).
-    pub fn attach(&self, id: &str) -> Result<Arc<SharedSession>, AttachError> {
+    /// Attaches a WebSocket of `tenant` to its held session `id` (one at a time).
+    pub fn attach(&self, id: &str, tenant: Tenant) -> Result<Arc<SharedSession>, AttachError> {
         let map = self.map();
         let session = map
             .get(id)
+            .filter(|s| s.owner == tenant)
             .ok_or_else(|| AttachError::Unknown(id.to_owned()))?;
         if session.attached.swap(true, Ordering::SeqCst) {
             return Err(AttachError::Attached(id.to_owned()));
@@ -133,10 +145,11 @@ impl HeldSessions {
         }
     }
 
-    /// Releases held session `id` now, or when its WebSocket detaches; `None`: unknown id.
-    pub fn close(&self, id: &str) -> Option<Closed> {
+    /// Releases `tenant`'s held session `id` now, or when its WebSocket detaches; `None`:
+    /// unknown id (or another tenant's).
+    pub fn close(&self, id: &str, tenant: Tenant) -> Option<Closed> {
         let mut map = self.map();
-        let session = map.get(id)?;
+        let session = map.get(id).filter(|s| s.owner == tenant)?;
         if session.attached.load(Ordering::SeqCst) {
             session.closing.store(true, Ordering::SeqCst);
             return Some(Closed::WhenDetached);

@@ -12,6 +12,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
 
 use crate::admission::AtCapacity;
+use crate::fork::{ForkFailure, ForkRequest, Forked};
 use crate::protocol::{FieldError, ResetFields, SpadeAction, check_id, type_name};
 use crate::registry::{RegistryError, Tenant};
 use crate::server::AppState;
@@ -290,10 +291,45 @@ pub async fn step(
     outcome_response(stateless_step(&state.sessions, env_id.as_deref(), seed, action).await)
 }
 
+/// `POST /sessions/{id}/fork` (a spade extension, see [`crate::fork`]): copies of held
+/// session `id`'s running episode, as new held sessions of the same tenant. 200 with
+/// `{"sessions": [{session_id, episode_id}, ...]}`; 404 for an unknown session (or another
+/// tenant's); 422 for a bad body or a session that cannot be forked; 503 when the copies do
+/// not all fit in the free session slots.
+pub async fn fork_session(
+    State(state): State<Arc<AppState>>,
+    Extension(tenant): Extension<Tenant>,
+    Path(id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let object = match body_object(body, true) {
+        Ok(object) => object,
+        Err(response) => return *response,
+    };
+    let request = match ForkRequest::parse(&object) {
+        Ok(request) => request,
+        Err(err) => return invalid_body(err),
+    };
+    let Some(parent) = state.held.get(&id, tenant) else {
+        return plain_error(
+            StatusCode::NOT_FOUND,
+            format!(
+                "Unknown session_id: {id} (sessions to fork over HTTP are held ones: created with openenv/session/create or by a fork)"
+            ),
+        );
+    };
+    match crate::fork::fork(&state, &parent, tenant, &request).await {
+        Ok(copies) => axum::Json(json!({"sessions": Forked::to_json(&copies)})).into_response(),
+        Err(ForkFailure::Capacity(full)) => at_capacity(full),
+        Err(ForkFailure::Session(err)) => session_error(err),
+    }
+}
+
 /// `POST /mcp`: one JSON-RPC request of OpenEnv's MCP mode (see [`crate::mcp`]). As in
 /// OpenEnv's server, every answer is HTTP 200 with a JSON-RPC result or error.
 pub async fn mcp(
     State(state): State<Arc<AppState>>,
+    Extension(tenant): Extension<Tenant>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let bytes = match body {
@@ -313,7 +349,7 @@ pub async fn mcp(
             None,
         ),
         Ok(value) => match crate::mcp::RpcRequest::parse(&value) {
-            Ok(request) => crate::mcp::dispatch(&state, request, None).await,
+            Ok(request) => crate::mcp::dispatch(&state, request, None, tenant).await,
             Err(response) => response,
         },
     };

@@ -16,6 +16,7 @@ use serde_json::{Map, Value, json};
 
 use crate::held::{Closed, SharedSession};
 use crate::protocol::{ErrorCode, SpadeAction, type_name};
+use crate::registry::Tenant;
 use crate::server::AppState;
 use crate::session::{Outcome, Session, SessionError, env_tools, stateless_step, tool_schemas};
 use crate::tools::ToolCall;
@@ -112,18 +113,20 @@ impl RpcRequest {
     }
 }
 
-/// Answers one request. `current` is the session of the WebSocket the request came on, if any.
+/// Answers one request of `tenant`. `current` is the session of the WebSocket the request came
+/// on, if any.
 pub async fn dispatch(
     state: &Arc<AppState>,
     request: RpcRequest,
     current: Option<&Arc<SharedSession>>,
+    tenant: Tenant,
 ) -> Value {
     let id = &request.id;
     match request.method.as_str() {
-        "openenv/session/create" => create_session(state, id, current),
-        "openenv/session/close" => close_session(state, id, &request.params, current),
+        "openenv/session/create" => create_session(state, id, current, tenant),
+        "openenv/session/close" => close_session(state, id, &request.params, current, tenant),
         "tools/list" | "tools/call" => {
-            let session = match target(state, &request.params, current) {
+            let session = match target(state, &request.params, current, tenant) {
                 Ok(session) => session,
                 Err(response) => return response_for(id, response),
             };
@@ -174,6 +177,7 @@ fn create_session(
     state: &Arc<AppState>,
     id: &Value,
     current: Option<&Arc<SharedSession>>,
+    tenant: Tenant,
 ) -> Value {
     if let Some(current) = current {
         return success(id, json!({"session_id": current.id()}));
@@ -190,7 +194,7 @@ fn create_session(
         }
     };
     let session = Session::new(state.new_session_id(), state.sessions.clone());
-    let shared = SharedSession::new(session, slot);
+    let shared = SharedSession::new(session, slot, tenant);
     let session_id = shared.id().to_owned();
     state.held.insert(shared);
     success(id, json!({"session_id": session_id}))
@@ -201,6 +205,7 @@ fn close_session(
     id: &Value,
     params: &Map<String, Value>,
     current: Option<&Arc<SharedSession>>,
+    tenant: Tenant,
 ) -> Value {
     let Some(Value::String(target)) = params.get("session_id") else {
         return failure(
@@ -218,7 +223,7 @@ fn close_session(
             None,
         );
     }
-    match state.held.close(target) {
+    match state.held.close(target, tenant) {
         Some(Closed::Now) => success(id, json!({"session_id": target, "closed": true})),
         Some(Closed::WhenDetached) => success(
             id,
@@ -239,13 +244,14 @@ fn target(
     state: &Arc<AppState>,
     params: &Map<String, Value>,
     current: Option<&Arc<SharedSession>>,
+    tenant: Tenant,
 ) -> Result<Option<Arc<SharedSession>>, RpcError> {
     if let Some(current) = current {
         return Ok(Some(current.clone()));
     }
     match params.get("session_id") {
         None | Some(Value::Null) => Ok(None),
-        Some(Value::String(requested)) => match state.held.get(requested) {
+        Some(Value::String(requested)) => match state.held.get(requested, tenant) {
             Some(session) => Ok(Some(session)),
             None => Err(RpcError(
                 RpcCode::InvalidParams,

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::extract::ws::WebSocketUpgrade;
-use axum::extract::{DefaultBodyLimit, Query, Request, State};
+use axum::extract::{DefaultBodyLimit, Extension, Query, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -271,6 +271,7 @@ fn router(state: Arc<AppState>) -> Router {
         .route("/envs", get(http::list_envs).post(http::register_env))
         .route("/envs/{id}", get(http::get_env).delete(http::delete_env))
         .route("/trajectories/{id}", get(http::trajectory))
+        .route("/sessions/{id}/fork", post(http::fork_session))
         .route("/ws", get(websocket))
         .fallback(http::not_found)
         .layer(DefaultBodyLimit::max(limit))
@@ -288,13 +289,14 @@ struct WsQuery {
 /// holds (it has its slot already).
 async fn websocket(
     State(state): State<Arc<AppState>>,
+    Extension(tenant): Extension<Tenant>,
     Query(query): Query<WsQuery>,
     upgrade: WebSocketUpgrade,
 ) -> Response {
     let hard_cap = state.config.max_message_bytes.saturating_mul(4);
     let upgrade = upgrade.max_message_size(hard_cap).max_frame_size(hard_cap);
     if let Some(id) = query.session_id.filter(|id| !id.is_empty()) {
-        return match state.held.attach(&id) {
+        return match state.held.attach(&id, tenant) {
             Ok(shared) => upgrade
                 .on_upgrade(move |socket| ws::run(socket, state, shared, ws::Attachment::Held)),
             Err(err) => upgrade.on_upgrade(move |socket| ws::refuse_attach(socket, err)),
@@ -303,7 +305,7 @@ async fn websocket(
     match state.admission.admit() {
         Ok(permit) => {
             let session = Session::new(state.new_session_id(), state.sessions.clone());
-            let shared = SharedSession::new(session, permit);
+            let shared = SharedSession::new(session, permit, tenant);
             upgrade.on_upgrade(move |socket| ws::run(socket, state, shared, ws::Attachment::Own))
         }
         Err(full) => upgrade.on_upgrade(move |socket| ws::refuse(socket, full)),

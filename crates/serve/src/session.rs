@@ -10,7 +10,7 @@ use std::sync::Arc;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use spade_envtools::trajectory::RecordMeta;
-use spade_envtools::{Episode, EpisodeError, Record};
+use spade_envtools::{Branch, Episode, EpisodeError, Record};
 use spade_sandbox::{CallError, EnvSource, ErrorKind, Runtime, SandboxOptions};
 
 use crate::protocol::{
@@ -203,6 +203,11 @@ impl Session {
         &self.id
     }
 
+    /// The current episode's id, if there is an episode.
+    pub fn episode_id(&self) -> Option<&str> {
+        self.episode.as_ref().map(|e| e.id.as_str())
+    }
+
     /// Resets `env_id` with `seed` in a fresh sandbox; once that succeeded, ends the current
     /// episode (if any) and makes the new one current. A reset that fails (a bad request, an
     /// unknown or rejected environment, an exception in the environment, a sandbox limit)
@@ -375,6 +380,68 @@ impl Session {
                 "done": e.ended.is_some(), "session_id": self.id,
             }),
         }
+    }
+
+    /// New sessions whose episodes are copies of this one's running episode, one per
+    /// `(session id, reseed)` (a reseed seeds the copy's WASI entropy and module-global
+    /// `random` anew; `None` copies them exactly). Each copy's episode id is `<session id>-0`;
+    /// when the server records, its trajectory names this episode's as its parent, so
+    /// `spade replay` replays both. Refused (nothing created) when no episode is running or
+    /// its state cannot be copied.
+    pub async fn fork(
+        &mut self,
+        copies: &[(String, Option<u64>)],
+    ) -> Result<Vec<Session>, SessionError> {
+        let Some(current) = &mut self.episode else {
+            return Err(SessionError::Invalid(
+                "no episode is running: send reset before fork".to_owned(),
+            ));
+        };
+        let Some(playing) = &mut current.episode else {
+            return Err(SessionError::Invalid(format!(
+                "episode '{}' is over ({}); only a running episode can be forked",
+                current.id,
+                current.ended.unwrap_or("ended")
+            )));
+        };
+        let mut branches = Vec::with_capacity(copies.len());
+        for (session_id, reseed) in copies {
+            let record = match (&self.ctx.record_dir, playing.recorded()) {
+                (Some(dir), true) => {
+                    let file = create_trajectory(dir, &format!("{session_id}-0"))?;
+                    Record::to(BufWriter::new(file), RecordMeta::default())
+                }
+                _ => Record::Off,
+            };
+            branches.push(Branch {
+                reseed: *reseed,
+                record,
+                parent: format!("{}.jsonl", current.id),
+            });
+        }
+        let forked = playing
+            .fork_n(branches)
+            .await
+            .result
+            .map_err(|e| SessionError::from_episode(e, "fork"))?;
+        Ok(copies
+            .iter()
+            .zip(forked)
+            .map(|((session_id, _), episode)| Session {
+                id: session_id.clone(),
+                ctx: self.ctx.clone(),
+                episodes: 1,
+                episode: Some(Current {
+                    id: format!("{session_id}-0"),
+                    env_id: current.env_id.clone(),
+                    registration: current.registration.clone(),
+                    seed: current.seed,
+                    steps: current.steps,
+                    ended: None,
+                    episode: Some(episode),
+                }),
+            })
+            .collect())
     }
 
     /// Ends the current episode, writing its trajectory's footer.

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::admission::AtCapacity;
+use crate::fork::{self, ForkFailure, ForkRequest, Forked};
 use crate::held::{AttachError, SharedSession};
 use crate::mcp::{self, RpcRequest};
 use crate::protocol::{
@@ -278,13 +279,15 @@ async fn handle(
             );
         }
     };
-    if !matches!(kind, "reset" | "step" | "state" | "close" | "mcp") {
+    if !matches!(kind, "reset" | "step" | "state" | "close" | "mcp" | "fork") {
         return error(
             ErrorCode::UnknownType,
-            format!("Unknown message type: {kind} (expected reset, step, state, mcp or close)"),
+            format!(
+                "Unknown message type: {kind} (expected reset, step, state, mcp, fork or close)"
+            ),
         );
     }
-    let allowed: &[&str] = if matches!(kind, "reset" | "step" | "mcp") {
+    let allowed: &[&str] = if matches!(kind, "reset" | "step" | "mcp" | "fork") {
         &["type", "data"]
     } else {
         &["type"]
@@ -348,7 +351,9 @@ async fn handle(
         "mcp" => {
             let response = match object.get("data") {
                 Some(data) => match RpcRequest::parse(data) {
-                    Ok(request) => mcp::dispatch(state, request, Some(shared)).await,
+                    Ok(request) => {
+                        mcp::dispatch(state, request, Some(shared), shared.owner()).await
+                    }
                     Err(response) => response,
                 },
                 None => {
@@ -360,6 +365,51 @@ async fn handle(
             };
             let frame = json!({"type": "mcp", "data": response});
             (Some(frame.to_string()), Next::Continue)
+        }
+        "fork" => {
+            let empty = Map::new();
+            let data = match object.get("data") {
+                None | Some(Value::Null) => &empty,
+                Some(Value::Object(data)) => data,
+                Some(other) => {
+                    return invalid(FieldError::at(
+                        &[],
+                        format!("fork 'data' must be an object, not {}", type_name(other)),
+                    ));
+                }
+            };
+            let request = match ForkRequest::parse(data) {
+                Ok(request) => request,
+                Err(err) => return invalid(err),
+            };
+            match fork::fork(state, shared, shared.owner(), &request).await {
+                Ok(copies) => {
+                    let frame =
+                        json!({"type": "fork", "data": {"sessions": Forked::to_json(&copies)}});
+                    (Some(frame.to_string()), Next::Continue)
+                }
+                Err(ForkFailure::Capacity(full)) => {
+                    let mut extra = Map::new();
+                    extra.insert("active_sessions".to_owned(), json!(full.active));
+                    extra.insert("max_sessions".to_owned(), json!(full.max));
+                    (
+                        Some(error_frame(
+                            ErrorCode::CapacityReached,
+                            &full.message(),
+                            extra,
+                        )),
+                        Next::Continue,
+                    )
+                }
+                // A fork's failure leaves the session as it was, whatever it was.
+                Err(ForkFailure::Session(err)) => {
+                    let code = match err {
+                        SessionError::Invalid(_) => ErrorCode::ValidationError,
+                        _ => ErrorCode::ExecutionError,
+                    };
+                    error(code, err.to_string())
+                }
+            }
         }
         "state" => (
             Some(state_frame(&shared.lock().await.state())),

@@ -3,6 +3,7 @@
 
 mod admission;
 mod cli;
+mod fork;
 pub mod harness;
 mod limits;
 mod load;
