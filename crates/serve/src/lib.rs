@@ -14,6 +14,7 @@ pub mod admission;
 mod held;
 pub mod http;
 pub mod mcp;
+pub mod openapi;
 pub mod protocol;
 mod registry;
 mod server;
