@@ -103,3 +103,36 @@ def test_a_sandbox_limit_in_a_tool_ends_the_game_with_a_visible_reason():
         pass
     else:
         raise AssertionError("a dead game's step must raise SandboxDead")
+
+
+# A stand-in for the reference's module, with the call shape of its trainer: the environment's
+# constructor loads the game with `self._load_game_from_code(code, max_steps=...,
+# respect_game_max_turns=...)` (an `exec` loader, here one that must not be reached).
+REFERENCE_STANDIN = '''
+class SyntheticGameEnv:
+    def __init__(self, game_code, max_steps=1000, respect_game_max_turns=False):
+        self.game = self._load_game_from_code(game_code, max_steps=max_steps,
+                                              respect_game_max_turns=respect_game_max_turns)
+
+    def _load_game_from_code(self, code, max_steps=1000, respect_game_max_turns=False):
+        raise AssertionError("the exec loader ran")
+'''
+
+
+def test_patch_reference_swaps_the_trainers_loader(tmp_path, monkeypatch):
+    package = tmp_path / "spare" / "core" / "envs"
+    package.mkdir(parents=True)
+    for folder in (tmp_path / "spare", tmp_path / "spare" / "core", package):
+        (folder / "__init__.py").write_text("")
+    (package / "synthetic_game_env.py").write_text(REFERENCE_STANDIN)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cls = compat.patch_reference()
+    env = cls(fixture_source("tool_inventory"), max_steps=8)
+    assert isinstance(env.game, compat.Game) and env.game.max_turns == 8
+    env.game.reset(seed=7)
+    assert env.game.execute_tool("get_stock", {"item": "apple"})["returncode"] == 0
+    env.game.close()
+    import pytest
+
+    with pytest.raises(AttributeError, match="module 'json' has no SyntheticGameEnv to patch"):
+        compat.patch_reference("json")

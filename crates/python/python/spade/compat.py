@@ -242,4 +242,31 @@ def load_game_from_code(code, max_steps=1000, respect_game_max_turns=False, *, r
     return Game(env)
 
 
-__all__ = ["load_game_from_code", "Game", "PROBE_ACTIONS"]
+REFERENCE_MODULE = "spare.core.envs.synthetic_game_env"
+"""Where the reference defines `SyntheticGameEnv`, whose `_load_game_from_code` `patch_reference`
+replaces."""
+
+
+def patch_reference(module=REFERENCE_MODULE):
+    """Makes the reference's `SyntheticGameEnv._load_game_from_code` (an instance method, called
+    as `self._load_game_from_code(code, max_steps=..., respect_game_max_turns=...)`) load games
+    with `load_game_from_code`, in this process. Call it once at the top of the trainer's entry
+    script: `import spade.compat; spade.compat.patch_reference()` (Ray workers: the
+    `runtime_env` `{"worker_process_setup_hook": "spade.compat.patch_reference"}`). Returns the
+    patched class; a module without `SyntheticGameEnv` is an `AttributeError`."""
+    import importlib
+
+    mod = importlib.import_module(module)
+    cls = getattr(mod, "SyntheticGameEnv", None)
+    if cls is None:
+        raise AttributeError(f"module {module!r} has no SyntheticGameEnv to patch")
+
+    def _load_game_from_code(self, code, max_steps=1000, respect_game_max_turns=False):
+        return load_game_from_code(code, max_steps=max_steps,
+                                   respect_game_max_turns=respect_game_max_turns)
+
+    cls._load_game_from_code = _load_game_from_code
+    return cls
+
+
+__all__ = ["load_game_from_code", "Game", "PROBE_ACTIONS", "patch_reference", "REFERENCE_MODULE"]
