@@ -33,26 +33,10 @@ import verifiers.v1 as vf
 from pydantic import Field
 
 from . import errors
+from ._sources import resolve_source
 
 REWARD = "spade_return"
 """The name of the reward each trace records: the episode's return."""
-
-
-def resolve_source(env: str) -> str:
-    """The environment source of a dataset row's `env`: a `spade run` name (`rlve:NAME`), a
-    path to a `.py` file, or the source text itself."""
-    if not isinstance(env, str) or not env.strip():
-        raise ValueError(f"a task's env must be a non-empty string, not {env!r}")
-    if "\n" in env:
-        return env
-    if env.endswith(".py"):
-        path = pathlib.Path(env)
-        if not path.is_file():
-            raise ValueError(f"environment file {env!r} does not exist")
-        return path.read_text()
-    from . import env_source
-
-    return env_source(env)
 
 
 class SpadeTasksetConfig(vf.TasksetConfig):

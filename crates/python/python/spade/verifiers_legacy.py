@@ -25,21 +25,7 @@ import verifiers as vf
 from datasets import Dataset
 
 from . import errors
-
-
-def _resolve_source(env):
-    if not isinstance(env, str) or not env.strip():
-        raise ValueError(f"a task's env must be a non-empty string, not {env!r}")
-    if "\n" in env:
-        return env
-    if env.endswith(".py"):
-        path = pathlib.Path(env)
-        if not path.is_file():
-            raise ValueError(f"environment file {env!r} does not exist")
-        return path.read_text()
-    from . import env_source
-
-    return env_source(env)
+from ._sources import resolve_source as _resolve_source
 
 
 def _rows(envs, seeds, dataset):
