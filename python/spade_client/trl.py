@@ -10,6 +10,7 @@ so the session is released when TRL drops the instance (or at `close()`, or on l
 
 from __future__ import annotations
 
+import functools
 import weakref
 from typing import Any, Callable, List, Optional
 
@@ -43,8 +44,10 @@ class SpadeToolEnv:
 
     @classmethod
     def factory(cls, base_url: str, token: Optional[str] = None, env_id: Optional[str] = None) -> Callable[[], "SpadeToolEnv"]:
-        """A zero-argument factory, as `environment_factory` expects."""
-        return lambda: cls(base_url, token=token, env_id=env_id)
+        """A zero-argument factory, as `environment_factory` expects: a `functools.partial`,
+        picklable, as TRL's `AsyncGRPOTrainer` needs (it builds the environments in a spawned
+        process)."""
+        return functools.partial(cls, base_url, token=token, env_id=env_id)
 
     def _connect(self):
         if self._holder[0] is None:

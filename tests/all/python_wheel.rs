@@ -5,7 +5,10 @@
 //! The suite checks, from Python: every fixture plays as `spade run --json` does; every sandbox
 //! outcome raises its exception type; the escape corpus is contained; the GIL is released; a
 //! recording replays with `spade replay`; `spade.compat.load_game_from_code` against CPython's
-//! `exec` on every RLVE environment; TRL's GRPOTrainer through the in-process tool env.
+//! `exec` on every RLVE environment; TRL's GRPOTrainer through the in-process tool env; the
+//! integrations with the stock packages (`execute_tool` of the reference's tool-use path,
+//! Gymnasium's `check_env`, OpenEnv's server and client, skyrl-gym, and `vf-eval` of verifiers
+//! 0.4 and `load_environment` of 0.3.1, each verifiers in a venv of its own).
 //! Run it alone with `cargo test -p spade --test all python_wheel -- --nocapture`.
 
 use std::process::Command;

@@ -15,6 +15,7 @@ mod fork;
 mod held;
 pub mod http;
 pub mod mcp;
+pub mod openapi;
 pub mod protocol;
 mod registry;
 mod server;

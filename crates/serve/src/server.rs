@@ -262,6 +262,7 @@ fn router(state: Arc<AppState>) -> Router {
     let limit = state.config.max_message_bytes;
     Router::new()
         .route("/health", get(http::health))
+        .route("/openapi.json", get(crate::openapi::openapi))
         .route("/metadata", get(http::metadata))
         .route("/schema", get(http::schema))
         .route("/state", get(http::state))

@@ -271,7 +271,7 @@ pub fn python() -> PathBuf {
         Command::new(python)
             .args([
                 "-c",
-                "import openenv, ray, spade_client, transformers, trl, Gym, maturin, pytest, peft",
+                "import openenv, ray, spade_client, transformers, trl, Gym, maturin, pytest, peft, gymnasium, skyrl_gym",
             ])
             .stderr(Stdio::null())
             .status()

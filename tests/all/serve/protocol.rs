@@ -621,3 +621,31 @@ async fn extra_reset_fields_reach_the_reset_that_takes_them_and_replay() {
         crate::common::stderr(&replay)
     );
 }
+
+/// `openenv validate URL` (the stock CLI) passes every check against `spade serve`, the
+/// OpenAPI document's (`openapi_version_available`, `mode_endpoint_consistency`) included.
+#[test]
+fn openenv_validate_passes_against_spade_serve() {
+    let server = super::harness::ServeProcess::start(&[&super::env_path("grid_walk")]);
+    let python = super::harness::python();
+    let openenv = python.parent().unwrap().join("openenv");
+    let out = std::process::Command::new(&openenv)
+        .args(["validate", &server.url(), "--json"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "openenv validate failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(report["passed"], true, "{report:#}");
+    assert_eq!(report["mode"], "simulation", "{report:#}");
+    let criteria = report["criteria"].as_array().unwrap();
+    for id in ["openapi_version_available", "mode_endpoint_consistency"] {
+        let found = criteria.iter().find(|c| c["id"] == id).expect(id);
+        assert_eq!(found["passed"], true, "{found:#}");
+    }
+    assert!(criteria.iter().all(|c| c["passed"] == true), "{report:#}");
+}

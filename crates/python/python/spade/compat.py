@@ -20,8 +20,9 @@ in a sandbox instead:
    rewards in [-10, 10]; otherwise a `RuntimeError` says which call failed, as the reference's.
 
 The returned game has the reference game's interface (`reset`, `step`, `max_turns`, `close`,
-`get_tools`, plus `solution`; a tool-use game's tool calls are played inside `step`), so the reference's rollout
-code calls it as it calls the `exec`'d instance. Each error raised here chains the sandbox's
+`get_tools`, `execute_tool`, plus `solution`; a tool-use game's tool calls are played inside
+`step`), so the reference's rollout code, its tool-use player included, calls it as it calls
+the `exec`'d instance. Each error raised here chains the sandbox's
 exception (`__cause__`), a subclass of `spade.SpadeError` with its `kind`.
 
 Where the sandbox differs from `exec` (docs/python.md lists each with its cause):
@@ -34,8 +35,12 @@ Where the sandbox differs from `exec` (docs/python.md lists each with its cause)
   sandbox is then dead: load the game again), where `exec` would hang or take the process.
 """
 
+import json
+
 from . import errors
 from ._api import Runtime
+
+_TOOL_RESULT = "Tool result:\n"
 
 PROBE_ACTIONS = ("\\boxed{1}", "\\boxed{test}", "\\boxed{42}")
 """The reference's probe steps."""
@@ -110,6 +115,43 @@ class Game:
 
     def get_tools(self):
         return self._env.tools or []
+
+    def execute_tool(self, name, arguments):
+        """Runs one tool call, as the reference's `ToolUseBaseEnv.execute_tool` does, and
+        returns `{"output": str, "returncode": int}`: 0 with `str(result)` when the tool
+        returned, 1 with the error text when the tool is unknown, raised, or the arguments are
+        not a JSON object. It never raises for the call itself.
+
+        The call is played inside the sandbox as the step
+        `<tool_call>{"name": name, "arguments": arguments}</tool_call>`, so, unlike the
+        reference's, it counts one turn of `max_turns` and its step reward (0.0 for a call that
+        ran) is not seen. A sandbox limit (`out_of_fuel`, ...) ends the game: the output says
+        so, with returncode 1, as every later call's does (`step` then raises
+        `spade.SandboxDead`).
+        """
+        if not isinstance(name, str):
+            return {"output": f"Error calling {name}: the tool name must be a string",
+                    "returncode": 1}
+        if not isinstance(arguments, dict):
+            return {"output": f"Error calling {name}: arguments must be a JSON object, "
+                              f"not {type(arguments).__name__}", "returncode": 1}
+        try:
+            payload = json.dumps({"name": name, "arguments": arguments})
+        except (TypeError, ValueError) as err:
+            return {"output": f"Error calling {name}: {err}", "returncode": 1}
+        # `<` only occurs inside JSON strings; escaped, no argument can close the tag or look
+        # like an `<answer>` to the step's parser.
+        payload = payload.replace("<", "\\u003c")
+        try:
+            obs, _reward, _terminated, _truncated, _info = self._env.step(
+                f"<tool_call>{payload}</tool_call>"
+            )
+        except errors.SpadeError as err:
+            return {"output": f"Error calling {name}: the game ended with an error: {err}",
+                    "returncode": 1}
+        if obs.startswith(_TOOL_RESULT):
+            return {"output": obs[len(_TOOL_RESULT):], "returncode": 0}
+        return {"output": obs, "returncode": 1}
 
     def close(self):
         self._env.close()
@@ -200,4 +242,31 @@ def load_game_from_code(code, max_steps=1000, respect_game_max_turns=False, *, r
     return Game(env)
 
 
-__all__ = ["load_game_from_code", "Game", "PROBE_ACTIONS"]
+REFERENCE_MODULE = "spare.core.envs.synthetic_game_env"
+"""Where the reference defines `SyntheticGameEnv`, whose `_load_game_from_code` `patch_reference`
+replaces."""
+
+
+def patch_reference(module=REFERENCE_MODULE):
+    """Makes the reference's `SyntheticGameEnv._load_game_from_code` (an instance method, called
+    as `self._load_game_from_code(code, max_steps=..., respect_game_max_turns=...)`) load games
+    with `load_game_from_code`, in this process. Call it once at the top of the trainer's entry
+    script: `import spade.compat; spade.compat.patch_reference()` (Ray workers: the
+    `runtime_env` `{"worker_process_setup_hook": "spade.compat.patch_reference"}`). Returns the
+    patched class; a module without `SyntheticGameEnv` is an `AttributeError`."""
+    import importlib
+
+    mod = importlib.import_module(module)
+    cls = getattr(mod, "SyntheticGameEnv", None)
+    if cls is None:
+        raise AttributeError(f"module {module!r} has no SyntheticGameEnv to patch")
+
+    def _load_game_from_code(self, code, max_steps=1000, respect_game_max_turns=False):
+        return load_game_from_code(code, max_steps=max_steps,
+                                   respect_game_max_turns=respect_game_max_turns)
+
+    cls._load_game_from_code = _load_game_from_code
+    return cls
+
+
+__all__ = ["load_game_from_code", "Game", "PROBE_ACTIONS", "patch_reference", "REFERENCE_MODULE"]

@@ -10,6 +10,7 @@ reward from `get_reward()`. The two classes differ only in where the sandbox run
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import weakref
@@ -59,9 +60,12 @@ class SandboxToolEnv:
     def factory(cls, envs: Dict[str, str], runtime: Optional[Runtime] = None,
                 env_id: Optional[str] = None,
                 record_dir: Optional[str] = None) -> Callable[[], "SandboxToolEnv"]:
-        """A zero-argument factory, as `environment_factory` expects. The instances share one
-        runtime (the process's default when `runtime` is None)."""
-        return lambda: cls(envs, runtime=runtime, env_id=env_id, record_dir=record_dir)
+        """A zero-argument factory, as `environment_factory` expects: a `functools.partial`,
+        picklable (as TRL's `AsyncGRPOTrainer` needs, which builds the environments in a spawned
+        process) when `runtime` is None. The instances share one runtime (the process's default
+        when `runtime` is None; a `Runtime` cannot be pickled)."""
+        return functools.partial(cls, dict(envs), runtime=runtime, env_id=env_id,
+                                 record_dir=record_dir)
 
     def _choose(self, env_id):
         if env_id is None:
