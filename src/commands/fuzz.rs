@@ -39,6 +39,11 @@ pub struct FuzzArgs {
     /// Print the report as one JSON object.
     #[arg(long)]
     pub json: bool,
+    /// Snapshot fuzzing: keep a live copy of every state that reached new behaviour (a new
+    /// observation shape, reward, error kind or set of info keys) and start every other
+    /// episode from one of them, so that deep states are explored instead of replayed.
+    #[arg(long)]
+    pub fork: bool,
 }
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
@@ -79,6 +84,7 @@ impl FuzzArgs {
             },
             time: self.time,
             fuel_factor: self.fuel_factor,
+            fork: self.fork,
             ..FuzzOptions::default()
         };
         let started = Instant::now();
@@ -165,15 +171,17 @@ fn save(report: &FuzzReport, out: &Path) -> anyhow::Result<Vec<String>> {
 
 fn print_summary(env: &str, report: &FuzzReport, files: &[String], seconds: f64) {
     say!(
-        "fuzzed {} ({}): {} episodes, {} steps in {seconds:.1}s ({:.1} episodes/s), seed {}, {} replays, median step fuel {}",
+        "fuzzed {} ({}): {} episodes ({} from kept states), {} steps in {seconds:.1}s ({:.1} episodes/s), seed {}, {} replays, median step fuel {}, {} distinct states",
         env,
         report.class_name.as_deref().unwrap_or("?"),
         report.episodes,
+        report.forked_episodes,
         report.steps,
         report.episodes as f64 / seconds.max(1e-9),
         report.seed,
         report.replays,
-        report.median_step_fuel
+        report.median_step_fuel,
+        report.states
     );
     if report.findings.is_empty() {
         say!("no findings");

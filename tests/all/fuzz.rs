@@ -229,3 +229,56 @@ fn findings_whose_signatures_spell_alike_get_separate_files() {
         assert_eq!(replayed.status.code(), Some(0));
     }
 }
+
+/// `tests/fuzz_deep/<name>.py`: environments whose bug lies deep in an episode.
+fn deep_source(name: &str) -> String {
+    let path = crate::common::repo_root()
+        .join("tests")
+        .join("fuzz_deep")
+        .join(format!("{name}.py"));
+    std::fs::read_to_string(path).unwrap()
+}
+
+#[tokio::test]
+async fn snapshot_fuzzing_reaches_a_deep_bug_from_kept_states_and_reproduces() {
+    // deep_lock divides by zero once 8 actions in a row have the right length mod 4, and any
+    // wrong one starts over; every depth is a new observation shape.
+    let source = deep_source("deep_lock");
+    let forked = FuzzOptions {
+        fork: true,
+        ..options(0, 300)
+    };
+    let report = fuzz(&runtime(), &source, &forked, &mut |_| {}).await;
+    assert_eq!(
+        report.forked_episodes, 150,
+        "every other episode starts from a kept state"
+    );
+    let finding = report
+        .findings
+        .iter()
+        .find(|f| f.signature == "ZeroDivisionError")
+        .unwrap_or_else(|| panic!("the deep bug was not found: {:?}", report.findings));
+    // Its trajectory starts from a fresh sandbox (load, reset) and reproduces.
+    let trajectory = spade_envtools::trajectory::Trajectory::parse(&finding.trajectory).unwrap();
+    assert!(trajectory.header.fork.is_none());
+    assert_eq!(
+        trajectory.calls[0].1.call,
+        spade_envtools::trajectory::CallKind::Load
+    );
+    assert_eq!(
+        trajectory.calls[1].1.call,
+        spade_envtools::trajectory::CallKind::Reset
+    );
+    let checked =
+        spade_envtools::check_replay(&runtime(), &finding.trajectory, &finding.trace_sha256).await;
+    assert!(checked.is_none(), "{checked:?}");
+    // Every feature of the lock was reached: the shapes "pins zero open" to "pins seven
+    // open" (8), the error (1), the one reward 0.0 and the one (empty) set of info keys.
+    assert_eq!(report.states, 11);
+    // The same seed gives the same campaign.
+    let again = fuzz(&runtime(), &source, &forked, &mut |_| {}).await;
+    assert_eq!(
+        serde_json::to_string(&report).unwrap(),
+        serde_json::to_string(&again).unwrap()
+    );
+}

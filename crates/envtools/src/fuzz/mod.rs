@@ -4,6 +4,7 @@
 //! ([`targets`]), which `cargo test` runs with fixed inputs.
 
 pub mod campaign;
+pub mod novelty;
 pub mod targets;
 
 pub use campaign::{FuzzFinding, FuzzOptions, FuzzReport, Progress, fuzz};
