@@ -5,7 +5,6 @@
 
 #[cfg(feature = "train")]
 mod agreement;
-#[cfg(feature = "train")]
 pub(crate) mod cpu;
 #[cfg(feature = "train")]
 mod iteration;
