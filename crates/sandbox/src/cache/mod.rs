@@ -12,6 +12,7 @@
 pub(crate) mod artifact;
 pub(crate) mod code;
 pub(crate) mod dir;
+pub(crate) mod pagemap;
 pub(crate) mod snapshot;
 pub(crate) mod snapshot_file;
 pub(crate) mod snapshot_restore;

@@ -138,11 +138,25 @@ pub(crate) fn diff(base: &[u8], memory: &[u8]) -> (Vec<u8>, usize) {
 /// [`diff`] with a limit of `max_bytes` of changed pages instead of [`MAX_SNAPSHOT_BYTES`] (a
 /// fork copies every changed page, however many: the memory limit bounds them).
 pub(crate) fn diff_within(base: &[u8], memory: &[u8], max_bytes: usize) -> (Vec<u8>, usize) {
+    diff_candidates(base, memory, max_bytes, None)
+}
+
+/// [`diff_within`], comparing only the pages `candidates` marks (all of them with `None`): a
+/// page not marked is known to hold the base's bytes ([`super::pagemap`]).
+pub(crate) fn diff_candidates(
+    base: &[u8],
+    memory: &[u8],
+    max_bytes: usize,
+    candidates: Option<&[bool]>,
+) -> (Vec<u8>, usize) {
     let zeros = [0u8; PAGE];
     let size = memory.len() + 1;
     let mut records = Vec::new();
     let mut dirty = 0;
     for index in 0..size.div_ceil(PAGE) {
+        if candidates.is_some_and(|written| !written.get(index).copied().unwrap_or(true)) {
+            continue;
+        }
         // Addresses `start..end` of the page are bytes `start - 1..end - 1` of the captures.
         let (start, end) = ((index * PAGE).max(1), ((index + 1) * PAGE).min(size));
         let page = &memory[start - 1..end - 1];
@@ -256,7 +270,9 @@ impl CaptureRequest {
                 }
             }
             CaptureRequest::Fork(base) => {
-                let (records, dirty_pages) = diff_within(base, memory, usize::MAX);
+                let written = super::pagemap::written_pages(memory);
+                let (records, dirty_pages) =
+                    diff_candidates(base, memory, usize::MAX, written.as_deref());
                 Captured::Diff {
                     records,
                     dirty_pages,
