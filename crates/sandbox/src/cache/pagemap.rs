@@ -84,7 +84,7 @@ mod tests {
         }
 
         #[allow(unsafe_code)]
-        fn from_one(&mut self) -> &mut [u8] {
+        fn memory(&mut self) -> &mut [u8] {
             // SAFETY: bytes 1..len of the mapping, borrowed mutably through `self`.
             unsafe { std::slice::from_raw_parts_mut(self.base.add(1), self.len - 1) }
         }
@@ -101,7 +101,7 @@ mod tests {
     #[test]
     fn only_written_pages_are_candidates() {
         let mut mapping = Mapping::new(8);
-        let memory = mapping.from_one();
+        let memory = mapping.memory();
         // Address 3 * PAGE + 10 and 6 * PAGE are bytes - 1 of the slice.
         memory[3 * PAGE + 9] = 1;
         memory[6 * PAGE - 1] = 2;
@@ -121,7 +121,7 @@ mod tests {
     #[test]
     fn a_slice_not_at_a_page_boundary_plus_one_has_no_answer() {
         let mut mapping = Mapping::new(2);
-        let memory = mapping.from_one();
+        let memory = mapping.memory();
         assert!(written_pages(&memory[1..]).is_none());
     }
 }
