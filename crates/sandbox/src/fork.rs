@@ -22,9 +22,10 @@
 //!    module-global `random` is seeded with it (the prelude's `reseed`, as at load), so forks
 //!    draw different numbers from then on; without it every copy draws the parent's.
 //!
-//! What a fork costs does not grow with the episode's length: the capture compares the
-//! memory's pages with the fresh interpreter's (its size, not its history), and the restore
-//! writes the pages that differ. Each copy holds its own private copy of those pages.
+//! What a fork costs does not grow with the episode's length, only with the pages its state
+//! changed: the capture compares with the fresh interpreter's only the pages the kernel saw
+//! written (`cache::pagemap`), and the restore writes the pages that differ. Each copy holds
+//! its own private copy of those pages.
 
 use std::sync::Arc;
 
