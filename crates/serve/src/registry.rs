@@ -397,9 +397,19 @@ impl Registry {
         if let Some(existing) = self.reserve(origin, &id, &sha256, source.len())? {
             return Ok((existing, false));
         }
-        // From here the id is in `checking` and its bytes are reserved; both are released
-        // whatever happens.
+        // From here the id is in `checking` and its bytes are reserved. The guard releases
+        // both if this future is dropped before the check ends (the client went away: the
+        // request's future is dropped with its connection), and the end of the check settles
+        // them below.
+        let mut reserved = Reserved {
+            registry: self,
+            id: id.clone(),
+            origin,
+            bytes: source.len(),
+            settled: false,
+        };
         let result = self.check_and_compile(&id, &sha256, source).await;
+        reserved.settled = true;
         let mut entries = self.write();
         entries.checking.remove(&id);
         let registration = match result {
@@ -685,6 +695,32 @@ fn evict_one(entries: &mut Entries, only: Option<Tenant>) -> bool {
     let removed = entries.envs.remove(&id).expect("the victim is registered");
     entries.remove(tenant, removed.bytes);
     true
+}
+
+/// A registration's reservation while its source is checked: the id marked as being checked
+/// and, for an HTTP registration, its bytes counted against the tenant. Dropped unsettled (the
+/// registering future was dropped mid-check), it releases both, so that an abandoned request
+/// leaks neither the id nor the tenant's quota.
+struct Reserved<'a> {
+    registry: &'a Registry,
+    id: String,
+    origin: Origin,
+    bytes: usize,
+    /// The check ended: the caller settles the reservation itself.
+    settled: bool,
+}
+
+impl Drop for Reserved<'_> {
+    fn drop(&mut self) {
+        if self.settled {
+            return;
+        }
+        let mut entries = self.registry.write();
+        entries.checking.remove(&self.id);
+        if let Origin::Http(tenant) = self.origin {
+            entries.remove(tenant, self.bytes);
+        }
+    }
 }
 
 #[cfg(test)]

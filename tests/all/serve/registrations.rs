@@ -324,3 +324,57 @@ async fn each_token_has_its_own_quota_and_deletes_only_its_own() {
     assert_eq!(register_as(&server, beta, "b4", &variant(9)).0, 201);
     assert_eq!(ids_as(&server, beta), ["a4", "a5", "b3", "b4"]);
 }
+
+/// Issue 53, finding 4: a registration whose client disconnects while its source is being
+/// checked releases its reservation (the id being checked, the tenant's quota and bytes) at
+/// once, instead of holding it until the server restarts.
+#[tokio::test]
+async fn a_registration_abandoned_mid_check_releases_its_reservation() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens");
+    std::fs::write(&tokens, "alpha-token\n").unwrap();
+    let server = ServeProcess::start(&[
+        "--token-file",
+        tokens.to_str().unwrap(),
+        "--max-registrations-per-token",
+        "1",
+    ]);
+    // A module that takes seconds to run, in every probe of the check.
+    let slow = format!("{}\nfor _ in range(3_000_000):\n    pass\n", variant(1));
+    let body = json!({"source": slow, "id": "slow"}).to_string();
+    let mut stream = std::net::TcpStream::connect(server.addr).unwrap();
+    write!(
+        stream,
+        "POST /envs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer alpha-token\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let auth = bearer(Some("alpha-token"));
+    let checking = || {
+        let (_, health) = http_json(server.addr, "GET", "/health", &headers(&auth), None);
+        health["envs"]["checking"].as_u64().unwrap()
+    };
+    for _ in 0..200 {
+        if checking() == 1 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(checking(), 1, "the check is running");
+    drop(stream);
+    // Released within moments, not when a check that nobody waits for would have ended.
+    let mut released = false;
+    for _ in 0..100 {
+        if checking() == 0 {
+            released = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(released, "the abandoned check still holds its reservation");
+    assert!(!ids_as(&server, "alpha-token").contains(&"slow".to_owned()));
+    // The token's quota of one is free again.
+    let (status, answer) = register_as(&server, "alpha-token", "quick", &variant(2));
+    assert_eq!(status, 201, "{answer}");
+}
