@@ -342,18 +342,26 @@ pub async fn mcp(
         }
     };
     let response = match serde_json::from_slice::<Value>(&bytes) {
-        Err(err) => crate::mcp::failure(
+        Err(err) => Some(crate::mcp::failure(
             &Value::Null,
             crate::mcp::RpcCode::ParseError,
             &format!("Parse error: {err}"),
             None,
-        ),
+        )),
         Ok(value) => match crate::mcp::RpcRequest::parse(&value) {
             Ok(request) => crate::mcp::dispatch(&state, request, None, tenant).await,
-            Err(response) => response,
+            Err(response) => Some(response),
         },
     };
-    axum::Json(response).into_response()
+    match response {
+        // A notification: JSON-RPC 2.0 never answers one; 202 as MCP's HTTP transport does.
+        None => StatusCode::ACCEPTED.into_response(),
+        Some(response) => (
+            [(header::CONTENT_TYPE, "application/json")],
+            String::from(Box::<str>::from(response)),
+        )
+            .into_response(),
+    }
 }
 
 /// `GET /envs`: every registered environment and its verdict.

@@ -12,10 +12,12 @@
 
 use std::sync::Arc;
 
+use serde::Serialize;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
 use crate::held::{Closed, SharedSession};
-use crate::protocol::{ErrorCode, SpadeAction, type_name};
+use crate::protocol::{ErrorCode, ObservationPayload, SpadeAction, type_name};
 use crate::registry::Tenant;
 use crate::server::AppState;
 use crate::session::{Outcome, Session, SessionError, env_tools, stateless_step, tool_schemas};
@@ -35,30 +37,58 @@ pub enum RpcCode {
 /// One JSON-RPC request.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RpcRequest {
-    /// `null`, a string or an integer, echoed in the response.
-    pub id: Value,
+    /// `null`, a string or an integer, echoed in the response; `None` for a notification (a
+    /// request without `id`), which JSON-RPC 2.0 says is never answered.
+    pub id: Option<Value>,
     pub method: String,
     pub params: Map<String, Value>,
 }
 
+/// A JSON document as text. Responses are text, not [`Value`]s: a `tools/call` result carries
+/// the environment's info verbatim, and an environment controls its numbers (`math.factorial(200)`
+/// is beyond what a `Value` holds without losing it).
+pub type Json = Box<RawValue>;
+
+/// `value` as JSON text.
+fn encode(value: &impl Serialize) -> Json {
+    // Serialising `Value`s, strings, numbers and `RawValue`s into a `String` cannot fail: every
+    // map key is a string and no `Serialize` impl here returns an error.
+    serde_json::value::to_raw_value(value).expect("responses are values, strings and raw JSON")
+}
+
 /// A success response.
-pub fn success(id: &Value, result: Value) -> Value {
-    json!({"jsonrpc": "2.0", "id": id, "result": result})
+pub fn success(id: &Value, result: &RawValue) -> Json {
+    #[derive(Serialize)]
+    struct Success<'a> {
+        jsonrpc: &'static str,
+        id: &'a Value,
+        result: &'a RawValue,
+    }
+    encode(&Success {
+        jsonrpc: "2.0",
+        id,
+        result,
+    })
+}
+
+/// A success response whose result is `result`.
+fn ok(id: &Value, result: Value) -> Json {
+    success(id, &encode(&result))
 }
 
 /// An error response (`data` only when given).
-pub fn failure(id: &Value, code: RpcCode, message: &str, data: Option<Value>) -> Value {
+pub fn failure(id: &Value, code: RpcCode, message: &str, data: Option<Value>) -> Json {
     let mut error = json!({"code": code as i32, "message": message});
     if let Some(data) = data {
         error["data"] = data;
     }
-    json!({"jsonrpc": "2.0", "id": id, "error": error})
+    encode(&json!({"jsonrpc": "2.0", "id": id, "error": error}))
 }
 
 impl RpcRequest {
     /// Reads a request, as OpenEnv's `JsonRpcRequest` (`jsonrpc` "2.0", `method`, `params` an
     /// object, `id` null, a string or an integer, nothing else); the error is the response.
-    pub fn parse(value: &Value) -> Result<RpcRequest, Value> {
+    pub fn parse(value: &Value) -> Result<RpcRequest, Json> {
         let invalid = |message: String| {
             failure(
                 &Value::Null,
@@ -74,9 +104,9 @@ impl RpcRequest {
             )));
         };
         let id = match object.get("id") {
-            None => Value::Null,
-            Some(id @ (Value::Null | Value::String(_))) => id.clone(),
-            Some(id @ Value::Number(n)) if n.is_i64() || n.is_u64() => id.clone(),
+            None => None,
+            Some(id @ (Value::Null | Value::String(_))) => Some(id.clone()),
+            Some(id @ Value::Number(n)) if n.is_i64() || n.is_u64() => Some(id.clone()),
             Some(other) => {
                 return Err(invalid(format!(
                     "'id' must be a string, an integer or null, not {}",
@@ -96,7 +126,7 @@ impl RpcRequest {
             Some(Value::Object(params)) => params.clone(),
             Some(other) => {
                 return Err(failure(
-                    &id,
+                    id.as_ref().unwrap_or(&Value::Null),
                     RpcCode::InvalidParams,
                     &format!("Params must be an object, not {}", type_name(other)),
                     None,
@@ -113,15 +143,33 @@ impl RpcRequest {
     }
 }
 
-/// Answers one request of `tenant`. `current` is the session of the WebSocket the request came
-/// on, if any.
+/// Runs one request of `tenant` and answers it; a notification runs and gets no answer.
+/// `current` is the session of the WebSocket the request came on, if any.
 pub async fn dispatch(
     state: &Arc<AppState>,
     request: RpcRequest,
     current: Option<&Arc<SharedSession>>,
     tenant: Tenant,
-) -> Value {
-    let id = &request.id;
+) -> Option<Json> {
+    let id = request.id.clone();
+    let response = answer(
+        state,
+        &request,
+        id.as_ref().unwrap_or(&Value::Null),
+        current,
+        tenant,
+    );
+    let response = response.await;
+    id.map(|_| response)
+}
+
+async fn answer(
+    state: &Arc<AppState>,
+    request: &RpcRequest,
+    id: &Value,
+    current: Option<&Arc<SharedSession>>,
+    tenant: Tenant,
+) -> Json {
     match request.method.as_str() {
         "openenv/session/create" => create_session(state, id, current, tenant),
         "openenv/session/close" => close_session(state, id, &request.params, current, tenant),
@@ -136,7 +184,7 @@ pub async fn dispatch(
                 call_tool(state, &request.params, session.as_ref()).await
             };
             match result {
-                Ok(result) => success(id, result),
+                Ok(result) => success(id, &result),
                 Err(err) => response_for(id, err),
             }
         }
@@ -154,7 +202,7 @@ pub async fn dispatch(
 /// A failed method: its code, message and data.
 struct RpcError(RpcCode, String, Option<Value>);
 
-fn response_for(id: &Value, RpcError(code, message, data): RpcError) -> Value {
+fn response_for(id: &Value, RpcError(code, message, data): RpcError) -> Json {
     failure(id, code, &message, data)
 }
 
@@ -178,9 +226,9 @@ fn create_session(
     id: &Value,
     current: Option<&Arc<SharedSession>>,
     tenant: Tenant,
-) -> Value {
+) -> Json {
     if let Some(current) = current {
-        return success(id, json!({"session_id": current.id()}));
+        return ok(id, json!({"session_id": current.id()}));
     }
     let slot = match state.admission.admit() {
         Ok(slot) => slot,
@@ -197,7 +245,7 @@ fn create_session(
     let shared = SharedSession::new(session, slot, tenant);
     let session_id = shared.id().to_owned();
     state.held.insert(shared);
-    success(id, json!({"session_id": session_id}))
+    ok(id, json!({"session_id": session_id}))
 }
 
 fn close_session(
@@ -206,7 +254,7 @@ fn close_session(
     params: &Map<String, Value>,
     current: Option<&Arc<SharedSession>>,
     tenant: Tenant,
-) -> Value {
+) -> Json {
     let Some(Value::String(target)) = params.get("session_id") else {
         return failure(
             id,
@@ -224,8 +272,8 @@ fn close_session(
         );
     }
     match state.held.close(target, tenant) {
-        Some(Closed::Now) => success(id, json!({"session_id": target, "closed": true})),
-        Some(Closed::WhenDetached) => success(
+        Some(Closed::Now) => ok(id, json!({"session_id": target, "closed": true})),
+        Some(Closed::WhenDetached) => ok(
             id,
             json!({"session_id": target, "closed": false, "closing": true}),
         ),
@@ -283,7 +331,7 @@ async fn list_tools(
     state: &Arc<AppState>,
     params: &Map<String, Value>,
     session: Option<&Arc<SharedSession>>,
-) -> Result<Value, RpcError> {
+) -> Result<Json, RpcError> {
     let env_id = env_id(params)?;
     let (env, tools) = match session {
         Some(session) => session.lock().await.tools(env_id)?,
@@ -292,14 +340,14 @@ async fn list_tools(
             env_tools(&registration)?
         }
     };
-    Ok(json!({"tools": tools, "env_id": env}))
+    Ok(encode(&json!({"tools": tools, "env_id": env})))
 }
 
 async fn call_tool(
     state: &Arc<AppState>,
     params: &Map<String, Value>,
     session: Option<&Arc<SharedSession>>,
-) -> Result<Value, RpcError> {
+) -> Result<Json, RpcError> {
     let call = ToolCall::from_params(params)
         .map_err(|message| RpcError(RpcCode::InvalidParams, message, None))?;
     let outcome = match session {
@@ -347,14 +395,32 @@ async fn stateless_call(
 
 /// MCP's `CallToolResult` for a step: the observation as text content, the whole OpenEnv
 /// payload (observation, reward, done, metadata) as structured content, and `data`, the text,
-/// which OpenEnv's `MCPToolClient.call_tool` returns.
-fn call_result(outcome: &Outcome) -> Value {
-    let payload = outcome.with_payload(|p| serde_json::to_value(p).expect("payloads serialise"));
-    json!({
-        "content": [{"type": "text", "text": outcome.text}],
-        "structuredContent": payload,
-        "isError": false,
-        "data": outcome.text,
+/// which OpenEnv's `MCPToolClient.call_tool` returns. The payload's info is the environment's
+/// JSON verbatim, never converted to a [`Value`].
+fn call_result(outcome: &Outcome) -> Json {
+    #[derive(Serialize)]
+    struct Text<'a> {
+        r#type: &'static str,
+        text: &'a str,
+    }
+    #[derive(Serialize)]
+    #[serde(rename_all = "camelCase")]
+    struct CallResult<'a, 'b> {
+        content: [Text<'a>; 1],
+        structured_content: &'a ObservationPayload<'b>,
+        is_error: bool,
+        data: &'a str,
+    }
+    outcome.with_payload(|payload| {
+        encode(&CallResult {
+            content: [Text {
+                r#type: "text",
+                text: &outcome.text,
+            }],
+            structured_content: payload,
+            is_error: false,
+            data: &outcome.text,
+        })
     })
 }
 
@@ -368,12 +434,12 @@ mod tests {
         assert_eq!(
             parse(json!({"jsonrpc": "2.0", "method": "tools/list", "id": 3})).unwrap(),
             RpcRequest {
-                id: json!(3),
+                id: Some(json!(3)),
                 method: "tools/list".into(),
                 params: Map::new()
             }
         );
-        let error = |v: Value| parse(v).unwrap_err()["error"].clone();
+        let error = |v: Value| value(&parse(v).unwrap_err())["error"].clone();
         assert_eq!(
             error(json!({"jsonrpc": "1.0", "method": "x"}))["code"],
             -32600
@@ -395,14 +461,26 @@ mod tests {
         );
     }
 
+    fn value(json: &RawValue) -> Value {
+        serde_json::from_str(json.get()).unwrap()
+    }
+
+    #[test]
+    fn a_request_without_id_is_a_notification() {
+        let notification = json!({"jsonrpc": "2.0", "method": "tools/list"});
+        assert_eq!(RpcRequest::parse(&notification).unwrap().id, None);
+        let null_id = json!({"jsonrpc": "2.0", "method": "tools/list", "id": null});
+        assert_eq!(RpcRequest::parse(&null_id).unwrap().id, Some(Value::Null));
+    }
+
     #[test]
     fn responses_carry_result_or_error() {
         assert_eq!(
-            success(&json!(1), json!({"a": 1})),
+            value(&ok(&json!(1), json!({"a": 1}))),
             json!({"jsonrpc": "2.0", "id": 1, "result": {"a": 1}})
         );
         assert_eq!(
-            failure(&Value::Null, RpcCode::MethodNotFound, "no", None),
+            value(&failure(&Value::Null, RpcCode::MethodNotFound, "no", None)),
             json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32601, "message": "no"}})
         );
         let err: RpcError = SessionError::NoEpisodeYet("new".into()).into();

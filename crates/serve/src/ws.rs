@@ -354,7 +354,7 @@ async fn handle(
                     Ok(request) => {
                         mcp::dispatch(state, request, Some(shared), shared.owner()).await
                     }
-                    Err(response) => response,
+                    Err(response) => Some(response),
                 },
                 None => {
                     return invalid(FieldError::at(
@@ -363,8 +363,10 @@ async fn handle(
                     ));
                 }
             };
-            let frame = json!({"type": "mcp", "data": response});
-            (Some(frame.to_string()), Next::Continue)
+            // A notification gets no answer.
+            let frame =
+                response.map(|response| format!(r#"{{"type":"mcp","data":{}}}"#, response.get()));
+            (frame, Next::Continue)
         }
         "fork" => {
             let empty = Map::new();

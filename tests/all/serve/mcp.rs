@@ -395,3 +395,88 @@ fn the_stock_mcp_tool_client_plays_a_tool_env() {
     // Closing the client closed its held session.
     wait_for_active(&server, 0);
 }
+
+/// `math.factorial(200)`, the int tests/serve/huge_info.py puts in every info.
+const FACTORIAL_200: &str = "788657867364790503552363213932185062295135977687173263294742533244359449963403342920304284011984623904177212138919638830257642790242637105061926624952829931113462857270763317237396988943922445621451664240254033291864131227428294853277524242407573903240321257405579568660226031904170324062351700858796178922222789623703897374720000000000000000000000000000000000000000000000000";
+
+/// Issue 53/5: a `tools/call` whose info holds an int beyond f64's range panicked the server
+/// (HTTP dropped the connection unanswered). The answer carries the int verbatim, over HTTP
+/// and in a WebSocket `mcp` message; the server keeps serving.
+#[tokio::test]
+async fn a_tool_result_with_an_int_beyond_f64_is_answered_verbatim() {
+    let server = ServeProcess::start(&[&super::serve_fixture("huge_info.py")]);
+    let call = json!({"jsonrpc": "2.0", "method": "tools/call", "id": 1,
+        "params": {"name": "big", "arguments": {}}});
+    let (status, body) =
+        super::harness::http(server.addr, "POST", "/mcp", &[], Some(&call.to_string()));
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body.contains(&format!(r#""big":{FACTORIAL_200}"#)),
+        "the info's int is not verbatim in {body:.400}"
+    );
+    assert!(body.contains(r#""data":"Tool result:\nok""#), "{body:.400}");
+
+    // The same in a WebSocket session: the reset's observation frame, then an `mcp` message.
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    let mut ws = super::harness::ws_connect(server.addr, None).await.unwrap();
+    let mut exchange = async |message: Value| {
+        ws.send(Message::Text(message.to_string().into()))
+            .await
+            .unwrap();
+        match tokio::time::timeout(Duration::from_secs(120), ws.next()).await {
+            Ok(Some(Ok(Message::Text(text)))) => text.to_string(),
+            other => panic!("expected an answer to {message}, got {other:?}"),
+        }
+    };
+    let reset = exchange(json!({"type": "reset", "data": {}})).await;
+    assert!(
+        reset.starts_with(r#"{"type":"observation""#),
+        "{reset:.200}"
+    );
+    assert!(
+        reset.contains(&format!(r#""big":{FACTORIAL_200}"#)),
+        "{reset:.400}"
+    );
+    let text = exchange(json!({"type": "mcp", "data": call})).await;
+    assert!(
+        text.starts_with(r#"{"type":"mcp","data":{"jsonrpc":"2.0","id":1,"result":"#),
+        "{text:.200}"
+    );
+    assert!(
+        text.contains(&format!(r#""big":{FACTORIAL_200}"#)),
+        "{text:.400}"
+    );
+
+    // The server is still up.
+    let (status, _) = http_json(server.addr, "GET", "/health", &[], None);
+    assert_eq!(status, 200);
+}
+
+/// JSON-RPC 2.0: a notification (a request without `id`) is never answered: 202 with no body
+/// over HTTP, no frame on a WebSocket (the next answer is the next request's).
+#[tokio::test]
+async fn notifications_get_no_answer() {
+    let server = ServeProcess::start(&[&env_path("tool_inventory")]);
+    let notification = json!({"jsonrpc": "2.0", "method": "tools/list"});
+    let (status, body) = super::harness::http(
+        server.addr,
+        "POST",
+        "/mcp",
+        &[],
+        Some(&notification.to_string()),
+    );
+    assert_eq!((status, body.as_str()), (202, ""));
+
+    let mut ws = super::harness::ws_connect(server.addr, None).await.unwrap();
+    use futures_util::SinkExt;
+    use tokio_tungstenite::tungstenite::Message;
+    let frame = json!({"type": "mcp", "data": notification});
+    ws.send(Message::Text(frame.to_string().into()))
+        .await
+        .unwrap();
+    let request =
+        json!({"type": "mcp", "data": {"jsonrpc": "2.0", "method": "tools/list", "id": "second"}});
+    let answer = ws_call(&mut ws, request).await;
+    assert_eq!(answer["data"]["id"], "second", "{answer}");
+}
