@@ -285,7 +285,7 @@ impl State {
                         (env.clone(), vm.ctx.new_str(fields)),
                     )
                     .map_err(|exc| env_error(vm, &prelude, &exc))?;
-                let (passed, rest) = split_fields(&split)?;
+                let (passed, rest) = split_fields(&split, fields)?;
                 kwargs.extend(passed);
                 dropped = rest;
             }
@@ -404,10 +404,14 @@ pub fn format_exception(vm: &VirtualMachine, exc: &PyBaseExceptionRef) -> String
 }
 
 /// The `(names, values, dropped)` tuple of the prelude's `split_reset_fields` as keyword
-/// arguments and dropped names.
+/// arguments and dropped names. Every name must be a distinct key of the host's `fields`
+/// object: the environment's code can replace the prelude's function, and the dropped names go
+/// back to the host, so this bounds them by what the host sent (issue 53/3: a replaced
+/// splitter returned hundreds of MiB of names).
 #[allow(clippy::type_complexity)]
 fn split_fields(
     split: &PyObjectRef,
+    fields: &str,
 ) -> Result<(Vec<(String, PyObjectRef)>, Vec<String>), EnvError> {
     let odd = || EnvError::Usage("split_reset_fields returned an odd value".to_owned());
     let parts = split.downcast_ref::<PyTuple>().ok_or_else(odd)?.as_slice();
@@ -420,20 +424,29 @@ fn split_fields(
             .map(|t| t.as_slice().to_vec())
             .ok_or_else(odd)
     };
-    let text = |value: &PyObjectRef| {
-        value
-            .downcast_ref::<PyStr>()
-            .map(|s| s.to_string_lossy().into_owned())
-            .ok_or_else(odd)
+    let keys: serde_json::Map<String, serde_json::Value> = serde_json::from_str(fields)
+        .map_err(|err| EnvError::Usage(format!("reset fields are not a JSON object: {err}")))?;
+    // Each name is looked up before it is copied, so at most the fields' own names are.
+    let mut seen = std::collections::HashSet::new();
+    let mut field = |value: &PyObjectRef| {
+        let name = value.downcast_ref::<PyStr>().ok_or_else(odd)?.to_string_lossy();
+        match keys.get_key_value(name.as_ref()) {
+            Some((key, _)) if seen.insert(key.as_str()) => Ok(key.clone()),
+            _ => Err(EnvError::Contract(format!(
+                "split_reset_fields named {:?}, which is not one of the reset fields or is named \
+                 twice (the environment replaced the prelude's function?)",
+                crate::limits::head(&name, 64)
+            ))),
+        }
     };
     let names = tuple(names)?
         .iter()
-        .map(text)
+        .map(&mut field)
         .collect::<Result<Vec<_>, _>>()?;
     let values = tuple(values)?;
     let dropped = tuple(dropped)?
         .iter()
-        .map(text)
+        .map(&mut field)
         .collect::<Result<Vec<_>, _>>()?;
     if names.len() != values.len() {
         return Err(odd());

@@ -500,7 +500,10 @@ impl Sandbox {
     ) -> Result<(Reset, Vec<String>), CallError> {
         let json = serde_json::Value::Object(fields.clone()).to_string();
         match self.call(Call::Reset(seed, Some(&json))).await? {
-            Reply::Reset(reset, dropped) => Ok((reset, dropped)),
+            Reply::Reset(reset, dropped) => {
+                check_dropped(&dropped, fields)?;
+                Ok((reset, dropped))
+            }
             _ => unreachable!("reset replies with Reset"),
         }
     }
@@ -739,4 +742,52 @@ async fn dispatch(
         Call::Solution => env.call_solution(store).await?.map(Reply::Solution),
         Call::Close => env.call_close(store).await?.map(|()| Reply::Done),
     })
+}
+
+/// The host's own check of a reset's dropped names: each a distinct key of the `fields` it
+/// sent, so the list is never larger than the request. The guest checks the same before the
+/// names leave it; this only trips for a guest that does not keep the contract.
+fn check_dropped(
+    dropped: &[String],
+    fields: &serde_json::Map<String, serde_json::Value>,
+) -> Result<(), CallError> {
+    let mut seen = std::collections::HashSet::new();
+    for name in dropped {
+        if !fields.contains_key(name) || !seen.insert(name.as_str()) {
+            let mut end = name.len().min(64);
+            while !name.is_char_boundary(end) {
+                end -= 1;
+            }
+            return Err(CallError::Contract(format!(
+                "reset() dropped {:?}, which is not one of its fields or is named twice",
+                &name[..end]
+            )));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod dropped_tests {
+    use super::*;
+
+    #[test]
+    fn dropped_names_must_be_distinct_fields() {
+        let fields = serde_json::json!({"a": 1, "b": 2});
+        let fields = fields.as_object().unwrap();
+        assert!(check_dropped(&["a".into(), "b".into()], fields).is_ok());
+        assert!(check_dropped(&[], fields).is_ok());
+        let unknown = check_dropped(&["c".into()], fields).unwrap_err();
+        assert_eq!(
+            unknown.to_string(),
+            CallError::Contract(
+                "reset() dropped \"c\", which is not one of its fields or is named twice".into()
+            )
+            .to_string()
+        );
+        assert!(check_dropped(&["a".into(), "a".into()], fields).is_err());
+        let long = "x".repeat(1000);
+        let message = check_dropped(&[long], fields).unwrap_err().to_string();
+        assert!(message.len() < 200, "{message}");
+    }
 }

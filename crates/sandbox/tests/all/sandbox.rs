@@ -475,3 +475,40 @@ async fn reset_fields_go_to_the_parameters_reset_takes_and_the_rest_are_dropped(
     assert_eq!(err.kind(), ErrorKind::Exception, "{err}");
     assert!(err.to_string().contains("TypeError"), "{err}");
 }
+
+/// Issue 53/3: an environment that replaces the prelude's field splitter cannot make a reset
+/// send the host more names than the reset had fields (one reset produced a 190 MiB answer
+/// frame): a name that is not a field, or one named twice, is a contract error of that reset.
+#[tokio::test]
+async fn a_replaced_field_splitter_cannot_invent_dropped_names() {
+    use serde_json::json;
+    let splitters = [
+        // 100,000 names of 1 KiB: 100 MiB that no request sent.
+        "lambda env, fields: ((), (), ('x' * 1024,) * 100000)",
+        // A real field, dropped twice.
+        "lambda env, fields: ((), (), ('level', 'level'))",
+        // A real field both passed and dropped.
+        "lambda env, fields: (('level',), (1,), ('level',))",
+    ];
+    let runtime = runtime();
+    for splitter in splitters {
+        let source = format!(
+            "import spade_prelude\nspade_prelude.split_reset_fields = {splitter}\n\n{}",
+            reset_env("def reset(self, seed=None, level=0)", "{}")
+        );
+        let mut sandbox = runtime
+            .sandbox(&source, SandboxOptions::seeded(0))
+            .await
+            .unwrap();
+        let err = sandbox
+            .reset_with(None, json!({"level": 1}).as_object().unwrap())
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Contract, "{splitter}: {err}");
+        assert!(
+            err.to_string().contains("split_reset_fields named"),
+            "{splitter}: {err}"
+        );
+        assert!(err.to_string().len() < 1024, "{err:.300}");
+    }
+}
