@@ -265,6 +265,53 @@ async fn a_total_fuel_budget_rejects_deterministically() {
     );
 }
 
+/// Issue 53/10: the total fuel budget was checked only between episodes, so one check used 37x
+/// its budget. Every step here burns about a tenth of a call's fuel for 30 turns; with a budget
+/// of about two steps the check stops within the step that crosses it: it spends at most the
+/// budget plus one call's fuel (and the first episode's load), not an episode's 30 steps.
+#[tokio::test]
+async fn the_total_fuel_budget_is_checked_before_every_call() {
+    let runtime = check_runtime();
+    let source = "class SlowEnv:\n    def __init__(self, max_turns=30):\n        self.max_turns = max_turns\n\n    def reset(self, seed=None):\n        self.turns = 0\n        return 'Say anything.', {}\n\n    def step(self, action):\n        n = 0\n        for i in range(40000):\n            n += i\n        self.turns += 1\n        return 'again', 0.0, False, self.turns >= self.max_turns, {}\n\n    def solution(self):\n        return 'x'\n";
+    let unbounded = check(
+        &runtime,
+        source,
+        &CheckOptions {
+            seeds: 1,
+            ..CheckOptions::default()
+        },
+    )
+    .await;
+    let step = unbounded.stats.max_fuel;
+    assert!(step > 0, "{:?}", unbounded.stats);
+    let budget = 2 * step;
+    let options = CheckOptions {
+        seeds: 1,
+        fuel_budget: Some(budget),
+        ..CheckOptions::default()
+    };
+    let report = check(&runtime, source, &options).await;
+    assert_eq!(
+        report.codes(),
+        vec!["validation_fuel"],
+        "{:?}",
+        report.findings
+    );
+    assert!(!report.accepted);
+    let per_call = runtime.limits().fuel_per_call;
+    assert!(
+        report.stats.total_fuel <= budget + per_call.min(2 * step),
+        "the check spent {} fuel on a budget of {budget} (one step: {step})",
+        report.stats.total_fuel
+    );
+    let message = &report.findings[0].message;
+    assert!(
+        message.starts_with("validation used ")
+            && message.contains(&format!("over its budget of {budget}")),
+        "{message}"
+    );
+}
+
 /// A fixture's verdict, written by hand from what the fixture plants (see its docstring).
 struct Verdict {
     name: &'static str,

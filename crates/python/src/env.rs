@@ -54,7 +54,8 @@ fn episode_error(py: Python<'_>, path: Option<&std::path::Path>, err: EpisodeErr
         }
         other @ (EpisodeError::NoDifficulty
         | EpisodeError::Fork(_)
-        | EpisodeError::UnrecordedParent) => errors::usage(py, other.to_string()),
+        | EpisodeError::UnrecordedParent
+        | EpisodeError::FuelLimit { .. }) => errors::usage(py, other.to_string()),
     }
 }
 

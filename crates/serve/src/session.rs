@@ -105,9 +105,10 @@ impl SessionError {
             EpisodeError::Record(err) => {
                 SessionError::Internal(format!("writing the trajectory failed: {err}"))
             }
-            EpisodeError::NoDifficulty | EpisodeError::Fork(_) | EpisodeError::UnrecordedParent => {
-                SessionError::Invalid(err.to_string())
-            }
+            EpisodeError::NoDifficulty
+            | EpisodeError::Fork(_)
+            | EpisodeError::UnrecordedParent
+            | EpisodeError::FuelLimit { .. } => SessionError::Invalid(err.to_string()),
         }
     }
 }

@@ -23,6 +23,10 @@ use crate::actions::{ActionGen, Style, parse_tools};
 use crate::episode::{Episode, check_replay};
 use crate::oracles::{Severity, Violation, call_failed, check_end, check_step, clip};
 
+/// The code of a probe call refused because the check's fuel budget is spent: never reported
+/// (the `validation_fuel` finding is).
+const FUEL_REFUSED: &str = "fuel_refused";
+
 /// What `check` runs.
 #[derive(Debug, Clone)]
 pub struct CheckOptions {
@@ -145,7 +149,7 @@ impl Checker<'_> {
         trajectory: Option<&str>,
     ) {
         // One finding per code: the first (lowest seed) is the one to look at.
-        if !self.seen.insert(violation.code.clone()) {
+        if violation.code == FUEL_REFUSED || !self.seen.insert(violation.code.clone()) {
             return;
         }
         self.report.findings.push(Finding {
@@ -164,7 +168,22 @@ impl Checker<'_> {
         self.single_answer.get_or_insert(evidence);
     }
 
+    /// A probe's episode, limited to what is left of the check's fuel budget (so that the
+    /// budget is checked before every call, not only between episodes).
+    async fn probe(&self, seed: u64, purpose: &str) -> Episode {
+        let left = self
+            .options
+            .fuel_budget
+            .map(|budget| budget.saturating_sub(self.report.stats.total_fuel));
+        Episode::probe(self.runtime, self.source, seed, purpose, left).await
+    }
+
     fn failure(&mut self, code: &str, call: &str, err: &CallError) -> Violation {
+        if crate::episode::fuel_refused(err) {
+            // Not the environment's failure: the budget ran out mid-episode. `add` drops this
+            // marker and `over_budget` reports the budget once the episode is accounted.
+            return Violation::new(FUEL_REFUSED, err.to_string());
+        }
         let mut v = call_failed(call, err);
         v.code = code.to_owned();
         v
@@ -228,8 +247,7 @@ impl Checker<'_> {
     async fn reference_probes(&mut self) -> Option<EnvInfo> {
         const SEED: u64 = 42;
         self.report.probes.push("reference".to_owned());
-        let mut recording =
-            Episode::probe(self.runtime, self.source, SEED, "check:reference").await;
+        let mut recording = self.probe(SEED, "check:reference").await;
         let info = match recording.info() {
             Ok(info) => info.clone(),
             Err(err) => {
@@ -314,7 +332,7 @@ impl Checker<'_> {
             Style::Garbage => "check:garbage",
             _ => "check:random",
         };
-        let mut recording = Episode::probe(self.runtime, self.source, seed, purpose).await;
+        let mut recording = self.probe(seed, purpose).await;
         let mut generator = ActionGen::new(seed, parse_tools(info.tools.as_deref()));
         let limit = info.max_turns.unwrap_or(self.options.max_steps).min(200);
         let mut steps = 0u64;
@@ -373,7 +391,7 @@ impl Checker<'_> {
 
     /// Different seeds should give different initial observations.
     async fn seeds_probe(&mut self, n: u64) {
-        let mut recording = Episode::probe(self.runtime, self.source, 0, "check:seeds").await;
+        let mut recording = self.probe(0, "check:seeds").await;
         let mut observations = BTreeSet::new();
         let mut problem = None;
         for seed in 0..n {
@@ -541,6 +559,8 @@ pub async fn check(runtime: &Runtime, source: &str, options: &CheckOptions) -> C
         single_answer: None,
     };
     checker.run().await;
+    // A probe whose call was refused for the budget may have stopped the run without a check.
+    checker.over_budget();
     let mut report = checker.report;
     report.accepted = report.errors() == 0;
     report

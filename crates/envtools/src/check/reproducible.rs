@@ -39,8 +39,7 @@ impl Checker<'_> {
             .max_turns
             .unwrap_or(self.options.max_steps)
             .min(MAX_STEPS);
-        let mut recording =
-            Episode::probe(self.runtime, self.source, SEED, "check:reproducibility").await;
+        let mut recording = self.probe(SEED, "check:reproducibility").await;
         let mut steps = 0u64;
         let outcome = self
             .within_instance(&mut recording, info, limit, &mut steps)
@@ -58,13 +57,7 @@ impl Checker<'_> {
         }
 
         // A second instance, with another sandbox seed.
-        let mut recording = Episode::probe(
-            self.runtime,
-            self.source,
-            OTHER_SEED,
-            "check:reproducibility",
-        )
-        .await;
+        let mut recording = self.probe(OTHER_SEED, "check:reproducibility").await;
         let problem = match recording.reset(Some(SEED)).await.sandboxed() {
             Err(err) => Some(self.failure("reset_failed", &format!("reset(seed={SEED})"), &err)),
             Ok(again) => compare_resets(&first, &again).map(|d| {

@@ -10,7 +10,6 @@
 use spade_sandbox::EnvInfo;
 
 use super::{Checker, Played};
-use crate::episode::Episode;
 use crate::oracles::{Severity, Violation, clip};
 
 /// The actions that play a solution.
@@ -127,7 +126,7 @@ impl Checker<'_> {
             won: false,
             failed: false,
         };
-        let mut recording = Episode::probe(self.runtime, self.source, seed, "check:solution").await;
+        let mut recording = self.probe(seed, "check:solution").await;
         let mut play = SolutionPlay {
             won: false,
             ended: false,

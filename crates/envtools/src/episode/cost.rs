@@ -39,6 +39,10 @@ pub enum EpisodeError {
          replayed from its parent's"
     )]
     UnrecordedParent,
+    /// The episode had spent its fuel limit ([`super::Episode::limit_fuel`]): the call was
+    /// refused without running.
+    #[error("the episode has spent {spent} fuel, its limit is {limit}: no further call runs")]
+    FuelLimit { spent: u64, limit: u64 },
 }
 
 impl EpisodeError {

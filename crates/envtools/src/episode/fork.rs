@@ -111,6 +111,9 @@ impl Episode {
                 recording,
                 load: Cost::default(),
                 spent: Spent::default(),
+                fuel_limit: self
+                    .fuel_limit
+                    .map(|limit| limit.saturating_sub(self.spent.total_fuel)),
             });
         }
         Ok(copies)

@@ -35,6 +35,7 @@ use crate::trajectory::{RecordMeta, RecordSummary};
 
 pub use cost::{Cost, Costed, EpisodeError, Spent};
 pub use fork::Branch;
+pub(crate) use probe::fuel_refused;
 pub use replay_check::check_replay;
 
 /// The environment source an episode loads: text (compiled on first use, then cached by the
@@ -115,6 +116,8 @@ pub struct Episode {
     recording: Option<Recording>,
     load: Cost,
     spent: Spent,
+    /// Fuel the episode may spend in all, its load included ([`Episode::limit_fuel`]).
+    fuel_limit: Option<u64>,
 }
 
 impl std::fmt::Debug for Episode {
@@ -170,6 +173,7 @@ impl Episode {
             recording,
             load,
             spent: Spent::default(),
+            fuel_limit: None,
         };
         if episode.sandbox.is_ok() {
             episode.spent.add(&episode.load);
@@ -214,6 +218,26 @@ impl Episode {
     /// The trajectory's last call line as written (recorded episodes only).
     pub fn last_line(&self) -> Option<&str> {
         self.recording.as_ref().map(Recording::last_line)
+    }
+
+    /// Limits the fuel the episode spends in all, its load included: once [`Episode::spent`]
+    /// passes `limit`, every later call is refused with [`EpisodeError::FuelLimit`] without
+    /// running (so it is not recorded either, and the trajectory replays as it is). The call
+    /// that crosses the limit still runs to its end under the per-call fuel, so an episode
+    /// spends at most `limit` plus one call's fuel. `None` (the default): no limit. A fork
+    /// inherits what is left of it.
+    pub fn limit_fuel(&mut self, limit: Option<u64>) {
+        self.fuel_limit = limit;
+    }
+
+    /// The refusal of a call past the fuel limit, if the episode has spent it.
+    fn over_fuel_limit<T>(&self) -> Option<Costed<T>> {
+        let limit = self.fuel_limit?;
+        let spent = self.spent.total_fuel;
+        (spent > limit).then(|| Costed {
+            result: Err(EpisodeError::FuelLimit { spent, limit }),
+            cost: Cost::default(),
+        })
     }
 
     /// The cost of the call that began at `started` (the sandbox's account of its last call),
@@ -272,6 +296,9 @@ impl Episode {
         seed: Option<u64>,
         fields: Option<&serde_json::Map<String, serde_json::Value>>,
     ) -> Costed<(Reset, Vec<String>)> {
+        if let Some(refused) = self.over_fuel_limit() {
+            return refused;
+        }
         let started = Instant::now();
         let result = match (&mut self.sandbox, fields) {
             (Err(err), _) => return refused(err),
@@ -286,6 +313,9 @@ impl Episode {
 
     /// Calls `step(action)`.
     pub async fn step(&mut self, action: &str) -> Costed<Step> {
+        if let Some(refused) = self.over_fuel_limit() {
+            return refused;
+        }
         let started = Instant::now();
         let result = match &mut self.sandbox {
             Err(err) => return refused(err),
@@ -299,6 +329,9 @@ impl Episode {
 
     /// Calls `solution()`.
     pub async fn solution(&mut self) -> Costed<String> {
+        if let Some(refused) = self.over_fuel_limit() {
+            return refused;
+        }
         let started = Instant::now();
         let result = match &mut self.sandbox {
             Err(err) => return refused(err),
@@ -312,6 +345,9 @@ impl Episode {
 
     /// Calls the environment's `close()`.
     pub async fn close(&mut self) -> Costed<()> {
+        if let Some(refused) = self.over_fuel_limit() {
+            return refused;
+        }
         let started = Instant::now();
         let result = match &mut self.sandbox {
             Err(err) => return refused(err),

@@ -159,7 +159,7 @@ async fn episode(
                 solution: false,
             };
             (
-                Episode::probe(&runtime, &source, seed, "fuzz").await,
+                Episode::probe(&runtime, &source, seed, "fuzz", None).await,
                 calls,
                 None,
             )
@@ -266,7 +266,7 @@ async fn episode(
 /// The trajectory of `calls` played from a fresh sandbox (the same calls give the same lines:
 /// a copy continues exactly where its state was reached), and its trace hash.
 async fn rebuild(runtime: &Runtime, source: &str, calls: &Calls) -> (String, String) {
-    let mut recording = Episode::probe(runtime, source, calls.seed, "fuzz").await;
+    let mut recording = Episode::probe(runtime, source, calls.seed, "fuzz", None).await;
     let _ = recording.reset(Some(calls.seed)).await;
     for action in &calls.actions {
         if recording.step(action).await.result.is_err() {

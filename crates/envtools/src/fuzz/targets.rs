@@ -111,7 +111,7 @@ impl Harness {
         let seed = u64::from_le_bytes(seed);
         self.executor.block_on(async {
             let mut recording =
-                Episode::probe(&self.runtime, source, seed & 0xffff, "fuzz-target").await;
+                Episode::probe(&self.runtime, source, seed & 0xffff, "fuzz-target", None).await;
             let info = recording.info().expect("the fixture loads").clone();
             let mut generator = ActionGen::new(seed, parse_tools(info.tools.as_deref()));
             let literal: Vec<String> = rest

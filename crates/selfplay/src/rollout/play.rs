@@ -256,8 +256,12 @@ impl Run<'_> {
                 )));
             }
             Err(EpisodeError::Record(io)) => return Err(TrainError::trajectory(&path, io)),
-            Err(other @ (EpisodeError::Fork(_) | EpisodeError::UnrecordedParent)) => {
-                unreachable!("a reset does not fork: {other}")
+            Err(
+                other @ (EpisodeError::Fork(_)
+                | EpisodeError::UnrecordedParent
+                | EpisodeError::FuelLimit { .. }),
+            ) => {
+                unreachable!("a reset does not fork and this episode has no fuel limit: {other}")
             }
         })
     }
