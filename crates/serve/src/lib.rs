@@ -11,6 +11,7 @@
 //! See [`protocol`] for the message formats.
 
 pub mod admission;
+mod fair;
 mod fork;
 mod held;
 pub mod http;

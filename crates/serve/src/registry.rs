@@ -13,8 +13,8 @@ use serde_json::{Value, json};
 use spade_envtools::check::{CheckOptions, check};
 use spade_envtools::trajectory::sha256_hex;
 use spade_sandbox::{EnvSource, ErrorKind, Runtime, SandboxOptions};
-use tokio::sync::Semaphore;
 
+use crate::fair::FairWorkers;
 use crate::protocol::check_id;
 
 /// One registered environment source and its check verdict.
@@ -103,8 +103,10 @@ pub struct RegistryLimits {
     /// Most source bytes over all HTTP registrations. Default 64 MiB.
     pub max_source_bytes: usize,
     /// Checks running at once (each is one sandbox, CPU-bound and bounded by the check's fuel
-    /// budget). Default 2: a hostile source cannot hold every other registration up, and
-    /// checks cannot take every core from running sessions.
+    /// budget, which is checked before every call). Default 2: a hostile source cannot hold
+    /// every other registration up, and checks cannot take every core from running sessions.
+    /// A freed worker goes to the waiting tenant with the fewest checks running, so a tenant
+    /// waits for at most one check of each other waiting tenant, not for another's whole queue.
     pub check_workers: usize,
 }
 
@@ -298,7 +300,7 @@ pub struct Registry {
     options: CheckOptions,
     limits: RegistryLimits,
     entries: RwLock<Entries>,
-    checks: Semaphore,
+    checks: FairWorkers,
     clock: AtomicU64,
 }
 
@@ -320,7 +322,7 @@ impl Registry {
             options,
             limits,
             entries: RwLock::new(Entries::default()),
-            checks: Semaphore::new(workers),
+            checks: FairWorkers::new(workers),
             clock: AtomicU64::new(0),
         }
     }
@@ -408,7 +410,7 @@ impl Registry {
             bytes: source.len(),
             settled: false,
         };
-        let result = self.check_and_compile(&id, &sha256, source).await;
+        let result = self.check_and_compile(origin, &id, &sha256, source).await;
         reserved.settled = true;
         let mut entries = self.write();
         entries.checking.remove(&id);
@@ -544,11 +546,12 @@ impl Registry {
 
     async fn check_and_compile(
         &self,
+        origin: Origin,
         id: &str,
         sha256: &str,
         source: &str,
     ) -> Result<Checked, RegistryError> {
-        let _permit = self.checks.acquire().await.expect("never closed");
+        let _worker = self.checks.acquire(origin).await;
         let verdict = self.verdict(sha256, source).await;
         if !verdict.accepted {
             return Ok((verdict, None, None));
