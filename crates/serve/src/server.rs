@@ -329,7 +329,7 @@ async fn authenticate(
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
+        .and_then(bearer_token);
     let message = match given {
         None => {
             "missing bearer token: send 'Authorization: Bearer <token>' (the server runs with --token-file)"
@@ -347,6 +347,13 @@ async fn authenticate(
         .headers_mut()
         .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
     response.into_response()
+}
+
+/// The token of an `Authorization` value with the `Bearer` scheme. Schemes are
+/// case-insensitive (RFC 9110, section 11.1): `bearer` and `BEARER` are the same scheme.
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then_some(token)
 }
 
 /// The index of the token whose digest is `given`, comparing with every one (the time does not
@@ -392,5 +399,15 @@ mod tests {
         assert_eq!(matching_token(&digest("second"), &tokens), Some(1));
         assert_eq!(matching_token(&digest("first"), &tokens), Some(0));
         assert_eq!(matching_token(&digest("third"), &tokens), None);
+    }
+
+    #[test]
+    fn the_bearer_scheme_is_case_insensitive() {
+        assert_eq!(bearer_token("Bearer abc"), Some("abc"));
+        assert_eq!(bearer_token("bearer abc"), Some("abc"));
+        assert_eq!(bearer_token("BEARER abc"), Some("abc"));
+        assert_eq!(bearer_token("Basic abc"), None);
+        assert_eq!(bearer_token("Bearerabc"), None);
+        assert_eq!(bearer_token("Bearer"), None);
     }
 }

@@ -5,8 +5,9 @@
 //! version and the engine's compatibility hash (its compilation settings). The file is
 //! written and read through the cache's directory descriptors ([`crate::cache::dir`]): written
 //! under an exclusive temporary name and renamed, so a crash never leaves a partial artifact
-//! under a valid name; read only when this user alone can write it, and into memory, never
-//! mapped.
+//! under a valid name; read only when this user alone can write it, and then mapped (shared
+//! with every process that maps it, not copied), through the descriptor its permissions were
+//! checked on: see [`cached`].
 
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
