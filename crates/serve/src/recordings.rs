@@ -22,8 +22,8 @@
 //! left as it was and its trajectory stays complete up to the last call that ran, so nothing
 //! the client saw is missing from it and nothing runs unrecorded. One call may pass the quota
 //! by what it writes (bounded by the message and observation limits); the next is refused.
-//! Before refusing, the tenant's directory is measured again, so recordings an operator
-//! removed count off at once.
+//! Before refusing, the tenant's directory is measured again (at most once a second), so
+//! recordings an operator removed count off within a second.
 //!
 //! **Downloads** are streamed from the file in [`DOWNLOAD_CHUNK`] pieces (a download holds one
 //! chunk, not the file) and at most [`DEFAULT_MAX_DOWNLOADS`] run at once
@@ -32,8 +32,9 @@
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -55,11 +56,18 @@ pub const DEFAULT_MAX_DOWNLOADS: usize = 16;
 /// Bytes a download reads from its file at a time: 64 KiB.
 pub const DOWNLOAD_CHUNK: usize = 64 << 10;
 
+/// How often a tenant over its quota has its directory measured again: at most once a
+/// second, so that a client hammering a refused call does not make the server list a large
+/// directory for each.
+const REMEASURE_EVERY: Duration = Duration::from_secs(1);
+
 /// One tenant's recordings.
 struct TenantRecords {
     dir: PathBuf,
     /// Bytes of recordings in `dir`: measured at start, counted up as they are written.
     used: Arc<AtomicU64>,
+    /// When `dir` was last measured.
+    measured: Mutex<Instant>,
 }
 
 /// Every tenant's recordings under the record directory.
@@ -95,6 +103,7 @@ impl Recordings {
             tenants.push(TenantRecords {
                 dir,
                 used: Arc::new(AtomicU64::new(used)),
+                measured: Mutex::new(Instant::now()),
             });
         }
         Ok(Recordings {
@@ -119,21 +128,35 @@ impl Recordings {
     }
 
     /// Refuses a recorded call of `tenant` when its recordings are at or over the quota
-    /// (measuring its directory again first).
+    /// (measuring its directory again first, at most once every [`REMEASURE_EVERY`]).
     pub fn check_quota(&self, tenant: Tenant) -> Result<(), SessionError> {
         let records = self.tenant(tenant)?;
-        if records.used.load(Ordering::Relaxed) < self.max_bytes {
-            return Ok(());
-        }
-        let used = measure(&records.dir).map_err(|err| {
-            SessionError::Internal(format!(
-                "cannot measure the record directory '{}': {err}",
-                records.dir.display()
-            ))
-        })?;
-        records.used.store(used, Ordering::Relaxed);
+        let mut used = records.used.load(Ordering::Relaxed);
         if used < self.max_bytes {
             return Ok(());
+        }
+        let remeasure = {
+            let mut measured = records
+                .measured
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let due = measured.elapsed() >= REMEASURE_EVERY;
+            if due {
+                *measured = Instant::now();
+            }
+            due
+        };
+        if remeasure {
+            used = measure(&records.dir).map_err(|err| {
+                SessionError::Internal(format!(
+                    "cannot measure the record directory '{}': {err}",
+                    records.dir.display()
+                ))
+            })?;
+            records.used.store(used, Ordering::Relaxed);
+            if used < self.max_bytes {
+                return Ok(());
+            }
         }
         Err(SessionError::RecordQuota(format!(
             "this token's recordings hold {used} bytes, at or over its quota of {} bytes (--max-record-bytes): the call was not run and the episode is as it was; ask the operator to raise --max-record-bytes or remove recordings",

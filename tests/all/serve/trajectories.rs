@@ -214,6 +214,21 @@ async fn a_tenant_over_its_record_quota_is_refused_with_the_flag_named() {
     // Another token has its own quota.
     let beta = reset_as(&server, Some(BETA), json!({"seed": 1})).await;
     assert_eq!(beta["type"], "observation", "{beta}");
+    // Alpha's recordings are in a directory of its own, named without the token; once the
+    // operator removes them, alpha records again (the directory is measured again within 1 s).
+    let owned: Vec<_> = std::fs::read_dir(dir.path().join("traj"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|d| d.join("quota-0.jsonl").exists())
+        .collect();
+    assert_eq!(owned.len(), 1, "{owned:?}");
+    let name = owned[0].file_name().unwrap().to_str().unwrap().to_owned();
+    assert!(name.starts_with("tenant-") && !name.contains("alpha"), "{name}");
+    std::fs::remove_dir_all(&owned[0]).unwrap();
+    std::fs::create_dir(&owned[0]).unwrap();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let again = reset_as(&server, Some(ALPHA), json!({"seed": 1})).await;
+    assert_eq!(again["type"], "observation", "{again}");
 }
 
 #[test]
