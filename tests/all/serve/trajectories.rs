@@ -223,7 +223,10 @@ async fn a_tenant_over_its_record_quota_is_refused_with_the_flag_named() {
         .collect();
     assert_eq!(owned.len(), 1, "{owned:?}");
     let name = owned[0].file_name().unwrap().to_str().unwrap().to_owned();
-    assert!(name.starts_with("tenant-") && !name.contains("alpha"), "{name}");
+    assert!(
+        name.starts_with("tenant-") && !name.contains("alpha"),
+        "{name}"
+    );
     std::fs::remove_dir_all(&owned[0]).unwrap();
     std::fs::create_dir(&owned[0]).unwrap();
     tokio::time::sleep(Duration::from_millis(1100)).await;
