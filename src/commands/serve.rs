@@ -64,9 +64,19 @@ pub struct ServeArgs {
     #[arg(long, value_name = "F")]
     pub token_file: Option<PathBuf>,
     /// Record every episode to `DIR/<episode_id>.jsonl` (replayable with `spade replay`,
-    /// served at `/trajectories/<episode_id>`).
+    /// served at `/trajectories/<episode_id>` to the token that played it); with
+    /// --token-file, each token's under `DIR/tenant-<key>/`.
     #[arg(long, value_name = "DIR")]
     pub record_dir: Option<PathBuf>,
+    /// Bytes of recordings one token may hold under --record-dir (for example 4G); a recorded
+    /// reset, step or fork past it is refused before it runs. Default 4 GiB: thousands of
+    /// typical episodes, and a bound on what one client can write to the disk.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size,
+          default_value_t = spade_serve::recordings::DEFAULT_MAX_RECORD_BYTES)]
+    pub max_record_bytes: u64,
+    /// Trajectory downloads (GET /trajectories/ID) at once, each streamed; one more gets 503.
+    #[arg(long, value_name = "N", default_value_t = spade_serve::recordings::DEFAULT_MAX_DOWNLOADS)]
+    pub max_downloads: usize,
     /// Largest WebSocket message or HTTP request body, in bytes.
     #[arg(long, default_value_t = 1 << 20, value_name = "BYTES")]
     pub max_message_bytes: usize,
@@ -222,6 +232,8 @@ impl ServeArgs {
                 .then(|| Duration::from_secs_f64(self.session_idle_timeout)),
             tokens,
             record_dir: self.record_dir.clone(),
+            max_record_bytes: self.max_record_bytes,
+            max_downloads: self.max_downloads,
             max_message_bytes: self.max_message_bytes,
         })
     }

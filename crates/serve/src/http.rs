@@ -218,6 +218,7 @@ fn session_error(err: SessionError) -> Response {
         SessionError::Invalid(_) | SessionError::NoEpisodeYet(_) => {
             StatusCode::UNPROCESSABLE_ENTITY
         }
+        SessionError::RecordQuota(_) => StatusCode::INSUFFICIENT_STORAGE,
         _ => StatusCode::INTERNAL_SERVER_ERROR,
     };
     error(status, err.to_string(), extra)
@@ -242,7 +243,12 @@ pub async fn reset(
         Ok(fields) => fields,
         Err(err) => return invalid_body(err),
     };
-    let mut session = Session::new(state.new_session_id(), state.sessions_without_recording());
+    // Not recorded, so the tenant does not matter.
+    let mut session = Session::new(
+        state.new_session_id(),
+        state.sessions_without_recording(),
+        Tenant(0),
+    );
     outcome_response(session.reset(fields).await)
 }
 
@@ -465,11 +471,18 @@ pub async fn register_env(
     }
 }
 
-/// `GET /trajectories/{episode_id}`: the episode's trajectory file (JSON Lines), complete once
-/// the episode ended (terminated, truncated, the sandbox died, the next reset, or the session
-/// closed).
-pub async fn trajectory(State(state): State<Arc<AppState>>, Path(id): Path<String>) -> Response {
-    let Some(dir) = &state.sessions.record_dir else {
+/// `GET /trajectories/{episode_id}`: the caller's episode's trajectory file (JSON Lines),
+/// complete once the episode ended (terminated, truncated, the sandbox died, the next reset, or
+/// the session closed). Only the tenant whose session played the episode gets it: for another
+/// token it is 404 with the same body as an id never used (see [`crate::recordings`]). The
+/// file is streamed, as much of it as was written when the request came; with
+/// `--max-downloads` downloads running, one more is 503 at once.
+pub async fn trajectory(
+    State(state): State<Arc<AppState>>,
+    Extension(tenant): Extension<Tenant>,
+    Path(id): Path<String>,
+) -> Response {
+    let Some(recordings) = &state.sessions.recordings else {
         return plain_error(
             StatusCode::NOT_FOUND,
             "sessions are not recorded: start `spade serve` with --record-dir DIR",
@@ -478,18 +491,79 @@ pub async fn trajectory(State(state): State<Arc<AppState>>, Path(id): Path<Strin
     if let Err(message) = check_id(&id, "episode id") {
         return plain_error(StatusCode::UNPROCESSABLE_ENTITY, message);
     }
-    let path = dir.join(format!("{id}.jsonl"));
-    match tokio::fs::read(&path).await {
-        Ok(bytes) => ([(header::CONTENT_TYPE, "application/x-ndjson")], bytes).into_response(),
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => plain_error(
+    let missing = || {
+        plain_error(
             StatusCode::NOT_FOUND,
             format!("no trajectory for episode '{id}'"),
-        ),
-        Err(err) => plain_error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("reading the trajectory of '{id}': {err}"),
-        ),
-    }
+        )
+    };
+    let Some(path) = recordings.path(tenant, &id) else {
+        return missing();
+    };
+    let Some(slot) = recordings.download_slot() else {
+        let mut response = plain_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "{} trajectory downloads are running, the most at once (--max-downloads); retry when one has finished",
+                recordings.max_downloads()
+            ),
+        );
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+        return response;
+    };
+    let file = match tokio::fs::File::open(&path).await {
+        Ok(file) => file,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return missing(),
+        Err(err) => {
+            return plain_error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("reading the trajectory of '{id}': {err}"),
+            );
+        }
+    };
+    let len = match file.metadata().await {
+        Ok(meta) if meta.is_file() => meta.len(),
+        Ok(_) => return missing(),
+        Err(err) => {
+            return plain_error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("reading the trajectory of '{id}': {err}"),
+            );
+        }
+    };
+    (
+        [
+            (header::CONTENT_TYPE, "application/x-ndjson".to_owned()),
+            (header::CONTENT_LENGTH, len.to_string()),
+        ],
+        axum::body::Body::from_stream(file_chunks(file, len, slot)),
+    )
+        .into_response()
+}
+
+/// The first `len` bytes of `file` in [`crate::recordings::DOWNLOAD_CHUNK`] pieces, holding
+/// the download slot `slot` until the last one is sent (or the client goes away).
+fn file_chunks(
+    file: tokio::fs::File,
+    len: u64,
+    slot: tokio::sync::OwnedSemaphorePermit,
+) -> impl futures_util::Stream<Item = std::io::Result<Bytes>> + Send + 'static {
+    use tokio::io::AsyncReadExt;
+    let reader = file.take(len);
+    futures_util::stream::unfold(Some((reader, slot)), |state| async move {
+        let (mut reader, slot) = state?;
+        let mut chunk = vec![0u8; crate::recordings::DOWNLOAD_CHUNK];
+        match reader.read(&mut chunk).await {
+            Ok(0) => None,
+            Ok(n) => {
+                chunk.truncate(n);
+                Some((Ok(Bytes::from(chunk)), Some((reader, slot))))
+            }
+            Err(err) => Some((Err(err), None)),
+        }
+    })
 }
 
 /// Any other path.

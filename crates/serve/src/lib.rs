@@ -18,6 +18,7 @@ pub mod http;
 pub mod mcp;
 pub mod openapi;
 pub mod protocol;
+pub mod recordings;
 mod registry;
 mod server;
 mod session;

@@ -241,7 +241,7 @@ fn create_session(
             );
         }
     };
-    let session = Session::new(state.new_session_id(), state.sessions.clone());
+    let session = Session::new(state.new_session_id(), state.sessions.clone(), tenant);
     let shared = SharedSession::new(session, slot, tenant);
     let session_id = shared.id().to_owned();
     state.held.insert(shared);

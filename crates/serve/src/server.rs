@@ -5,7 +5,6 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use axum::Router;
@@ -24,6 +23,7 @@ use tokio::sync::watch;
 
 use crate::admission::{Admission, check_budget, default_budget};
 use crate::held::{HeldSessions, SharedSession};
+use crate::recordings::{DEFAULT_MAX_DOWNLOADS, DEFAULT_MAX_RECORD_BYTES, Recordings};
 use crate::registry::{Registry, Tenant};
 use crate::session::{Session, SessionContext};
 use crate::{http, ws};
@@ -50,8 +50,16 @@ pub struct ServeConfig {
     /// Each token is a tenant: its HTTP registrations are counted against
     /// [`crate::RegistryLimits::max_per_token`], and only it can delete them.
     pub tokens: Vec<String>,
-    /// Record every episode to `<dir>/<episode_id>.jsonl`.
+    /// Record every episode to `<dir>/<episode_id>.jsonl`, each token's in its own
+    /// directory under it (see [`crate::recordings`]).
     pub record_dir: Option<PathBuf>,
+    /// Bytes of recordings one tenant may hold; a recorded call past it is refused
+    /// ([`crate::SessionError::RecordQuota`]). Default
+    /// [`DEFAULT_MAX_RECORD_BYTES`] (4 GiB).
+    pub max_record_bytes: u64,
+    /// Trajectory downloads at once; one more gets 503. Default [`DEFAULT_MAX_DOWNLOADS`]
+    /// (16).
+    pub max_downloads: usize,
     /// Largest WebSocket message or HTTP body, in bytes. A larger WebSocket message gets a
     /// `VALIDATION_ERROR` and the session goes on, up to 4x this, past which the connection is
     /// closed with code 1009. Default 1 MiB.
@@ -68,6 +76,8 @@ impl Default for ServeConfig {
             idle_timeout: Some(Duration::from_secs(300)),
             tokens: Vec::new(),
             record_dir: None,
+            max_record_bytes: DEFAULT_MAX_RECORD_BYTES,
+            max_downloads: DEFAULT_MAX_DOWNLOADS,
             max_message_bytes: 1 << 20,
         }
     }
@@ -128,16 +138,17 @@ pub struct AppState {
     pub shutdown: watch::Receiver<bool>,
     /// The sha256 of every token, in the order given (the index is the tenant).
     token_sha256: Vec<[u8; 32]>,
-    next_session: AtomicU64,
-    id_prefix: String,
 }
 
 impl AppState {
-    /// A fresh session id, unique within this server's record directory across restarts
-    /// (a per-process prefix plus a counter).
+    /// A fresh session id: 128 random bits from the operating system, in hex, so that no id
+    /// says anything of another (a session's default episode ids are `<session id>-<n>`).
+    ///
+    /// # Panics
+    ///
+    /// When the operating system's random source fails (it does not on a booted Linux).
     pub fn new_session_id(&self) -> String {
-        let n = self.next_session.fetch_add(1, Ordering::Relaxed);
-        format!("{}-{n}", self.id_prefix)
+        crate::recordings::random_id().expect("the operating system's random source failed")
     }
 
     /// The session context with recording off.
@@ -165,12 +176,26 @@ impl Server {
             runtime.limits().memory_limit as u64,
             registry.limits().check_workers,
         )?;
-        if let Some(dir) = &config.record_dir {
-            std::fs::create_dir_all(dir).map_err(|source| BindError::RecordDir {
-                dir: dir.clone(),
-                source,
-            })?;
+        if config.max_downloads == 0 {
+            return Err(BindError::Config(
+                "--max-downloads must be at least 1".to_owned(),
+            ));
         }
+        let recordings = match &config.record_dir {
+            None => None,
+            Some(dir) => Some(
+                Recordings::open(
+                    dir,
+                    &config.tokens,
+                    config.max_record_bytes,
+                    config.max_downloads,
+                )
+                .map_err(|source| BindError::RecordDir {
+                    dir: dir.clone(),
+                    source,
+                })?,
+            ),
+        };
         let listener =
             TcpListener::bind(config.bind)
                 .await
@@ -182,15 +207,14 @@ impl Server {
         let sessions = Arc::new(SessionContext {
             registry: registry.clone(),
             runtime: runtime.clone(),
-            record_dir: config.record_dir.clone(),
+            recordings,
         });
         let stateless = Arc::new(SessionContext {
             registry,
             runtime,
-            record_dir: None,
+            recordings: None,
         });
         let token_sha256 = config.tokens.iter().map(|t| digest(t)).collect();
-        let id_prefix = process_prefix();
         let state = Arc::new(AppState {
             admission: Admission::new(config.max_sessions),
             held: HeldSessions::default(),
@@ -199,8 +223,6 @@ impl Server {
             stateless,
             shutdown,
             token_sha256,
-            next_session: AtomicU64::new(0),
-            id_prefix,
         });
         Ok(Server {
             listener,
@@ -305,7 +327,7 @@ async fn websocket(
     }
     match state.admission.admit() {
         Ok(permit) => {
-            let session = Session::new(state.new_session_id(), state.sessions.clone());
+            let session = Session::new(state.new_session_id(), state.sessions.clone(), tenant);
             let shared = SharedSession::new(session, permit, tenant);
             upgrade.on_upgrade(move |socket| ws::run(socket, state, shared, ws::Attachment::Own))
         }
@@ -374,16 +396,6 @@ fn digest(token: &str) -> [u8; 32] {
 
 fn constant_time_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-/// A short prefix unique to this process: sha256 of the start time and the process id.
-fn process_prefix() -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    let seed = format!("{nanos}-{}", std::process::id());
-    hex::encode(&Sha256::digest(seed.as_bytes())[..6])
 }
 
 #[cfg(test)]

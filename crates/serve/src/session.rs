@@ -2,9 +2,7 @@
 //! recorded as a trajectory file. Transport-independent (the WebSocket loop and the HTTP
 //! endpoints both drive it).
 
-use std::fs::OpenOptions;
-use std::io::{self, BufWriter};
-use std::path::PathBuf;
+use std::io::BufWriter;
 use std::sync::Arc;
 
 use serde_json::value::RawValue;
@@ -16,15 +14,17 @@ use spade_sandbox::{CallError, EnvSource, ErrorKind, Runtime, SandboxOptions};
 use crate::protocol::{
     ObservationMeta, ObservationPayload, ResetFields, SpadeAction, SpadeObservation,
 };
-use crate::registry::{Registration, Registry};
+use crate::recordings::Recordings;
+use crate::registry::{Registration, Registry, Tenant};
 use crate::tools::{ToolCall, mcp_tools};
 
 /// What every session of a server shares.
 pub struct SessionContext {
     pub registry: Arc<Registry>,
     pub runtime: Runtime,
-    /// Where trajectories are written (`<dir>/<episode_id>.jsonl`); `None`: not recorded.
-    pub record_dir: Option<PathBuf>,
+    /// Where trajectories are written, each tenant's in its own directory (see
+    /// [`crate::recordings`]); `None`: not recorded.
+    pub recordings: Option<Recordings>,
 }
 
 impl SessionContext {
@@ -55,6 +55,10 @@ pub enum SessionError {
     /// The server could not write the trajectory.
     #[error("{0}")]
     Internal(String),
+    /// The session's tenant holds `--max-record-bytes` of recordings: the call was refused
+    /// before it ran (the episode is as it was).
+    #[error("{0}")]
+    RecordQuota(String),
 }
 
 impl SessionError {
@@ -184,16 +188,20 @@ struct Current {
 pub struct Session {
     id: String,
     ctx: Arc<SessionContext>,
+    /// The tenant whose session it is: its episodes are recorded in its directory, against
+    /// its quota.
+    owner: Tenant,
     episodes: u64,
     episode: Option<Current>,
 }
 
 impl Session {
-    /// A session with no episode yet.
-    pub fn new(id: String, ctx: Arc<SessionContext>) -> Session {
+    /// A session of `owner` with no episode yet.
+    pub fn new(id: String, ctx: Arc<SessionContext>, owner: Tenant) -> Session {
         Session {
             id,
             ctx,
+            owner,
             episodes: 0,
             episode: None,
         }
@@ -230,7 +238,8 @@ impl Session {
         };
         self.episodes += 1;
         let ctx = self.ctx.clone();
-        let mut episode = start_episode(&ctx, &source, options, &episode_id, &fields).await?;
+        let mut episode =
+            start_episode(&ctx, self.owner, &source, options, &episode_id, &fields).await?;
         let costed = if fields.extra.is_empty() {
             episode.reset(Some(seed)).await.map(|r| (r, Vec::new()))
         } else {
@@ -299,6 +308,11 @@ impl Session {
                 episode.ended.unwrap_or("ended")
             )));
         };
+        if let Some(recordings) = &self.ctx.recordings
+            && playing.recorded()
+        {
+            recordings.check_quota(self.owner)?;
+        }
         let costed = playing.step(&action.message).await;
         let fuel = costed.cost.fuel;
         episode.steps += 1;
@@ -405,11 +419,16 @@ impl Session {
                 current.ended.unwrap_or("ended")
             )));
         };
+        if let Some(recordings) = &self.ctx.recordings
+            && playing.recorded()
+        {
+            recordings.check_quota(self.owner)?;
+        }
         let mut branches = Vec::with_capacity(copies.len());
         for (session_id, reseed) in copies {
-            let record = match (&self.ctx.record_dir, playing.recorded()) {
-                (Some(dir), true) => {
-                    let file = create_trajectory(dir, &format!("{session_id}-0"))?;
+            let record = match (&self.ctx.recordings, playing.recorded()) {
+                (Some(recordings), true) => {
+                    let file = recordings.create(self.owner, &format!("{session_id}-0"))?;
                     Record::to(BufWriter::new(file), RecordMeta::default())
                 }
                 _ => Record::Off,
@@ -431,6 +450,7 @@ impl Session {
             .map(|((session_id, _), episode)| Session {
                 id: session_id.clone(),
                 ctx: self.ctx.clone(),
+                owner: self.owner,
                 episodes: 1,
                 episode: Some(Current {
                     id: format!("{session_id}-0"),
@@ -458,19 +478,20 @@ impl Session {
 /// failure (its trajectory, if recorded, is finished with it).
 async fn start_episode(
     ctx: &SessionContext,
+    owner: Tenant,
     source: &EnvSource,
     options: SandboxOptions,
     episode_id: &str,
     fields: &ResetFields,
 ) -> Result<Episode, SessionError> {
-    let record = match &ctx.record_dir {
+    let record = match &ctx.recordings {
         None => Record::Off,
-        Some(dir) => {
+        Some(recordings) => {
             let meta = RecordMeta {
                 hint: fields.hint.clone(),
                 ..RecordMeta::default()
             };
-            Record::to(BufWriter::new(create_trajectory(dir, episode_id)?), meta)
+            Record::to(BufWriter::new(recordings.create(owner, episode_id)?), meta)
         }
     };
     let episode = Episode::start(&ctx.runtime, source, options, record)
@@ -482,27 +503,6 @@ async fn start_episode(
         return Err(err);
     }
     Ok(episode)
-}
-
-/// Creates `<dir>/<episode_id>.jsonl`, refusing an episode id already used.
-fn create_trajectory(
-    dir: &std::path::Path,
-    episode_id: &str,
-) -> Result<std::fs::File, SessionError> {
-    let path = dir.join(format!("{episode_id}.jsonl"));
-    OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&path)
-        .map_err(|err| match err.kind() {
-            io::ErrorKind::AlreadyExists => SessionError::Invalid(format!(
-                "episode id '{episode_id}' is already used by a recorded trajectory"
-            )),
-            _ => SessionError::Internal(format!(
-                "cannot create the trajectory file '{}': {err}",
-                path.display()
-            )),
-        })
 }
 
 impl Current {

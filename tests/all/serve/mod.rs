@@ -11,6 +11,7 @@ mod mcp;
 mod protocol;
 mod python;
 mod registrations;
+mod trajectories;
 
 /// The fixtures with actions that `spade check` accepts (the ones a session can play).
 pub const PLAYABLE: &[&str] = &[
