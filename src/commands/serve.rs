@@ -67,6 +67,19 @@ pub struct ServeArgs {
     /// served at `/trajectories/<episode_id>`).
     #[arg(long, value_name = "DIR")]
     pub record_dir: Option<PathBuf>,
+    /// Seconds a connection gets to send a request's whole header, counted from when the server
+    /// waits for it (also the keep-alive idle timeout: a connection with no next request
+    /// within it is closed; 0: no limit).
+    #[arg(long, default_value_t = 30.0, value_name = "S")]
+    pub header_read_timeout: f64,
+    /// Most TCP connections open at once (a WebSocket counts for its whole life); one more is
+    /// answered 503 and closed at once. Default: 1024, or half the open-file limit if lower.
+    #[arg(long, value_name = "N")]
+    pub max_connections: Option<usize>,
+    /// Seconds that open calls and sessions get to finish at shutdown (SIGTERM, Ctrl-C); past
+    /// it every remaining connection is dropped.
+    #[arg(long, default_value_t = 30.0, value_name = "S")]
+    pub shutdown_grace: f64,
     /// Largest WebSocket message or HTTP request body, in bytes.
     #[arg(long, default_value_t = 1 << 20, value_name = "BYTES")]
     pub max_message_bytes: usize,
@@ -130,7 +143,7 @@ impl ServeArgs {
             // The port is open while the start-up checks run, concurrently; each environment is
             // playable as soon as its check passes (`/health` counts them).
             let (served, ()) = tokio::join!(
-                server.run(Box::pin(shutdown_signal()), Duration::from_secs(35)),
+                server.run(Box::pin(shutdown_signal())),
                 register_all(&registry, sources),
             );
             served.context("serving")?;
@@ -206,6 +219,18 @@ impl ServeArgs {
         if !(self.session_idle_timeout.is_finite() && self.session_idle_timeout >= 0.0) {
             bail!("--session-idle-timeout must be a number of seconds, 0 or more");
         }
+        let seconds = |value: f64, flag: &str| -> anyhow::Result<Option<Duration>> {
+            if !(value.is_finite() && value >= 0.0) {
+                bail!("--{flag} must be a number of seconds, 0 or more");
+            }
+            Ok((value > 0.0).then(|| Duration::from_secs_f64(value)))
+        };
+        let header_read_timeout = seconds(self.header_read_timeout, "header-read-timeout")?;
+        let shutdown_grace =
+            seconds(self.shutdown_grace, "shutdown-grace")?.unwrap_or(Duration::ZERO);
+        if self.max_connections == Some(0) {
+            bail!("--max-connections must be at least 1");
+        }
         if self.max_message_bytes < 1024 {
             bail!("--max-message-bytes must be at least 1024");
         }
@@ -223,6 +248,11 @@ impl ServeArgs {
             tokens,
             record_dir: self.record_dir.clone(),
             max_message_bytes: self.max_message_bytes,
+            header_read_timeout,
+            max_connections: self
+                .max_connections
+                .unwrap_or_else(spade_serve::default_max_connections),
+            shutdown_grace,
         })
     }
 
