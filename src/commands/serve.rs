@@ -34,6 +34,11 @@ pub struct ServeArgs {
     /// budget, at most 256.
     #[arg(long)]
     pub max_sessions: Option<usize>,
+    /// Most live sessions (WebSocket and held) of one bearer token; one more gets
+    /// CAPACITY_REACHED naming this limit. Default: all of --max-sessions with one token (or
+    /// none), half of them with several tokens.
+    #[arg(long, value_name = "N")]
+    pub max_sessions_per_token: Option<usize>,
     /// Memory that every sandbox the server may run at once must fit in: (2 per session +
     /// check workers) x --memory-limit (for example 16G). Default: 3/4 of the machine's memory.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
@@ -228,6 +233,9 @@ impl ServeArgs {
         let header_read_timeout = seconds(self.header_read_timeout, "header-read-timeout")?;
         let shutdown_grace =
             seconds(self.shutdown_grace, "shutdown-grace")?.unwrap_or(Duration::ZERO);
+        if self.max_sessions_per_token == Some(0) {
+            bail!("--max-sessions-per-token must be at least 1");
+        }
         if self.max_connections == Some(0) {
             bail!("--max-connections must be at least 1");
         }
@@ -253,6 +261,7 @@ impl ServeArgs {
                 .max_connections
                 .unwrap_or_else(spade_serve::default_max_connections),
             shutdown_grace,
+            max_sessions_per_token: self.max_sessions_per_token,
         })
     }
 

@@ -12,8 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::sync::OwnedSemaphorePermit;
-
+use crate::admission::SessionSlot;
 use crate::registry::Tenant;
 use crate::session::Session;
 
@@ -24,8 +23,8 @@ pub struct SharedSession {
     /// The tenant (bearer token) that created it: only it may attach to, fork, call tools in
     /// or close the session while the server holds it.
     owner: Tenant,
-    /// The admission slot: released when the last handle is dropped.
-    _slot: OwnedSemaphorePermit,
+    /// The admission slot (and the owner's count): released when the last handle is dropped.
+    _slot: SessionSlot,
     /// A WebSocket is attached (a held session has at most one).
     attached: AtomicBool,
     /// `openenv/session/close` came while a WebSocket was attached: the session is released
@@ -36,7 +35,7 @@ pub struct SharedSession {
 
 impl SharedSession {
     /// A session of `owner` that holds `slot`.
-    pub fn new(session: Session, slot: OwnedSemaphorePermit, owner: Tenant) -> Arc<SharedSession> {
+    pub fn new(session: Session, slot: SessionSlot, owner: Tenant) -> Arc<SharedSession> {
         Arc::new(SharedSession {
             id: session.id().to_owned(),
             owner,

@@ -72,6 +72,11 @@ pub struct ServeConfig {
     /// and send nothing (they need no token for that) exhaust the descriptors and lock every
     /// other client out.
     pub max_connections: usize,
+    /// Most live sessions (WebSocket sessions and held ones) of one bearer token; one more is
+    /// refused with `CAPACITY_REACHED` and a message naming this limit. `None`: all of
+    /// `max_sessions` with one token or none, and half of them (rounded up) with several, so
+    /// that one tenant cannot take every slot and lock the others out.
+    pub max_sessions_per_token: Option<usize>,
     /// At shutdown, how long open calls and sessions get to finish and close; past it every
     /// remaining connection is dropped (its session's slot and sandbox released). Default 30 s.
     pub shutdown_grace: Duration,
@@ -91,6 +96,7 @@ impl Default for ServeConfig {
             header_read_timeout: Some(Duration::from_secs(30)),
             max_connections: default_max_connections(),
             shutdown_grace: Duration::from_secs(30),
+            max_sessions_per_token: None,
         }
     }
 }
@@ -130,6 +136,15 @@ pub enum BindError {
 }
 
 impl ServeConfig {
+    /// [`ServeConfig::max_sessions_per_token`], its default applied.
+    pub fn sessions_per_token(&self) -> usize {
+        match self.max_sessions_per_token {
+            Some(n) => n,
+            None if self.tokens.len() > 1 => self.max_sessions.div_ceil(2),
+            None => self.max_sessions,
+        }
+    }
+
     /// Refuses a configuration that is unsafe or over the memory budget: a non-loopback bind
     /// without a token (unless `insecure_no_auth`), and `max_sessions` that do not fit in the
     /// budget with sandboxes of `memory_limit` bytes and `check_workers` checks.
@@ -234,7 +249,7 @@ impl Server {
         let token_sha256 = config.tokens.iter().map(|t| digest(t)).collect();
         let id_prefix = process_prefix();
         let state = Arc::new(AppState {
-            admission: Admission::new(config.max_sessions),
+            admission: Admission::new(config.max_sessions, config.sessions_per_token()),
             held: HeldSessions::default(),
             config,
             sessions,
@@ -424,7 +439,7 @@ async fn websocket(
     // A new session's slot is taken now (an upgrade that fails drops it with the callback).
     let own = match held {
         Some(_) => None,
-        None => Some(state.admission.admit()),
+        None => Some(state.admission.admit_session(tenant)),
     };
     upgrade.on_upgrade(move |socket| async move {
         let _connection = connection;
@@ -522,6 +537,21 @@ fn process_prefix() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_token_of_several_gets_half_the_sessions_by_default() {
+        let mut config = ServeConfig {
+            max_sessions: 5,
+            ..ServeConfig::default()
+        };
+        assert_eq!(config.sessions_per_token(), 5);
+        config.tokens = vec!["a".to_owned()];
+        assert_eq!(config.sessions_per_token(), 5);
+        config.tokens.push("b".to_owned());
+        assert_eq!(config.sessions_per_token(), 3);
+        config.max_sessions_per_token = Some(1);
+        assert_eq!(config.sessions_per_token(), 1);
+    }
 
     #[test]
     fn token_compare() {

@@ -350,3 +350,64 @@ async fn a_websocket_client_that_only_pings_is_closed_at_the_idle_timeout() {
     assert_eq!(code, Some(1000));
     assert_eq!(active_sessions(server.addr), 0);
 }
+
+#[tokio::test]
+async fn a_token_holds_at_most_its_sessions_and_the_others_go_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("tokens");
+    std::fs::write(&token_file, "tenant-a\ntenant-b\n").unwrap();
+    let server = ServeProcess::start(&[
+        &env_path("tool_inventory"),
+        "--token-file",
+        token_file.to_str().unwrap(),
+        "--max-sessions",
+        "4",
+        "--max-sessions-per-token",
+        "2",
+    ]);
+    let addr = server.addr;
+    let limit = "Token at its session limit: 2/2 sessions of this token active (--max-sessions-per-token). Close one of them first.";
+    let mut first = ws_connect(addr, Some("tenant-a")).await.unwrap();
+    assert_eq!(
+        ws_call(&mut first, json!({"type": "state"})).await["type"],
+        "state"
+    );
+    // A held session counts too.
+    let create =
+        json!({"jsonrpc": "2.0", "method": "openenv/session/create", "params": {}, "id": 1});
+    let a_auth = [("Authorization", "Bearer tenant-a")];
+    let (status, held) = http_json(addr, "POST", "/mcp", &a_auth, Some(&create.to_string()));
+    assert_eq!(status, 200, "{held}");
+    assert!(held["result"]["session_id"].is_string(), "{held}");
+    // A third session of tenant-a is refused, over WebSocket and over MCP.
+    let mut third = ws_connect(addr, Some("tenant-a")).await.unwrap();
+    let refused = super::harness::ws_next(&mut third).await.unwrap();
+    assert_error(&refused, "CAPACITY_REACHED", limit);
+    let (status, answer) = http_json(addr, "POST", "/mcp", &a_auth, Some(&create.to_string()));
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["error"]["code"], -32000, "{answer}");
+    assert_eq!(answer["error"]["message"], limit);
+    // The other tenant still gets its sessions.
+    let mut other = ws_connect(addr, Some("tenant-b")).await.unwrap();
+    assert_eq!(
+        ws_call(&mut other, json!({"type": "state"})).await["type"],
+        "state"
+    );
+    // Once tenant-a closes one, it gets one again.
+    first
+        .send(Message::Text(r#"{"type": "close"}"#.into()))
+        .await
+        .unwrap();
+    drop(first);
+    let start = Instant::now();
+    loop {
+        let mut again = ws_connect(addr, Some("tenant-a")).await.unwrap();
+        let answer = ws_call(&mut again, json!({"type": "state"})).await;
+        if answer["type"] == "state" {
+            break;
+        }
+        assert_error(&answer, "CAPACITY_REACHED", limit);
+        assert!(start.elapsed() < Duration::from_secs(5), "{answer}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
