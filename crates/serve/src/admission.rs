@@ -102,7 +102,8 @@ impl Admission {
     pub fn admit_session(&self, tenant: Tenant) -> Result<SessionSlot, AtCapacity> {
         let mut tenants = self.tenants.lock().unwrap_or_else(PoisonError::into_inner);
         let held = tenants.get(&tenant).copied().unwrap_or(0);
-        if held >= self.per_tenant {
+        // A tenant limit of every slot or more is the server's: its refusal says so.
+        if held >= self.per_tenant && self.per_tenant < self.max {
             return Err(AtCapacity {
                 active: held,
                 max: self.per_tenant,
@@ -290,5 +291,9 @@ mod tests {
         drop(a);
         assert_eq!(admission.sessions_of(Tenant(0)), 1);
         assert!(admission.admit_session(Tenant(0)).is_ok());
+        // With every slot allowed to one tenant, a full server refuses as a full server.
+        let admission = Admission::new(1, 1);
+        let _only = admission.admit_session(Tenant(0)).unwrap();
+        assert!(!admission.admit_session(Tenant(0)).err().unwrap().per_tenant);
     }
 }
