@@ -60,7 +60,8 @@ pub struct ServeArgs {
     /// Checks of registered sources that run at once (each holds one sandbox).
     #[arg(long, default_value_t = RegistryLimits::default().check_workers, value_name = "N")]
     pub check_workers: usize,
-    /// Close a session after this many seconds without a message (0: never).
+    /// Close a session after this many seconds without a message (pings do not count), or
+    /// when an answer cannot be sent within it (a client that stopped reading; 0: never).
     #[arg(long, default_value_t = 300.0, value_name = "S")]
     pub session_idle_timeout: f64,
     /// A file holding the bearer tokens, one per line (blank lines and lines starting with '#'

@@ -47,7 +47,9 @@ pub struct ServeConfig {
     /// Allow a bind to an address other than loopback without a token. Default `false`: such a
     /// server would run any code that anyone who can reach it sends.
     pub insecure_no_auth: bool,
-    /// A session with no message for this long is closed (`SESSION_ERROR`). Default 300 s.
+    /// A session with no message for this long is closed (`SESSION_ERROR`); pings and pongs
+    /// are not messages. It is also the deadline of every frame the server sends: a client that
+    /// stops reading ends its session when one cannot be sent within it. Default 300 s.
     pub idle_timeout: Option<Duration>,
     /// With tokens, every request needs `Authorization: Bearer <one of them>` or gets 401.
     /// Each token is a tenant: its HTTP registrations are counted against
