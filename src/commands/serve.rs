@@ -34,6 +34,11 @@ pub struct ServeArgs {
     /// budget, at most 256.
     #[arg(long)]
     pub max_sessions: Option<usize>,
+    /// Most live sessions (WebSocket and held) of one bearer token; one more gets
+    /// CAPACITY_REACHED naming this limit. Default: all of --max-sessions with one token (or
+    /// none), half of them with several tokens.
+    #[arg(long, value_name = "N")]
+    pub max_sessions_per_token: Option<usize>,
     /// Memory that every sandbox the server may run at once must fit in: (2 per session +
     /// check workers) x --memory-limit (for example 16G). Default: 3/4 of the machine's memory.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
@@ -55,7 +60,8 @@ pub struct ServeArgs {
     /// Checks of registered sources that run at once (each holds one sandbox).
     #[arg(long, default_value_t = RegistryLimits::default().check_workers, value_name = "N")]
     pub check_workers: usize,
-    /// Close a session after this many seconds without a message (0: never).
+    /// Close a session after this many seconds without a message (pings do not count), or
+    /// when an answer cannot be sent within it (a client that stopped reading; 0: never).
     #[arg(long, default_value_t = 300.0, value_name = "S")]
     pub session_idle_timeout: f64,
     /// A file holding the bearer tokens, one per line (blank lines and lines starting with '#'
@@ -77,6 +83,19 @@ pub struct ServeArgs {
     /// Trajectory downloads (GET /trajectories/ID) at once, each streamed; one more gets 503.
     #[arg(long, value_name = "N", default_value_t = spade_serve::recordings::DEFAULT_MAX_DOWNLOADS)]
     pub max_downloads: usize,
+    /// Seconds a connection gets to send a request's whole header, counted from when the server
+    /// waits for it (also the keep-alive idle timeout: a connection with no next request
+    /// within it is closed; 0: no limit).
+    #[arg(long, default_value_t = 30.0, value_name = "S")]
+    pub header_read_timeout: f64,
+    /// Most TCP connections open at once (a WebSocket counts for its whole life); one more is
+    /// answered 503 and closed at once. Default: 1024, or half the open-file limit if lower.
+    #[arg(long, value_name = "N")]
+    pub max_connections: Option<usize>,
+    /// Seconds that open calls and sessions get to finish at shutdown (SIGTERM, Ctrl-C); past
+    /// it every remaining connection is dropped.
+    #[arg(long, default_value_t = 30.0, value_name = "S")]
+    pub shutdown_grace: f64,
     /// Largest WebSocket message or HTTP request body, in bytes.
     #[arg(long, default_value_t = 1 << 20, value_name = "BYTES")]
     pub max_message_bytes: usize,
@@ -140,7 +159,7 @@ impl ServeArgs {
             // The port is open while the start-up checks run, concurrently; each environment is
             // playable as soon as its check passes (`/health` counts them).
             let (served, ()) = tokio::join!(
-                server.run(Box::pin(shutdown_signal()), Duration::from_secs(35)),
+                server.run(Box::pin(shutdown_signal())),
                 register_all(&registry, sources),
             );
             served.context("serving")?;
@@ -216,6 +235,21 @@ impl ServeArgs {
         if !(self.session_idle_timeout.is_finite() && self.session_idle_timeout >= 0.0) {
             bail!("--session-idle-timeout must be a number of seconds, 0 or more");
         }
+        let seconds = |value: f64, flag: &str| -> anyhow::Result<Option<Duration>> {
+            if !(value.is_finite() && value >= 0.0) {
+                bail!("--{flag} must be a number of seconds, 0 or more");
+            }
+            Ok((value > 0.0).then(|| Duration::from_secs_f64(value)))
+        };
+        let header_read_timeout = seconds(self.header_read_timeout, "header-read-timeout")?;
+        let shutdown_grace =
+            seconds(self.shutdown_grace, "shutdown-grace")?.unwrap_or(Duration::ZERO);
+        if self.max_sessions_per_token == Some(0) {
+            bail!("--max-sessions-per-token must be at least 1");
+        }
+        if self.max_connections == Some(0) {
+            bail!("--max-connections must be at least 1");
+        }
         if self.max_message_bytes < 1024 {
             bail!("--max-message-bytes must be at least 1024");
         }
@@ -235,6 +269,12 @@ impl ServeArgs {
             max_record_bytes: self.max_record_bytes,
             max_downloads: self.max_downloads,
             max_message_bytes: self.max_message_bytes,
+            header_read_timeout,
+            max_connections: self
+                .max_connections
+                .unwrap_or_else(spade_serve::default_max_connections),
+            shutdown_grace,
+            max_sessions_per_token: self.max_sessions_per_token,
         })
     }
 

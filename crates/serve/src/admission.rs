@@ -9,29 +9,45 @@
 //! `(2 x sessions + check workers) x memory limit`, and the server does not start when that is
 //! over the memory budget.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::registry::Tenant;
 
 /// Sandboxes one session can hold at once (the running episode's and a reset's new one).
 pub const SANDBOXES_PER_SESSION: u64 = 2;
 
-/// The session slots.
+/// The session slots, and how many live sessions each tenant holds.
 pub struct Admission {
     slots: Arc<Semaphore>,
     max: usize,
+    /// Most live sessions (WebSocket and held) of one tenant.
+    per_tenant: usize,
+    tenants: Arc<Mutex<HashMap<Tenant, usize>>>,
 }
 
-/// A refusal: every slot is taken.
+/// A refusal: every slot is taken, or (`per_tenant`) every slot the tenant may hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AtCapacity {
+    /// Sessions active (the tenant's, for a per-tenant refusal).
     pub active: usize,
+    /// The limit reached.
     pub max: usize,
+    /// The tenant's limit was reached (`--max-sessions-per-token`), not the server's.
+    pub per_tenant: bool,
 }
 
 impl AtCapacity {
-    /// OpenEnv's capacity message.
+    /// OpenEnv's capacity message, or the per-token one.
     pub fn message(&self) -> String {
+        if self.per_tenant {
+            return format!(
+                "Token at its session limit: {}/{} sessions of this token active (--max-sessions-per-token). Close one of them first.",
+                self.active, self.max
+            );
+        }
         format!(
             "Server at capacity: {}/{} sessions active. Cannot accept new connections.",
             self.active, self.max
@@ -39,12 +55,33 @@ impl AtCapacity {
     }
 }
 
+/// A live session's slot: the server's slot and the tenant's count, both given back on drop.
+pub struct SessionSlot {
+    _slot: OwnedSemaphorePermit,
+    tenant: Tenant,
+    tenants: Arc<Mutex<HashMap<Tenant, usize>>>,
+}
+
+impl Drop for SessionSlot {
+    fn drop(&mut self) {
+        let mut tenants = self.tenants.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(count) = tenants.get_mut(&self.tenant) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                tenants.remove(&self.tenant);
+            }
+        }
+    }
+}
+
 impl Admission {
-    /// `max` session slots.
-    pub fn new(max: usize) -> Admission {
+    /// `max` session slots, at most `per_tenant` of them live sessions of one tenant.
+    pub fn new(max: usize, per_tenant: usize) -> Admission {
         Admission {
             slots: Arc::new(Semaphore::new(max)),
             max,
+            per_tenant,
+            tenants: Arc::default(),
         }
     }
 
@@ -56,7 +93,36 @@ impl Admission {
             .map_err(|_| AtCapacity {
                 active: self.active(),
                 max: self.max,
+                per_tenant: false,
             })
+    }
+
+    /// A slot for a live session of `tenant` (a WebSocket session or a held one), or the
+    /// refusal: the tenant holds its limit of sessions, or the server is full.
+    pub fn admit_session(&self, tenant: Tenant) -> Result<SessionSlot, AtCapacity> {
+        let mut tenants = self.tenants.lock().unwrap_or_else(PoisonError::into_inner);
+        let held = tenants.get(&tenant).copied().unwrap_or(0);
+        // A tenant limit of every slot or more is the server's: its refusal says so.
+        if held >= self.per_tenant && self.per_tenant < self.max {
+            return Err(AtCapacity {
+                active: held,
+                max: self.per_tenant,
+                per_tenant: true,
+            });
+        }
+        let slot = self.admit()?;
+        tenants.insert(tenant, held + 1);
+        Ok(SessionSlot {
+            _slot: slot,
+            tenant,
+            tenants: self.tenants.clone(),
+        })
+    }
+
+    /// Live sessions of `tenant` now.
+    pub fn sessions_of(&self, tenant: Tenant) -> usize {
+        let tenants = self.tenants.lock().unwrap_or_else(PoisonError::into_inner);
+        tenants.get(&tenant).copied().unwrap_or(0)
     }
 
     /// Slots taken now.
@@ -190,14 +256,44 @@ mod tests {
 
     #[test]
     fn admission_refuses_past_the_slots_and_frees_them() {
-        let admission = Admission::new(2);
+        let admission = Admission::new(2, 2);
         let a = admission.admit().unwrap();
         let _b = admission.admit().unwrap();
         assert_eq!(
             admission.admit().unwrap_err(),
-            AtCapacity { active: 2, max: 2 }
+            AtCapacity {
+                active: 2,
+                max: 2,
+                per_tenant: false
+            }
         );
         drop(a);
         assert!(admission.admit().is_ok());
+    }
+
+    #[test]
+    fn a_tenant_holds_at_most_its_sessions() {
+        let admission = Admission::new(4, 2);
+        let a = admission.admit_session(Tenant(0)).unwrap();
+        let _b = admission.admit_session(Tenant(0)).unwrap();
+        let refused = admission.admit_session(Tenant(0)).err().unwrap();
+        assert_eq!(
+            refused,
+            AtCapacity {
+                active: 2,
+                max: 2,
+                per_tenant: true
+            }
+        );
+        assert!(refused.message().contains("--max-sessions-per-token"));
+        assert!(admission.admit_session(Tenant(1)).is_ok());
+        assert_eq!(admission.sessions_of(Tenant(0)), 2);
+        drop(a);
+        assert_eq!(admission.sessions_of(Tenant(0)), 1);
+        assert!(admission.admit_session(Tenant(0)).is_ok());
+        // With every slot allowed to one tenant, a full server refuses as a full server.
+        let admission = Admission::new(1, 1);
+        let _only = admission.admit_session(Tenant(0)).unwrap();
+        assert!(!admission.admit_session(Tenant(0)).err().unwrap().per_tenant);
     }
 }

@@ -9,9 +9,8 @@
 use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
-use tokio::sync::OwnedSemaphorePermit;
 
-use crate::admission::AtCapacity;
+use crate::admission::{AtCapacity, SessionSlot};
 use crate::held::SharedSession;
 use crate::protocol::{FieldError, type_name};
 use crate::registry::Tenant;
@@ -148,9 +147,9 @@ pub async fn fork(
     tenant: Tenant,
     request: &ForkRequest,
 ) -> Result<Vec<Forked>, ForkFailure> {
-    let mut slots: Vec<OwnedSemaphorePermit> = Vec::with_capacity(request.reseeds.len());
+    let mut slots: Vec<SessionSlot> = Vec::with_capacity(request.reseeds.len());
     for _ in &request.reseeds {
-        match state.admission.admit() {
+        match state.admission.admit_session(tenant) {
             Ok(slot) => slots.push(slot),
             Err(mut full) => {
                 // The slots this fork took do not count as active.

@@ -12,8 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::sync::OwnedSemaphorePermit;
-
+use crate::admission::SessionSlot;
 use crate::registry::Tenant;
 use crate::session::Session;
 
@@ -24,8 +23,8 @@ pub struct SharedSession {
     /// The tenant (bearer token) that created it: only it may attach to, fork, call tools in
     /// or close the session while the server holds it.
     owner: Tenant,
-    /// The admission slot: released when the last handle is dropped.
-    _slot: OwnedSemaphorePermit,
+    /// The admission slot (and the owner's count): released when the last handle is dropped.
+    _slot: SessionSlot,
     /// A WebSocket is attached (a held session has at most one).
     attached: AtomicBool,
     /// `openenv/session/close` came while a WebSocket was attached: the session is released
@@ -36,7 +35,7 @@ pub struct SharedSession {
 
 impl SharedSession {
     /// A session of `owner` that holds `slot`.
-    pub fn new(session: Session, slot: OwnedSemaphorePermit, owner: Tenant) -> Arc<SharedSession> {
+    pub fn new(session: Session, slot: SessionSlot, owner: Tenant) -> Arc<SharedSession> {
         Arc::new(SharedSession {
             id: session.id().to_owned(),
             owner,
@@ -102,7 +101,35 @@ pub enum Closed {
 /// The sessions the server holds between requests, by id.
 #[derive(Default)]
 pub struct HeldSessions {
-    sessions: Mutex<HashMap<String, Arc<SharedSession>>>,
+    sessions: Arc<Mutex<HashMap<String, Arc<SharedSession>>>>,
+}
+
+/// A WebSocket's attachment to a held session ([`HeldSessions::attach`]): dropping it detaches
+/// the session, and releases it if `openenv/session/close` came meanwhile.
+pub struct Attached {
+    session: Arc<SharedSession>,
+    sessions: Arc<Mutex<HashMap<String, Arc<SharedSession>>>>,
+}
+
+impl Attached {
+    /// The attached session.
+    pub fn session(&self) -> &Arc<SharedSession> {
+        &self.session
+    }
+}
+
+impl Drop for Attached {
+    fn drop(&mut self) {
+        let mut map = self
+            .sessions
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.session.attached.store(false, Ordering::SeqCst);
+        self.session.touch();
+        if self.session.closing.load(Ordering::SeqCst) {
+            map.remove(&self.session.id);
+        }
+    }
 }
 
 impl HeldSessions {
@@ -121,8 +148,11 @@ impl HeldSessions {
         self.map().get(id).filter(|s| s.owner == tenant).cloned()
     }
 
-    /// Attaches a WebSocket of `tenant` to its held session `id` (one at a time).
-    pub fn attach(&self, id: &str, tenant: Tenant) -> Result<Arc<SharedSession>, AttachError> {
+    /// Attaches a WebSocket of `tenant` to its held session `id` (one at a time), until the
+    /// returned guard is dropped. Call it only once the WebSocket upgrade completed: the guard
+    /// lives with the upgraded socket, so however the connection ends (closed, broken, its task
+    /// dropped at shutdown) the session is detached.
+    pub fn attach(&self, id: &str, tenant: Tenant) -> Result<Attached, AttachError> {
         let map = self.map();
         let session = map
             .get(id)
@@ -132,17 +162,10 @@ impl HeldSessions {
             return Err(AttachError::Attached(id.to_owned()));
         }
         session.touch();
-        Ok(session.clone())
-    }
-
-    /// Detaches the WebSocket of `session`; releases the session if a close came meanwhile.
-    pub fn detach(&self, session: &SharedSession) {
-        let mut map = self.map();
-        session.attached.store(false, Ordering::SeqCst);
-        session.touch();
-        if session.closing.load(Ordering::SeqCst) {
-            map.remove(&session.id);
-        }
+        Ok(Attached {
+            session: session.clone(),
+            sessions: self.sessions.clone(),
+        })
     }
 
     /// Releases `tenant`'s held session `id` now, or when its WebSocket detaches; `None`:

@@ -28,5 +28,5 @@ mod ws;
 pub use registry::{
     Origin, Readiness, Registration, Registry, RegistryError, RegistryLimits, Tenant,
 };
-pub use server::{AppState, BindError, ServeConfig, Server};
+pub use server::{AppState, BindError, ServeConfig, Server, default_max_connections};
 pub use session::{Outcome, Session, SessionContext, SessionError};

@@ -230,7 +230,7 @@ fn create_session(
     if let Some(current) = current {
         return ok(id, json!({"session_id": current.id()}));
     }
-    let slot = match state.admission.admit() {
+    let slot = match state.admission.admit_session(tenant) {
         Ok(slot) => slot,
         Err(full) => {
             return failure(

@@ -14,12 +14,15 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::serve::ListenerExt;
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use serde_json::Map;
 use sha2::{Digest, Sha256};
 use spade_sandbox::Runtime;
-use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tokio::task::JoinSet;
 
 use crate::admission::{Admission, check_budget, default_budget};
 use crate::held::{HeldSessions, SharedSession};
@@ -44,7 +47,9 @@ pub struct ServeConfig {
     /// Allow a bind to an address other than loopback without a token. Default `false`: such a
     /// server would run any code that anyone who can reach it sends.
     pub insecure_no_auth: bool,
-    /// A session with no message for this long is closed (`SESSION_ERROR`). Default 300 s.
+    /// A session with no message for this long is closed (`SESSION_ERROR`); pings and pongs
+    /// are not messages. It is also the deadline of every frame the server sends: a client that
+    /// stops reading ends its session when one cannot be sent within it. Default 300 s.
     pub idle_timeout: Option<Duration>,
     /// With tokens, every request needs `Authorization: Bearer <one of them>` or gets 401.
     /// Each token is a tenant: its HTTP registrations are counted against
@@ -64,6 +69,27 @@ pub struct ServeConfig {
     /// `VALIDATION_ERROR` and the session goes on, up to 4x this, past which the connection is
     /// closed with code 1009. Default 1 MiB.
     pub max_message_bytes: usize,
+    /// A connection must send a request's whole header within this long, counted from when the
+    /// server starts waiting for it: the first request's, and each next one on a keep-alive
+    /// connection (so it is also the keep-alive idle timeout). Past it the connection is closed.
+    /// Default 30 s (a client on a slow link sends a header in well under a second; a
+    /// connection that trickles one, or idles, holds a file descriptor for nothing). `None`:
+    /// no limit.
+    pub header_read_timeout: Option<Duration>,
+    /// Most TCP connections open at once (HTTP, and WebSocket for their whole life); one more
+    /// is answered `503` and closed at once, before its request is read. Default 1,024, at
+    /// most half the process's open-file limit: without a cap, clients that open connections
+    /// and send nothing (they need no token for that) exhaust the descriptors and lock every
+    /// other client out.
+    pub max_connections: usize,
+    /// Most live sessions (WebSocket sessions and held ones) of one bearer token; one more is
+    /// refused with `CAPACITY_REACHED` and a message naming this limit. `None`: all of
+    /// `max_sessions` with one token or none, and half of them (rounded up) with several, so
+    /// that one tenant cannot take every slot and lock the others out.
+    pub max_sessions_per_token: Option<usize>,
+    /// At shutdown, how long open calls and sessions get to finish and close; past it every
+    /// remaining connection is dropped (its session's slot and sandbox released). Default 30 s.
+    pub shutdown_grace: Duration,
 }
 
 impl Default for ServeConfig {
@@ -79,7 +105,27 @@ impl Default for ServeConfig {
             max_record_bytes: DEFAULT_MAX_RECORD_BYTES,
             max_downloads: DEFAULT_MAX_DOWNLOADS,
             max_message_bytes: 1 << 20,
+            header_read_timeout: Some(Duration::from_secs(30)),
+            max_connections: default_max_connections(),
+            shutdown_grace: Duration::from_secs(30),
+            max_sessions_per_token: None,
         }
+    }
+}
+
+/// The default [`ServeConfig::max_connections`]: 1,024, or half the process's open-file limit
+/// (`RLIMIT_NOFILE`, read from `/proc/self/limits`) where that is lower, leaving the other half
+/// to the caches, the recordings and the listener.
+pub fn default_max_connections() -> usize {
+    let soft_limit = std::fs::read_to_string("/proc/self/limits")
+        .ok()
+        .and_then(|text| {
+            let line = text.lines().find(|l| l.starts_with("Max open files"))?;
+            line.split_whitespace().nth(3)?.parse::<usize>().ok()
+        });
+    match soft_limit {
+        Some(limit) => (limit / 2).clamp(1, 1024),
+        None => 1024,
     }
 }
 
@@ -102,6 +148,15 @@ pub enum BindError {
 }
 
 impl ServeConfig {
+    /// [`ServeConfig::max_sessions_per_token`], its default applied.
+    pub fn sessions_per_token(&self) -> usize {
+        match self.max_sessions_per_token {
+            Some(n) => n,
+            None if self.tokens.len() > 1 => self.max_sessions.div_ceil(2),
+            None => self.max_sessions,
+        }
+    }
+
     /// Refuses a configuration that is unsafe or over the memory budget: a non-loopback bind
     /// without a token (unless `insecure_no_auth`), and `max_sessions` that do not fit in the
     /// budget with sandboxes of `memory_limit` bytes and `check_workers` checks.
@@ -136,6 +191,8 @@ pub struct AppState {
     /// Sessions held between requests (created over `POST /mcp`).
     pub held: HeldSessions,
     pub shutdown: watch::Receiver<bool>,
+    /// Set when the shutdown grace period is over: every connection still open is dropped.
+    pub dropping: watch::Receiver<bool>,
     /// The sha256 of every token, in the order given (the index is the tenant).
     token_sha256: Vec<[u8; 32]>,
 }
@@ -162,6 +219,7 @@ pub struct Server {
     listener: TcpListener,
     state: Arc<AppState>,
     shutdown_tx: watch::Sender<bool>,
+    dropping_tx: watch::Sender<bool>,
 }
 
 impl Server {
@@ -204,6 +262,7 @@ impl Server {
                     source,
                 })?;
         let (shutdown_tx, shutdown) = watch::channel(false);
+        let (dropping_tx, dropping) = watch::channel(false);
         let sessions = Arc::new(SessionContext {
             registry: registry.clone(),
             runtime: runtime.clone(),
@@ -216,18 +275,20 @@ impl Server {
         });
         let token_sha256 = config.tokens.iter().map(|t| digest(t)).collect();
         let state = Arc::new(AppState {
-            admission: Admission::new(config.max_sessions),
+            admission: Admission::new(config.max_sessions, config.sessions_per_token()),
             held: HeldSessions::default(),
             config,
             sessions,
             stateless,
             shutdown,
+            dropping,
             token_sha256,
         });
         Ok(Server {
             listener,
             state,
             shutdown_tx,
+            dropping_tx,
         })
     }
 
@@ -237,25 +298,20 @@ impl Server {
     }
 
     /// Serves until `signal` completes, then stops accepting, tells every session to finish
-    /// its call and close (its trajectory is completed), and waits up to `drain` for them.
+    /// its call and close (its trajectory is completed), and waits for them up to
+    /// [`ServeConfig::shutdown_grace`], past which every remaining connection is dropped.
     pub async fn run(
         self,
         signal: Pin<Box<dyn Future<Output = ()> + Send>>,
-        drain: Duration,
     ) -> std::io::Result<()> {
         let state = self.state.clone();
+        let config = &state.config;
         let app = router(state.clone());
-        let tx = self.shutdown_tx;
-        // Small request/answer frames: without TCP_NODELAY, Nagle's algorithm and delayed ACKs
-        // add tens of milliseconds to a step.
-        let listener = self.listener.tap_io(|tcp| {
-            let _ = tcp.set_nodelay(true);
-        });
-        let serve = axum::serve(listener, app).with_graceful_shutdown(async move {
-            signal.await;
-            let _ = tx.send(true);
-        });
-        let reaper = state.config.idle_timeout.map(|idle| {
+        let mut http = hyper::server::conn::http1::Builder::new();
+        http.timer(TokioTimer::new())
+            .header_read_timeout(config.header_read_timeout);
+        let slots = Arc::new(Semaphore::new(config.max_connections));
+        let reaper = config.idle_timeout.map(|idle| {
             let state = state.clone();
             tokio::spawn(async move {
                 let period = (idle / 4).clamp(Duration::from_millis(50), Duration::from_secs(5));
@@ -266,18 +322,98 @@ impl Server {
                 }
             })
         });
-        let result = serve.await;
+        let mut connections = JoinSet::new();
+        let mut signal = signal;
+        loop {
+            let tcp = tokio::select! {
+                () = &mut signal => break,
+                Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+                accepted = self.listener.accept() => match accepted {
+                    Ok((tcp, _)) => tcp,
+                    // Out of file descriptors (or another error of the listener): wait a
+                    // little rather than spin; connections that close free some.
+                    Err(_) => {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                },
+            };
+            let Ok(slot) = slots.clone().try_acquire_owned() else {
+                refuse_connection(tcp, config.max_connections);
+                continue;
+            };
+            // Small request/answer frames: without TCP_NODELAY, Nagle's algorithm and delayed
+            // ACKs add tens of milliseconds to a step.
+            let _ = tcp.set_nodelay(true);
+            let slot = ConnectionSlot(Arc::new(slot));
+            let router = app.clone();
+            let service = service_fn(move |mut request: Request<Incoming>| {
+                request.extensions_mut().insert(slot.clone());
+                let mut router = router.clone();
+                tower_service::Service::call(&mut router, request)
+            });
+            let conn = http
+                .serve_connection(TokioIo::new(tcp), service)
+                .with_upgrades();
+            let mut shutdown = state.shutdown.clone();
+            connections.spawn(async move {
+                tokio::pin!(conn);
+                tokio::select! {
+                    _ = conn.as_mut() => return,
+                    _ = shutdown.wait_for(|down| *down) => {}
+                }
+                conn.as_mut().graceful_shutdown();
+                let _ = conn.await;
+            });
+        }
+        drop(self.listener);
+        let _ = self.shutdown_tx.send(true);
         if let Some(reaper) = reaper {
             reaper.abort();
         }
         // Held sessions end with the server (their trajectories are finished).
         state.held.clear();
-        let deadline = tokio::time::Instant::now() + drain;
-        while state.admission.active() > 0 && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(20)).await;
+        let deadline = tokio::time::Instant::now() + config.shutdown_grace;
+        let finished = async {
+            while connections.join_next().await.is_some() {}
+            while state.admission.active() > 0 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        };
+        if tokio::time::timeout_at(deadline, finished).await.is_err() {
+            // The grace period is over: drop every connection still open (WebSocket sessions
+            // end where they are; their slots and sandboxes are released as they drop).
+            let _ = self.dropping_tx.send(true);
+            connections.abort_all();
+            let _ = tokio::time::timeout(Duration::from_secs(1), async {
+                while connections.join_next().await.is_some() {}
+            })
+            .await;
         }
-        result
+        Ok(())
     }
+}
+
+/// The extension every request of a connection carries: its slot among
+/// [`ServeConfig::max_connections`], which a WebSocket keeps for its whole life.
+#[derive(Clone)]
+struct ConnectionSlot(#[allow(dead_code)] Arc<OwnedSemaphorePermit>);
+
+/// Answers a connection over [`ServeConfig::max_connections`] with a 503 and closes it, at once
+/// (one write that does not wait: a client that does not read gets the close alone).
+fn refuse_connection(tcp: TcpStream, max: usize) {
+    let body = serde_json::json!({
+        "detail": format!(
+            "Server at its connection limit: {max} connections open (--max-connections); try again later"
+        ),
+        "code": "CONNECTION_LIMIT",
+    })
+    .to_string();
+    let response = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = tcp.try_write(response.as_bytes());
 }
 
 fn router(state: Arc<AppState>) -> Router {
@@ -309,30 +445,52 @@ struct WsQuery {
 }
 
 /// `/ws`: a new session (it takes a session slot), or with `?session_id=` a session the server
-/// holds (it has its slot already).
+/// holds (it has its slot already). The session is attached only once the upgrade completed
+/// (an upgrade that fails leaves it as it was), and the connection's slot stays taken while the
+/// WebSocket lives. When the shutdown grace period is over the session is dropped where it is.
 async fn websocket(
     State(state): State<Arc<AppState>>,
     Extension(tenant): Extension<Tenant>,
+    connection: Option<Extension<ConnectionSlot>>,
     Query(query): Query<WsQuery>,
     upgrade: WebSocketUpgrade,
 ) -> Response {
     let hard_cap = state.config.max_message_bytes.saturating_mul(4);
     let upgrade = upgrade.max_message_size(hard_cap).max_frame_size(hard_cap);
-    if let Some(id) = query.session_id.filter(|id| !id.is_empty()) {
-        return match state.held.attach(&id, tenant) {
-            Ok(shared) => upgrade
-                .on_upgrade(move |socket| ws::run(socket, state, shared, ws::Attachment::Held)),
-            Err(err) => upgrade.on_upgrade(move |socket| ws::refuse_attach(socket, err)),
+    let deadline = state.config.idle_timeout;
+    let mut dropping = state.dropping.clone();
+    let held = query.session_id.filter(|id| !id.is_empty());
+    // A new session's slot is taken now (an upgrade that fails drops it with the callback).
+    let own = match held {
+        Some(_) => None,
+        None => Some(state.admission.admit_session(tenant)),
+    };
+    upgrade.on_upgrade(move |socket| async move {
+        let _connection = connection;
+        let session = async {
+            match (held, own) {
+                (Some(id), _) => match state.held.attach(&id, tenant) {
+                    Ok(attached) => {
+                        let shared = attached.session().clone();
+                        ws::run(socket, state, shared, ws::Attachment::Held(attached)).await
+                    }
+                    Err(err) => ws::refuse_attach(socket, err, deadline).await,
+                },
+                (None, Some(Ok(permit))) => {
+                    let session =
+                        Session::new(state.new_session_id(), state.sessions.clone(), tenant);
+                    let shared = SharedSession::new(session, permit, tenant);
+                    ws::run(socket, state, shared, ws::Attachment::Own).await
+                }
+                (None, Some(Err(full))) => ws::refuse(socket, full, deadline).await,
+                (None, None) => {}
+            }
         };
-    }
-    match state.admission.admit() {
-        Ok(permit) => {
-            let session = Session::new(state.new_session_id(), state.sessions.clone(), tenant);
-            let shared = SharedSession::new(session, permit, tenant);
-            upgrade.on_upgrade(move |socket| ws::run(socket, state, shared, ws::Attachment::Own))
+        tokio::select! {
+            () = session => {}
+            _ = dropping.wait_for(|dropping| *dropping) => {}
         }
-        Err(full) => upgrade.on_upgrade(move |socket| ws::refuse(socket, full)),
-    }
+    })
 }
 
 /// With tokens configured, every request needs `Authorization: Bearer <token>`; the token is
@@ -401,6 +559,21 @@ fn constant_time_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_token_of_several_gets_half_the_sessions_by_default() {
+        let mut config = ServeConfig {
+            max_sessions: 5,
+            ..ServeConfig::default()
+        };
+        assert_eq!(config.sessions_per_token(), 5);
+        config.tokens = vec!["a".to_owned()];
+        assert_eq!(config.sessions_per_token(), 5);
+        config.tokens.push("b".to_owned());
+        assert_eq!(config.sessions_per_token(), 3);
+        config.max_sessions_per_token = Some(1);
+        assert_eq!(config.sessions_per_token(), 1);
+    }
 
     #[test]
     fn token_compare() {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::admission::AtCapacity;
 use crate::fork::{self, ForkFailure, ForkRequest, Forked};
-use crate::held::{AttachError, SharedSession};
+use crate::held::{AttachError, Attached, SharedSession};
 use crate::mcp::{self, RpcRequest};
 use crate::protocol::{
     ErrorCode, FieldError, ResetFields, StepAction, error_frame, observation_frame, state_frame,
@@ -23,50 +23,59 @@ enum Next {
     Continue,
     /// Close the connection with this code and reason.
     Close(u16, String),
+    /// The connection is gone or cannot take a frame (the client stopped reading): end the
+    /// session without a closing handshake.
+    Drop,
 }
 
-/// Refuses a connection when the server is full: OpenEnv's capacity error, then a close.
-pub async fn refuse(mut socket: WebSocket, full: AtCapacity) {
+/// A frame could not be sent within the deadline, or the connection broke.
+struct Unsendable;
+
+/// Refuses a connection when the server is full: OpenEnv's capacity error, then a close. Each
+/// frame gets `deadline` to be sent (see [`send`]).
+pub async fn refuse(mut socket: WebSocket, full: AtCapacity, deadline: Option<Duration>) {
     let mut extra = Map::new();
     extra.insert("active_sessions".to_owned(), json!(full.active));
     extra.insert("max_sessions".to_owned(), json!(full.max));
     let message = full.message();
-    let _ = socket
-        .send(Message::Text(
-            error_frame(ErrorCode::CapacityReached, &message, extra).into(),
-        ))
+    let frame = error_frame(ErrorCode::CapacityReached, &message, extra);
+    if send(&mut socket, frame, deadline).await.is_ok() {
+        close(
+            &mut socket,
+            close_code::AGAIN,
+            "server at capacity",
+            deadline,
+        )
         .await;
-    close(&mut socket, close_code::AGAIN, "server at capacity").await;
+    }
 }
 
 /// Refuses `/ws?session_id=` for a session that is unknown or already attached: OpenEnv's
 /// `SESSION_ERROR`, then a close.
-pub async fn refuse_attach(mut socket: WebSocket, err: AttachError) {
-    send(
-        &mut socket,
-        error_frame(ErrorCode::SessionError, &err.to_string(), Map::new()),
-    )
-    .await;
-    close(
-        &mut socket,
-        close_code::POLICY,
-        "cannot attach to the session",
-    )
-    .await;
+pub async fn refuse_attach(mut socket: WebSocket, err: AttachError, deadline: Option<Duration>) {
+    let frame = error_frame(ErrorCode::SessionError, &err.to_string(), Map::new());
+    if send(&mut socket, frame, deadline).await.is_ok() {
+        close(
+            &mut socket,
+            close_code::POLICY,
+            "cannot attach to the session",
+            deadline,
+        )
+        .await;
+    }
 }
 
 /// Whose session a connection runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Attachment {
     /// The connection's own: its episode ends when the connection does.
     Own,
     /// A session the server holds (`/ws?session_id=`): it outlives the connection, until
-    /// `openenv/session/close` or the idle timeout.
-    Held,
+    /// `openenv/session/close` or the idle timeout. The guard detaches it when dropped.
+    Held(Attached),
 }
 
-/// Runs one session until the client closes it, it idles out, its sandbox dies or the server
-/// shuts down.
+/// Runs one session until the client closes it, it idles out, its sandbox dies, the client
+/// stops reading (a frame not sent within the idle timeout) or the server shuts down.
 pub async fn run(
     mut socket: WebSocket,
     state: Arc<AppState>,
@@ -77,14 +86,14 @@ pub async fn run(
     let idle = state.config.idle_timeout;
     let next = loop {
         if *shutdown.borrow() {
-            break shutting_down(&mut socket).await;
+            break shutting_down(&mut socket, idle).await;
         }
         let received = tokio::select! {
             received = recv(&mut socket, idle) => Some(received),
             _ = shutdown.changed() => None,
         };
         let Some(received) = received else {
-            break shutting_down(&mut socket).await;
+            break shutting_down(&mut socket, idle).await;
         };
         let text = match received {
             // A held session may have been used over HTTP meanwhile (tools/call).
@@ -94,14 +103,13 @@ pub async fn run(
                 let message = format!(
                     "session idle for more than {seconds} s (--session-idle-timeout); it is closed"
                 );
-                send(
-                    &mut socket,
-                    error_frame(ErrorCode::SessionError, &message, Map::new()),
-                )
-                .await;
-                break Next::Close(close_code::NORMAL, "idle timeout".to_owned());
+                let frame = error_frame(ErrorCode::SessionError, &message, Map::new());
+                match send(&mut socket, frame, idle).await {
+                    Ok(()) => break Next::Close(close_code::NORMAL, "idle timeout".to_owned()),
+                    Err(Unsendable) => break Next::Drop,
+                }
             }
-            Received::Gone => break Next::Continue,
+            Received::Gone => break Next::Drop,
             Received::TooBig => {
                 break Next::Close(
                     close_code::SIZE,
@@ -112,17 +120,18 @@ pub async fn run(
             Received::Binary => {
                 let message =
                     "binary frames are not supported: send each message as a JSON text frame";
-                send(
-                    &mut socket,
-                    error_frame(ErrorCode::InvalidJson, message, Map::new()),
-                )
-                .await;
-                continue;
+                let frame = error_frame(ErrorCode::InvalidJson, message, Map::new());
+                match send(&mut socket, frame, idle).await {
+                    Ok(()) => continue,
+                    Err(Unsendable) => break Next::Drop,
+                }
             }
         };
         let (answer, next) = handle(&state, &shared, &text).await;
-        if let Some(answer) = answer {
-            send(&mut socket, answer).await;
+        if let Some(answer) = answer
+            && send(&mut socket, answer, idle).await.is_err()
+        {
+            break Next::Drop;
         }
         match next {
             Next::Continue => {}
@@ -131,31 +140,30 @@ pub async fn run(
     };
     let finished = match attachment {
         Attachment::Own => shared.lock().await.finish(),
-        Attachment::Held => {
-            state.held.detach(&shared);
+        // Dropping the guard detaches the session.
+        Attachment::Held(attached) => {
+            drop(attached);
             Ok(())
         }
     };
     if let Next::Close(code, reason) = next {
         if let Err(err) = finished {
-            send(
-                &mut socket,
-                error_frame(ErrorCode::SessionError, &err.to_string(), Map::new()),
-            )
-            .await;
+            let frame = error_frame(ErrorCode::SessionError, &err.to_string(), Map::new());
+            if send(&mut socket, frame, idle).await.is_err() {
+                return;
+            }
         }
-        close(&mut socket, code, &reason).await;
+        close(&mut socket, code, &reason, idle).await;
     }
 }
 
-async fn shutting_down(socket: &mut WebSocket) -> Next {
+async fn shutting_down(socket: &mut WebSocket, deadline: Option<Duration>) -> Next {
     let message = "the server is shutting down; this session is closed";
-    send(
-        socket,
-        error_frame(ErrorCode::SessionError, message, Map::new()),
-    )
-    .await;
-    Next::Close(close_code::AWAY, "server shutting down".to_owned())
+    let frame = error_frame(ErrorCode::SessionError, message, Map::new());
+    match send(socket, frame, deadline).await {
+        Ok(()) => Next::Close(close_code::AWAY, "server shutting down".to_owned()),
+        Err(Unsendable) => Next::Drop,
+    }
 }
 
 enum Received {
@@ -168,10 +176,14 @@ enum Received {
     TooBig,
 }
 
+/// The next message, or [`Received::Idle`] when none came within `idle`. Only messages count:
+/// pings and pongs are answered (by the WebSocket layer) but do not move the deadline, so a
+/// client library that pings on its own does not keep an abandoned session alive.
 async fn recv(socket: &mut WebSocket, idle: Option<Duration>) -> Received {
+    let deadline = idle.map(|limit| tokio::time::Instant::now() + limit);
     loop {
-        let next = match idle {
-            Some(limit) => match tokio::time::timeout(limit, socket.recv()).await {
+        let next = match deadline {
+            Some(deadline) => match tokio::time::timeout_at(deadline, socket.recv()).await {
                 Ok(next) => next,
                 Err(_) => return Received::Idle,
             },
@@ -196,17 +208,36 @@ fn is_capacity(err: &axum::Error) -> bool {
     )
 }
 
-async fn send(socket: &mut WebSocket, text: String) {
-    let _ = socket.send(Message::Text(text.into())).await;
+/// Sends one text frame. A frame that cannot be sent within `deadline` (the idle timeout: a
+/// client that stopped reading fills the socket's buffers) or on a broken connection is
+/// [`Unsendable`], and the session ends.
+async fn send(
+    socket: &mut WebSocket,
+    text: String,
+    deadline: Option<Duration>,
+) -> Result<(), Unsendable> {
+    within(deadline, socket.send(Message::Text(text.into()))).await
 }
 
-async fn close(socket: &mut WebSocket, code: u16, reason: &str) {
-    let _ = socket
-        .send(Message::Close(Some(CloseFrame {
-            code,
-            reason: reason.to_owned().into(),
-        })))
-        .await;
+async fn close(socket: &mut WebSocket, code: u16, reason: &str, deadline: Option<Duration>) {
+    let frame = Message::Close(Some(CloseFrame {
+        code,
+        reason: reason.to_owned().into(),
+    }));
+    let _ = within(deadline, socket.send(frame)).await;
+}
+
+async fn within(
+    deadline: Option<Duration>,
+    sending: impl std::future::Future<Output = Result<(), axum::Error>>,
+) -> Result<(), Unsendable> {
+    let sent = match deadline {
+        Some(limit) => tokio::time::timeout(limit, sending)
+            .await
+            .map_err(|_| Unsendable)?,
+        None => sending.await,
+    };
+    sent.map_err(|_| Unsendable)
 }
 
 /// Answers one message.

@@ -117,6 +117,26 @@ impl ServeProcess {
     }
 }
 
+impl ServeProcess {
+    /// Sends SIGTERM and waits up to `limit` for the process to exit; `None` if it is still
+    /// running then (it is killed when dropped).
+    pub fn terminate_within(&mut self, limit: Duration) -> Option<ExitStatus> {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let start = std::time::Instant::now();
+        while start.elapsed() < limit {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+}
+
 impl Drop for ServeProcess {
     fn drop(&mut self) {
         let _ = self.child.kill();

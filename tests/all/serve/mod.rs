@@ -3,6 +3,7 @@
 
 mod admission;
 mod cli;
+mod connections;
 mod fork;
 pub mod harness;
 mod limits;
