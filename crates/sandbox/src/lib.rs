@@ -56,7 +56,7 @@ mod wasi;
 
 pub use config::{Config, Limits, Pool, Yields, default_cache_dir};
 pub use error::{CallError, ErrorKind, ForkError, RuntimeError};
-pub use memory::MemoryAccount;
+pub use memory::{MemoryAccount, OVER_BUDGET};
 pub use runtime::Runtime;
 pub use sandbox::{CallOutput, EnvInfo, Reset, Sandbox, SandboxOptions, Step};
 pub use source::EnvSource;

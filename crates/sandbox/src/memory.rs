@@ -44,6 +44,12 @@ use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+/// The words of a [`CallError::MemoryLimit`](crate::CallError::MemoryLimit) message that say the
+/// growth was refused by a shared [`MemoryAccount`] rather than by the sandbox's own limit: such
+/// an outcome depends on what other sandboxes held at the time, so a caller that caches
+/// outcomes as reproducible (a check's verdict) must not cache it.
+pub const OVER_BUDGET: &str = "more than is left of the memory budget shared by all sandboxes";
+
 /// A memory budget that the sandboxes of a runtime draw from (see the module docs). Cheap to
 /// clone: clones share one account.
 #[derive(Clone)]

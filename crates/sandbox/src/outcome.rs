@@ -6,7 +6,7 @@ use wasmtime::{Store, Trap};
 use crate::bindings::EnvError;
 use crate::config::Limits;
 use crate::error::{CallError, ErrorKind};
-use crate::memory::OverBudget;
+use crate::memory::{OVER_BUDGET, OverBudget};
 use crate::sandbox::{CallOutput, Reply, SandboxState};
 
 /// The smallest error limit the guest is given: its own message about an oversized error (the
@@ -39,7 +39,7 @@ pub(crate) fn memory_limit(
         "the environment tried to grow the sandbox memory beyond what it can address".to_owned()
     } else if let Some(over) = over_budget {
         format!(
-            "the environment tried to grow the sandbox memory to {desired} bytes, more than is left of the memory budget shared by all sandboxes ({} of {} bytes in use)",
+            "the environment tried to grow the sandbox memory to {desired} bytes, {OVER_BUDGET} ({} of {} bytes in use)",
             over.charged, over.budget
         )
     } else {
