@@ -8,8 +8,10 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use clap::Args;
 use spade_envtools::check::CheckOptions;
-use spade_sandbox::{Config, Pool, Runtime};
-use spade_serve::admission::{default_budget, parse_size, sessions_within, show_bytes};
+use spade_sandbox::{Config, MemoryAccount, Pool, Runtime};
+use spade_serve::admission::{
+    MAX_DEFAULT_SESSIONS, TYPICAL_GROWTH, default_budget, default_sessions, parse_size, show_bytes,
+};
 use spade_serve::{Registry, RegistryLimits, ServeConfig, Server};
 
 use super::{executor, read_text};
@@ -31,7 +33,7 @@ pub struct ServeArgs {
     pub insecure_no_auth: bool,
     /// Most sessions at once (WebSocket sessions plus HTTP /reset and /step calls in flight);
     /// one more gets OpenEnv's CAPACITY_REACHED at once. Default: as many as fit in the memory
-    /// budget, at most 256.
+    /// budget at a typical session's cost (a fresh sandbox's memory, 29.5 MiB, plus 2 MiB).
     #[arg(long)]
     pub max_sessions: Option<usize>,
     /// Most live sessions (WebSocket and held) of one bearer token; one more gets
@@ -39,8 +41,9 @@ pub struct ServeArgs {
     /// none), half of them with several tokens.
     #[arg(long, value_name = "N")]
     pub max_sessions_per_token: Option<usize>,
-    /// Memory that every sandbox the server may run at once must fit in: (2 per session +
-    /// check workers) x --memory-limit (for example 16G). Default: 3/4 of the machine's memory.
+    /// Memory that every sandbox of the server draws its linear memory from (for example
+    /// 16G): a growth past it fails that call with memory_limit. Default: 3/4 of the machine's
+    /// memory.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub memory_budget: Option<u64>,
     /// Largest linear memory of one sandbox (for example 256M). Default: the runtime's, 512 MiB.
@@ -111,18 +114,29 @@ pub struct ServeArgs {
 /// Pool slots beyond one per session: checks of registered sources and snapshot probes.
 const CHECK_SLOTS: u32 = 64;
 
+/// A lower bound of a fresh sandbox's memory (29.5 MiB with this guest), to size the pool for
+/// the default sessions before the runtime can measure it.
+const SMALLEST_SANDBOX: u64 = 16 << 20;
+
 /// Sandboxes one session can hold (see `spade_serve::admission`).
 const SANDBOXES_PER_SESSION: u64 = spade_serve::admission::SANDBOXES_PER_SESSION;
 
 impl ServeArgs {
     pub fn execute(self) -> anyhow::Result<std::process::ExitCode> {
         let limits = self.registry_limits()?;
-        let config = self.config(&limits)?;
+        let mut config = self.config()?;
+        let budget = config.memory_budget.unwrap_or_default();
         let sources = self.sources()?;
-        // One slot per session, and room for the short-lived sandboxes that check sources and
+        // The most sessions there can be: the ones asked for, or as many fresh sandboxes as the
+        // budget holds (the default is fewer: see `default_sessions`).
+        let most_sessions = match self.max_sessions {
+            Some(n) => n as u64,
+            None => (budget / SMALLEST_SANDBOX).min(MAX_DEFAULT_SESSIONS),
+        };
+        // Two slots per session, and room for the short-lived sandboxes that check sources and
         // take snapshots.
         let pool = Pool {
-            sandboxes: u32::try_from(config.max_sessions as u64 * SANDBOXES_PER_SESSION)
+            sandboxes: u32::try_from(most_sessions.saturating_mul(SANDBOXES_PER_SESSION))
                 .unwrap_or(u32::MAX)
                 .saturating_add(CHECK_SLOTS)
                 .max(Pool::default().sandboxes),
@@ -130,6 +144,7 @@ impl ServeArgs {
         };
         let mut runtime = Runtime::new(Config {
             pool: Some(pool),
+            memory_account: Some(MemoryAccount::new(budget)),
             ..Config::default()
         })
         .context("starting the sandbox runtime")?;
@@ -147,14 +162,34 @@ impl ServeArgs {
             ..CheckOptions::default()
         };
         executor()?.block_on(async move {
+            if self.max_sessions.is_none() {
+                let fresh = runtime
+                    .fresh_memory_bytes()
+                    .await
+                    .context("measuring a fresh sandbox's memory")?;
+                let fit = default_sessions(budget, fresh, limits.check_workers);
+                if fit == 0 {
+                    bail!(
+                        "not one session fits in the memory budget of {}: a session needs about {} (a fresh sandbox's memory, {}, plus {}), and {} are set aside for {} check workers and the planning of a new source; give a larger --memory-budget",
+                        show_bytes(budget),
+                        show_bytes(fresh + TYPICAL_GROWTH),
+                        show_bytes(fresh),
+                        show_bytes(TYPICAL_GROWTH),
+                        show_bytes(fresh * (limits.check_workers as u64 + 2)),
+                        limits.check_workers
+                    );
+                }
+                config.max_sessions = fit.min(most_sessions) as usize;
+            }
             let registry = Arc::new(Registry::with_limits(runtime.clone(), check, limits));
             registry.expect_startup(sources.iter().map(|(id, _)| id.clone()));
             warn_if_exposed(&config);
             let server = Server::bind(runtime, registry.clone(), config.clone()).await?;
             let addr = server.local_addr()?;
             say!(
-                "spade serve: listening on http://{addr} (WebSocket sessions at ws://{addr}/ws; {} sessions at most)",
-                config.max_sessions
+                "spade serve: listening on http://{addr} (WebSocket sessions at ws://{addr}/ws; {} sessions at most; memory budget {})",
+                config.max_sessions,
+                show_bytes(budget)
             );
             // The port is open while the start-up checks run, concurrently; each environment is
             // playable as soon as its check passes (`/health` counts them).
@@ -206,32 +241,20 @@ impl ServeArgs {
         Ok(limit)
     }
 
-    fn config(&self, limits: &RegistryLimits) -> anyhow::Result<ServeConfig> {
+    /// The server's settings; without --max-sessions, `max_sessions` is worked out once the
+    /// runtime can say what a fresh sandbox costs.
+    fn config(&self) -> anyhow::Result<ServeConfig> {
         if self.max_sessions == Some(0) {
             bail!("--max-sessions must be at least 1");
         }
-        let memory_limit = self.memory_limit_bytes()?;
+        self.memory_limit_bytes()?;
         let budget = match self.memory_budget.or_else(default_budget) {
             Some(budget) => budget,
             None => bail!(
                 "cannot read the machine's memory (/proc/meminfo) for the default memory budget; give --memory-budget"
             ),
         };
-        let max_sessions = match self.max_sessions {
-            Some(n) => n,
-            None => {
-                let fit = sessions_within(budget, memory_limit, limits.check_workers);
-                if fit == 0 {
-                    bail!(
-                        "not one session fits in the memory budget of {}: a session needs 2 sandboxes of {} plus {} for the check workers; give a larger --memory-budget or a smaller --memory-limit",
-                        show_bytes(budget),
-                        show_bytes(memory_limit),
-                        show_bytes(memory_limit * limits.check_workers as u64)
-                    );
-                }
-                fit.min(256) as usize
-            }
-        };
+        let max_sessions = self.max_sessions.unwrap_or(1);
         if !(self.session_idle_timeout.is_finite() && self.session_idle_timeout >= 0.0) {
             bail!("--session-idle-timeout must be a number of seconds, 0 or more");
         }

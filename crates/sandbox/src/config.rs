@@ -3,6 +3,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::memory::MemoryAccount;
+
 /// Settings of a [`Runtime`](crate::Runtime): engine-level settings fixed when it is built,
 /// and the [`Limits`] every sandbox it creates runs under.
 #[derive(Debug, Clone, PartialEq)]
@@ -32,6 +34,15 @@ pub struct Config {
     /// other sandboxes on the thread get their turn. Default [`Yields::Fuel`] every
     /// [`Yields::DEFAULT_FUEL_INTERVAL`] units.
     pub yields: Yields,
+    /// A memory budget shared by every sandbox of the runtime (and of the runtimes made from
+    /// it with [`Runtime::with_limits`](crate::Runtime::with_limits)): each sandbox's linear
+    /// memory is charged to it as it grows and released when the sandbox is dropped, and a
+    /// growth past what is left fails as a growth past [`Limits::memory_limit`] does (see
+    /// [`MemoryAccount`] for what is charged). Default `None`: each sandbox is bounded by its
+    /// own memory limit only, which suits a process that runs the sandboxes it chose to run
+    /// (`spade run`, `check`, `fuzz`, the Python package); a server that runs other people's
+    /// sets one.
+    pub memory_account: Option<MemoryAccount>,
 }
 
 /// How a long-running guest call is made to yield to the async executor. Either way a call
@@ -183,6 +194,7 @@ impl Default for Config {
             pool: Some(Pool::default()),
             snapshots: true,
             yields: Yields::default(),
+            memory_account: None,
         }
     }
 }

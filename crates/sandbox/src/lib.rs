@@ -14,6 +14,7 @@
 //! The public API:
 //! - [`Runtime`] and its [`Config`] (with [`Limits`], [`Pool`], [`Yields`] and
 //!   [`default_cache_dir`]): the per-process engine, guest and caches;
+//! - [`MemoryAccount`]: a memory budget shared by sandboxes (off unless a [`Config`] asks);
 //! - [`EnvSource`]: an environment's source, compiled once and shared by its sandboxes;
 //! - [`Sandbox`] and its [`SandboxOptions`]: one environment instance; its calls return
 //!   [`EnvInfo`], [`Reset`], [`Step`] and [`CallOutput`];
@@ -46,6 +47,7 @@ mod deadline;
 mod error;
 mod fork;
 mod guest_layout;
+mod memory;
 mod outcome;
 mod runtime;
 mod sandbox;
@@ -54,6 +56,7 @@ mod wasi;
 
 pub use config::{Config, Limits, Pool, Yields, default_cache_dir};
 pub use error::{CallError, ErrorKind, ForkError, RuntimeError};
+pub use memory::{MemoryAccount, OVER_BUDGET};
 pub use runtime::Runtime;
 pub use sandbox::{CallOutput, EnvInfo, Reset, Sandbox, SandboxOptions, Step};
 pub use source::EnvSource;

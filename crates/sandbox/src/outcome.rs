@@ -6,6 +6,7 @@ use wasmtime::{Store, Trap};
 use crate::bindings::EnvError;
 use crate::config::Limits;
 use crate::error::{CallError, ErrorKind};
+use crate::memory::{OVER_BUDGET, OverBudget};
 use crate::sandbox::{CallOutput, Reply, SandboxState};
 
 /// The smallest error limit the guest is given: its own message about an oversized error (the
@@ -27,10 +28,20 @@ pub(crate) fn env_error(err: EnvError) -> CallError {
     }
 }
 
-/// The outcome when the memory limiter denied a growth of `desired` bytes during the call.
-pub(crate) fn memory_limit(limits: &Limits, desired: usize) -> CallError {
+/// The outcome when the memory limiter denied a growth of `desired` bytes during the call
+/// (`over_budget`: because the account shared by all sandboxes had not that much left).
+pub(crate) fn memory_limit(
+    limits: &Limits,
+    desired: usize,
+    over_budget: Option<OverBudget>,
+) -> CallError {
     let detail = if desired == usize::MAX {
         "the environment tried to grow the sandbox memory beyond what it can address".to_owned()
+    } else if let Some(over) = over_budget {
+        format!(
+            "the environment tried to grow the sandbox memory to {desired} bytes, {OVER_BUDGET} ({} of {} bytes in use)",
+            over.charged, over.budget
+        )
     } else {
         format!("the environment tried to grow the sandbox memory to {desired} bytes")
     };

@@ -182,6 +182,7 @@ impl Runtime {
                 guest: GuestPre {
                     pre,
                     yields: config.yields,
+                    account: config.memory_account.clone(),
                 },
                 config,
                 cache,
@@ -426,6 +427,14 @@ impl Runtime {
             })
             .await
             .cloned()
+    }
+
+    /// Bytes of a fresh sandbox's linear memory: the pre-initialised interpreter's image, which
+    /// a [`MemoryAccount`](crate::MemoryAccount) charges every sandbox before its environment
+    /// grows it. Found once per runtime, by instantiating the guest.
+    pub async fn fresh_memory_bytes(&self) -> Result<u64, CallError> {
+        // The capture starts at address 1.
+        Ok(self.base_memory().await?.len() as u64 + 1)
     }
 
     /// How sandboxes of `source` with `max_turns` are loaded under this runtime's limits,

@@ -12,6 +12,7 @@ use crate::cache::snapshot::{CaptureRequest, Captured, LoadPlan, Snapshot, Snaps
 use crate::config::{Limits, Yields};
 use crate::deadline;
 use crate::error::{CallError, ErrorKind};
+use crate::memory::{Charge, MemoryAccount, OverBudget};
 use crate::outcome;
 use crate::source::EnvSource;
 use crate::wasi::{CappedOutput, EntropyReads, EntropyStreams, VirtualClock, deterministic_ctx};
@@ -77,22 +78,35 @@ pub struct CallOutput {
     pub dropped_bytes: u64,
 }
 
-/// Enforces the memory cap and remembers whether it denied a growth during the current call.
+/// Enforces the memory cap (and, with a shared [`MemoryAccount`], charges every growth to it)
+/// and remembers whether it denied a growth during the current call.
 pub(crate) struct MemoryLimiter {
     limit: usize,
     /// The size a growth asked for that was denied, since the call began.
     pub(crate) denied: Option<usize>,
+    /// Why the last denied growth was denied, when it was the shared account that refused it.
+    pub(crate) over_budget: Option<OverBudget>,
+    /// This sandbox's linear memory, charged to the shared account (none without one).
+    charge: Option<Charge>,
 }
 
 impl ResourceLimiter for MemoryLimiter {
     fn memory_growing(
         &mut self,
-        _current: usize,
+        current: usize,
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
         if desired > self.limit {
             self.denied = Some(desired);
+            self.over_budget = None;
+            return Ok(false);
+        }
+        if let Some(charge) = &mut self.charge
+            && let Err(over) = charge.grow(current, desired)
+        {
+            self.denied = Some(desired);
+            self.over_budget = Some(over);
             return Ok(false);
         }
         Ok(true)
@@ -134,7 +148,7 @@ pub struct SandboxState {
 }
 
 impl SandboxState {
-    pub(crate) fn new(seed: u64, config: &Limits) -> Self {
+    pub(crate) fn new(seed: u64, config: &Limits, account: Option<&MemoryAccount>) -> Self {
         // Capture the raw limit; the lossy UTF-8 conversion cuts to the same limit.
         let stdout = CappedOutput::new(config.output_limit);
         let stderr = CappedOutput::new(config.output_limit);
@@ -154,6 +168,8 @@ impl SandboxState {
             limiter: MemoryLimiter {
                 limit: config.memory_limit,
                 denied: None,
+                over_budget: None,
+                charge: account.cloned().map(Charge::new),
             },
             stdout,
             stderr,
@@ -166,7 +182,7 @@ impl SandboxState {
 
     /// The state wizer pre-initialises the interpreter in (seed 0, default limits).
     pub(crate) fn for_preinit() -> Self {
-        Self::new(0, &Limits::default())
+        Self::new(0, &Limits::default(), None)
     }
 }
 
@@ -185,6 +201,8 @@ impl WasiView for SandboxState {
 pub(crate) struct GuestPre {
     pub(crate) pre: bindings::SandboxPre<SandboxState>,
     pub(crate) yields: Yields,
+    /// The account every sandbox's linear memory is charged to ([`crate::Config::memory_account`]).
+    pub(crate) account: Option<MemoryAccount>,
 }
 
 /// The store and guest instance of a sandbox that is alive.
@@ -260,7 +278,10 @@ pub struct Sandbox {
 impl Sandbox {
     /// A sandbox with a fresh store (the guest is instantiated by its first call).
     pub(crate) fn fresh(limits: Arc<Limits>, guest: &GuestPre, seed: u64) -> Sandbox {
-        let mut store = Store::new(guest.pre.engine(), SandboxState::new(seed, &limits));
+        let mut store = Store::new(
+            guest.pre.engine(),
+            SandboxState::new(seed, &limits, guest.account.as_ref()),
+        );
         store.limiter(|state| &mut state.limiter);
         match guest.yields {
             Yields::Fuel(interval) => store
@@ -565,6 +586,7 @@ impl Sandbox {
         let ran = deadline::bounded(call_deadline, dispatch(&mut live, call, &limits)).await;
         self.last_fuel = budget.saturating_sub(live.store.get_fuel().unwrap_or(0));
         let denied = live.store.data_mut().limiter.denied.take();
+        let over_budget = live.store.data_mut().limiter.over_budget.take();
         let result = match ran {
             Err(deadline::Elapsed) => Err(CallError::Deadline(call_deadline)),
             Ok(Err(trap)) => Err(outcome::classify_trap(&live.store, &limits, budget, trap)),
@@ -577,7 +599,7 @@ impl Sandbox {
         // `MemoryError` it raised or caught, a contract error from a half-built value).
         let result = match denied {
             Some(desired) if outcome::memory_decides(&result) => {
-                Err(outcome::memory_limit(&limits, desired))
+                Err(outcome::memory_limit(&limits, desired, over_budget))
             }
             _ => result,
         };
@@ -606,6 +628,7 @@ fn begin(store: &mut Store<SandboxState>, epochs: bool, budget: u64) {
     }
     let state = store.data_mut();
     state.limiter.denied = None;
+    state.limiter.over_budget = None;
     state.stdout.take();
     state.stderr.take();
 }

@@ -5,9 +5,15 @@
 //! slot for as long as their sandbox lives; one more is refused at once with OpenEnv's
 //! `CAPACITY_REACHED`. A session holds at most two sandboxes: the running episode's and, while
 //! a reset runs, the new one (a reset that fails leaves the running episode as it was). A
-//! check of a registered source holds one. So the worst case is
-//! `(2 x sessions + check workers) x memory limit`, and the server does not start when that is
-//! over the memory budget.
+//! check of a registered source holds one.
+//!
+//! Memory is not reserved per slot: every sandbox of the server, sessions' and checks' alike,
+//! draws its linear memory from one [`spade_sandbox::MemoryAccount`] of `--memory-budget`
+//! bytes, so a session costs what its sandbox really holds (the interpreter's image, which an
+//! environment can write all of, plus whatever it grew by), and a sandbox that would take the
+//! server past the budget fails that call with `memory_limit` while the others go on. The
+//! session slots are then a plain cap; by default, as many as fit in the budget at a typical
+//! session's cost ([`default_sessions`]).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -136,33 +142,29 @@ impl Admission {
     }
 }
 
-/// The most sessions that fit in `budget` bytes with `check_workers` checks running and each
-/// sandbox allowed `memory_limit` bytes.
-pub fn sessions_within(budget: u64, memory_limit: u64, check_workers: usize) -> u64 {
-    let sandboxes = budget / memory_limit.max(1);
-    sandboxes.saturating_sub(check_workers as u64) / SANDBOXES_PER_SESSION
-}
+/// What a typical session's sandbox grows by beyond the fresh interpreter's image, allowed
+/// for when the default number of sessions is worked out: 2 MiB. A typical environment fits in
+/// the free space of the image (`tests/envs/grid_walk` grows by nothing).
+pub const TYPICAL_GROWTH: u64 = 2 << 20;
 
-/// Checks that `sessions` fit in `budget`; the error says by how much they do not and what to
-/// change.
-pub fn check_budget(
-    sessions: usize,
-    check_workers: usize,
-    memory_limit: u64,
-    budget: u64,
-) -> Result<(), String> {
-    let sandboxes = SANDBOXES_PER_SESSION * sessions as u64 + check_workers as u64;
-    let worst = sandboxes.saturating_mul(memory_limit);
-    if worst <= budget {
-        return Ok(());
-    }
-    Err(format!(
-        "{sessions} sessions do not fit in the memory budget: (2 sandboxes x {sessions} sessions + {check_workers} check workers) x {} memory limit = {} > {} budget; use at most {} sessions (--max-sessions), a smaller --memory-limit or a larger --memory-budget",
-        show_bytes(memory_limit),
-        show_bytes(worst),
-        show_bytes(budget),
-        sessions_within(budget, memory_limit, check_workers)
-    ))
+/// Fresh sandboxes the budget keeps room for besides the sessions, per check worker: none, but
+/// a source's first sandbox is planned with two (the probe and a fresh interpreter it is
+/// compared with), so two are set aside once.
+pub const PLANNING_SANDBOXES: u64 = 2;
+
+/// The most sessions the default allows, whatever the budget: each slot reserves address space
+/// for two sandboxes (about 6 GiB each), and 4,096 sessions keep that under a tenth of what a
+/// 64-bit process can map.
+pub const MAX_DEFAULT_SESSIONS: u64 = 4096;
+
+/// The default number of session slots: the sessions that fit in `budget` at a typical
+/// session's cost (`fresh`, a fresh sandbox's linear memory, plus [`TYPICAL_GROWTH`]) once the
+/// sandboxes of `check_workers` checks and of a source's planning ([`PLANNING_SANDBOXES`]) are
+/// set aside; at most [`MAX_DEFAULT_SESSIONS`].
+pub fn default_sessions(budget: u64, fresh: u64, check_workers: usize) -> u64 {
+    let set_aside = fresh.saturating_mul(check_workers as u64 + PLANNING_SANDBOXES);
+    let session = fresh.saturating_add(TYPICAL_GROWTH).max(1);
+    (budget.saturating_sub(set_aside) / session).min(MAX_DEFAULT_SESSIONS)
 }
 
 /// The machine's memory, from `/proc/meminfo` (`MemTotal`); `None` where it cannot be read.
@@ -244,14 +246,18 @@ mod tests {
     }
 
     #[test]
-    fn the_budget_counts_two_sandboxes_per_session_and_the_checks() {
-        // (2 x 8 + 2) x 512 MiB = 9 GiB.
-        assert_eq!(check_budget(8, 2, 512 << 20, 9 << 30), Ok(()));
-        let err = check_budget(8, 2, 512 << 20, (9 << 30) - 1).unwrap_err();
-        assert!(err.contains("= 9 GiB >"), "{err}");
-        assert!(err.contains("use at most 7 sessions"), "{err}");
-        assert_eq!(sessions_within(9 << 30, 512 << 20, 2), 8);
-        assert_eq!(sessions_within(1 << 30, 512 << 20, 2), 0);
+    fn the_default_sessions_divide_the_budget_by_a_typical_sessions_cost() {
+        // The figures of this guest: a fresh sandbox is 29.5 MiB; 2 check workers and the
+        // planning set aside 4 of them; each session costs 31.5 MiB.
+        let fresh = 30_932_992;
+        let budget = 18 << 30;
+        let expected = (budget - 4 * fresh) / (fresh + (2 << 20));
+        assert_eq!(default_sessions(budget, fresh, 2), expected);
+        assert_eq!(expected, 581);
+        // 3/4 of a 24 GiB machine admits a GRPO group of 64 many times over.
+        assert!(default_sessions(18 << 30, fresh, 2) >= 64);
+        assert_eq!(default_sessions(4 * fresh, fresh, 2), 0);
+        assert_eq!(default_sessions(1 << 50, fresh, 2), MAX_DEFAULT_SESSIONS);
     }
 
     #[test]

@@ -234,14 +234,18 @@ impl Verdict {
     }
 
     /// Whether the verdict may be cached: not when a finding came from a call's wall-clock
-    /// deadline, which a loaded machine can hit and an idle one not (fuel, memory and every
-    /// other outcome are the same on every run).
+    /// deadline, which a loaded machine can hit and an idle one not, or from the server's
+    /// shared memory budget, which depends on what the other sandboxes held (fuel, the
+    /// sandbox's own memory limit and every other outcome are the same on every run).
     fn reproducible(&self) -> bool {
         let findings = self.report["findings"].as_array();
-        !findings
-            .into_iter()
-            .flatten()
-            .any(|f| f["kind"] == ErrorKind::Deadline.as_str())
+        !findings.into_iter().flatten().any(|f| {
+            f["kind"] == ErrorKind::Deadline.as_str()
+                || (f["kind"] == ErrorKind::MemoryLimit.as_str()
+                    && f["message"]
+                        .as_str()
+                        .is_some_and(|m| m.contains(spade_sandbox::OVER_BUDGET)))
+        })
     }
 }
 
@@ -729,6 +733,31 @@ impl Drop for Reserved<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_verdict_from_the_shared_memory_budget_is_not_cached() {
+        let verdict = |kind: &str, message: &str| {
+            let report = json!({
+                "accepted": false, "class_name": "HogEnv", "tool_use": false,
+                "findings": [{"code": kind, "severity": "error", "kind": kind, "message": message}],
+            });
+            Verdict::from_cached(report.to_string().as_bytes()).unwrap()
+        };
+        // The sandbox's own limit is the same on every run; the shared budget is not.
+        assert!(
+            verdict(
+                "memory_limit",
+                "step failed with memory_limit: memory limit: the environment tried to grow the sandbox memory to 600000000 bytes (limit 536870912 bytes)"
+            )
+            .reproducible()
+        );
+        let over = format!(
+            "step failed with memory_limit: memory limit: the environment tried to grow the sandbox memory to 40000000 bytes, {} (1 of 2 bytes in use) (limit 536870912 bytes)",
+            spade_sandbox::OVER_BUDGET
+        );
+        assert!(!verdict("memory_limit", &over).reproducible());
+        assert!(!verdict("deadline", "step failed with deadline").reproducible());
+    }
 
     #[test]
     fn cached_verdicts_are_read_back_and_odd_bytes_are_refused() {

@@ -19,12 +19,12 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use serde_json::Map;
 use sha2::{Digest, Sha256};
-use spade_sandbox::Runtime;
+use spade_sandbox::{MemoryAccount, Runtime};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
 
-use crate::admission::{Admission, check_budget, default_budget};
+use crate::admission::Admission;
 use crate::held::{HeldSessions, SharedSession};
 use crate::recordings::{DEFAULT_MAX_DOWNLOADS, DEFAULT_MAX_RECORD_BYTES, Recordings};
 use crate::registry::{Registry, Tenant};
@@ -37,12 +37,14 @@ pub struct ServeConfig {
     /// Address to listen on. Default `127.0.0.1:8000` (loopback only).
     pub bind: SocketAddr,
     /// Most sessions at once: WebSocket sessions and HTTP `/reset` and `/step` calls in
-    /// flight; one more gets `CAPACITY_REACHED` at once. Default 256, and it must fit in
-    /// `memory_budget` (see [`crate::admission`]).
+    /// flight; one more gets `CAPACITY_REACHED` at once. A plain cap: memory is bounded by the
+    /// runtime's memory account (see [`crate::admission`]). Default 256; `spade serve`
+    /// defaults it to what fits in its budget ([`crate::admission::default_sessions`]).
     pub max_sessions: usize,
-    /// Bytes that every sandbox the server may run at once, at its memory limit, must fit in.
-    /// `None`: three quarters of the machine's memory. The server does not start when
-    /// `max_sessions` does not fit.
+    /// The budget of the memory account the runtime's sandboxes draw from
+    /// ([`spade_sandbox::Config::memory_account`], which `spade serve` makes from
+    /// `--memory-budget`, by default three quarters of the machine's memory). For information:
+    /// the account itself is what bounds memory.
     pub memory_budget: Option<u64>,
     /// Allow a bind to an address other than loopback without a token. Default `false`: such a
     /// server would run any code that anyone who can reach it sends.
@@ -157,26 +159,16 @@ impl ServeConfig {
         }
     }
 
-    /// Refuses a configuration that is unsafe or over the memory budget: a non-loopback bind
-    /// without a token (unless `insecure_no_auth`), and `max_sessions` that do not fit in the
-    /// budget with sandboxes of `memory_limit` bytes and `check_workers` checks.
-    pub fn validate(&self, memory_limit: u64, check_workers: usize) -> Result<(), BindError> {
+    /// Refuses a configuration that is unsafe: a non-loopback bind without a token (unless
+    /// `insecure_no_auth`).
+    pub fn validate(&self) -> Result<(), BindError> {
         if self.tokens.is_empty() && !self.bind.ip().is_loopback() && !self.insecure_no_auth {
             return Err(BindError::Config(format!(
                 "refusing to serve on {} without a token: anyone who can reach it could run code and fill its memory; give --token-file FILE, bind to 127.0.0.1, or pass --insecure-no-auth if the network is trusted",
                 self.bind
             )));
         }
-        let budget = match self.memory_budget.or_else(default_budget) {
-            Some(budget) => budget,
-            None => {
-                return Err(BindError::Config(
-                    "cannot read the machine's memory (/proc/meminfo) for the default memory budget; give --memory-budget".to_owned(),
-                ));
-            }
-        };
-        check_budget(self.max_sessions, check_workers, memory_limit, budget)
-            .map_err(BindError::Config)
+        Ok(())
     }
 }
 
@@ -188,6 +180,8 @@ pub struct AppState {
     stateless: Arc<SessionContext>,
     /// The session slots every sandbox-creating request takes.
     pub admission: Admission,
+    /// The memory account every sandbox of the server draws from (the runtime's).
+    pub memory: MemoryAccount,
     /// Sessions held between requests (created over `POST /mcp`).
     pub held: HeldSessions,
     pub shutdown: watch::Receiver<bool>,
@@ -223,22 +217,24 @@ pub struct Server {
 }
 
 impl Server {
-    /// Checks `config` against the runtime's limits and the registry's, binds `config.bind`
-    /// and prepares a server over `registry`.
+    /// Checks `config`, binds `config.bind` and prepares a server over `registry`. The
+    /// runtime must have a memory account ([`spade_sandbox::Config::memory_account`]).
     pub async fn bind(
         runtime: Runtime,
         registry: Arc<Registry>,
         config: ServeConfig,
     ) -> Result<Server, BindError> {
-        config.validate(
-            runtime.limits().memory_limit as u64,
-            registry.limits().check_workers,
-        )?;
+        config.validate()?;
         if config.max_downloads == 0 {
             return Err(BindError::Config(
                 "--max-downloads must be at least 1".to_owned(),
             ));
         }
+        let Some(memory) = runtime.config().memory_account.clone() else {
+            return Err(BindError::Config(
+                "the sandbox runtime has no memory account: a server runs other people's code, so every sandbox must draw from one budget (build the runtime with Config::memory_account, as spade serve does from --memory-budget)".to_owned(),
+            ));
+        };
         let recordings = match &config.record_dir {
             None => None,
             Some(dir) => Some(
@@ -276,6 +272,7 @@ impl Server {
         let token_sha256 = config.tokens.iter().map(|t| digest(t)).collect();
         let state = Arc::new(AppState {
             admission: Admission::new(config.max_sessions, config.sessions_per_token()),
+            memory,
             held: HeldSessions::default(),
             config,
             sessions,

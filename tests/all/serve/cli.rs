@@ -84,18 +84,19 @@ fn bad_command_lines_are_clear_errors() {
         1,
         "refusing to serve on 0.0.0.0:0 without a token: anyone who can reach it could run code and fill its memory; give --token-file FILE, bind to 127.0.0.1, or pass --insecure-no-auth if the network is trusted",
     );
-    // The memory budget: (2 x 4 sessions + 2 check workers) x 512 MiB = 5 GiB > 4 GiB.
+    // The memory budget holds no session: 2 check workers and the planning of a source set
+    // aside 4 fresh sandboxes (4 x 29.5 MiB), more than 64 MiB.
     fails_with(
-        &["serve", "--max-sessions", "4", "--memory-budget", "4G"],
+        &["serve", "--memory-budget", "64M"],
         None,
         1,
-        "4 sessions do not fit in the memory budget: (2 sandboxes x 4 sessions + 2 check workers) x 512 MiB memory limit = 5 GiB > 4 GiB budget; use at most 3 sessions (--max-sessions), a smaller --memory-limit or a larger --memory-budget",
+        "not one session fits in the memory budget of 64 MiB: a session needs about ",
     );
     fails_with(
-        &["serve", "--memory-budget", "1G"],
+        &["serve", "--memory-budget", "64M"],
         None,
         1,
-        "not one session fits in the memory budget of 1 GiB: a session needs 2 sandboxes of 512 MiB plus 1 GiB for the check workers",
+        "set aside for 2 check workers and the planning of a new source; give a larger --memory-budget",
     );
     fails_with(
         &["serve", "--memory-limit", "1M"],

@@ -101,9 +101,10 @@ async fn sessions_256_at_once_each_match_their_spade_run_trace() {
     args.extend([
         "--max-sessions",
         "300",
-        // (300 sessions x 2 sandboxes + 2 check workers) x 512 MiB: the worst case is over
-        // this machine's memory, so the test states its own budget (these sandboxes touch a
-        // few MiB each). The default memory limit keeps the traces equal to `spade run`'s.
+        // 300 sessions, each charged a fresh sandbox's 29.5 MiB and twice that during a
+        // reset: more than 3/4 of a 24 GiB machine at the peak, though these sandboxes touch a
+        // few MiB each, so the test states its own budget. The default memory limit keeps the
+        // traces equal to `spade run`'s.
         "--memory-budget",
         "301G",
         "--record-dir",

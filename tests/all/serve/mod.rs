@@ -9,6 +9,7 @@ pub mod harness;
 mod limits;
 mod load;
 mod mcp;
+mod memory;
 mod protocol;
 mod python;
 mod registrations;
@@ -48,10 +49,11 @@ pub fn env_path(name: &str) -> String {
     format!("tests/envs/{name}/env.py")
 }
 
-/// The sessions `spade serve` allows by default with sandboxes of `memory_limit` bytes, from
-/// the rule in docs/serve.md: a budget of 3/4 of the machine's memory holds 2 sandboxes per
-/// session plus 2 check workers, and at most 256 sessions.
-pub fn max_sessions_fitting(memory_limit: u64) -> u64 {
+/// The sessions `spade serve` allows by default, from the rule in docs/serve.md: a budget of
+/// 3/4 of the machine's memory, less a fresh sandbox for each of the 2 check workers and 2 for
+/// planning a new source, divided by a typical session's cost (a fresh sandbox plus 2 MiB), at
+/// most 4,096.
+pub fn max_sessions_fitting() -> u64 {
     let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
     let kib: u64 = meminfo
         .lines()
@@ -60,5 +62,20 @@ pub fn max_sessions_fitting(memory_limit: u64) -> u64 {
         .and_then(|n| n.parse().ok())
         .unwrap();
     let budget = kib * 1024 / 4 * 3;
-    ((budget / memory_limit).saturating_sub(2) / 2).min(256)
+    let fresh = fresh_sandbox_bytes();
+    (budget.saturating_sub(4 * fresh) / (fresh + (2 << 20))).min(4096)
+}
+
+/// A fresh sandbox's linear memory, as the sandbox runtime measures it (on a thread of its own,
+/// so that async tests can ask too).
+pub fn fresh_sandbox_bytes() -> u64 {
+    std::thread::spawn(|| {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(crate::common::runtime().fresh_memory_bytes())
+            .unwrap()
+    })
+    .join()
+    .unwrap()
 }

@@ -361,15 +361,18 @@ async fn malformed_messages_get_the_protocol_errors_and_the_session_goes_on() {
 fn http_endpoints_follow_openenv() {
     let server = ServeProcess::start(&[&env_path("grid_walk"), "--max-message-bytes", "2048"]);
     let addr = server.addr;
-    let sessions = super::max_sessions_fitting(512 << 20);
+    let sessions = super::max_sessions_fitting();
+    let (status, health) = http_json(addr, "GET", "/health", &[], None);
+    let budget = health["memory"]["budget"].clone();
     assert_eq!(
-        http_json(addr, "GET", "/health", &[], None),
+        (status, health),
         (
             200,
             json!({
                 "status": "healthy",
                 "envs": {"ready": 1, "rejected": 0, "checking": 0},
                 "sessions": {"active": 0, "max": sessions},
+                "memory": {"charged": 0, "budget": budget},
             })
         )
     );

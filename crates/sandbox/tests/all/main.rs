@@ -10,5 +10,6 @@ mod guest_memory;
 // Reads RSS from /proc.
 #[cfg(target_os = "linux")]
 mod limits;
+mod memory_account;
 mod sandbox;
 mod yields;
