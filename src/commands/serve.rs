@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use clap::Args;
 use spade_envtools::check::CheckOptions;
-use spade_sandbox::{Config, MemoryAccount, Pool, Runtime};
+use spade_sandbox::{Caches, Config, MemoryAccount, Pool, Runtime};
 use spade_serve::admission::{
     MAX_DEFAULT_SESSIONS, TYPICAL_GROWTH, default_budget, default_sessions, parse_size, show_bytes,
 };
@@ -109,6 +109,19 @@ pub struct ServeArgs {
     /// `spade train`'s validation_fuel).
     #[arg(long, default_value_t = 50_000_000_000, value_name = "FUEL")]
     pub validation_fuel: u64,
+    /// Bytes of compiled sources and their load snapshots kept in memory for reuse (for
+    /// example 512M); past it, the least recently used source is dropped and compiled again
+    /// when it is next played. Default 512 MiB.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub cache_memory: Option<u64>,
+    /// Bytes of snapshot files kept in the cache directory (for example 4G); past it, the least
+    /// recently used files no loaded source uses are removed. Default 4 GiB.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub cache_disk: Option<u64>,
+    /// Load snapshots kept per source (one per `max_turns` a reset asks for); past it, the
+    /// least recently used is dropped. Default 4.
+    #[arg(long, default_value_t = Caches::default().plans_per_source, value_name = "N")]
+    pub plans_per_source: usize,
 }
 
 /// Pool slots beyond one per session: checks of registered sources and snapshot probes.
@@ -122,6 +135,23 @@ const SMALLEST_SANDBOX: u64 = 16 << 20;
 const SANDBOXES_PER_SESSION: u64 = spade_serve::admission::SANDBOXES_PER_SESSION;
 
 impl ServeArgs {
+    /// The runtime's cache bounds from --cache-memory, --cache-disk and --plans-per-source.
+    fn caches(&self) -> anyhow::Result<Caches> {
+        let defaults = Caches::default();
+        if self.plans_per_source == 0 {
+            bail!("--plans-per-source must be at least 1");
+        }
+        Ok(Caches {
+            plans_per_source: self.plans_per_source,
+            memory_bytes: match self.cache_memory {
+                Some(bytes) => usize::try_from(bytes).context("--cache-memory is too large")?,
+                None => defaults.memory_bytes,
+            },
+            disk_bytes: self.cache_disk.unwrap_or(defaults.disk_bytes),
+            ..defaults
+        })
+    }
+
     pub fn execute(self) -> anyhow::Result<std::process::ExitCode> {
         let limits = self.registry_limits()?;
         let mut config = self.config()?;
@@ -145,6 +175,7 @@ impl ServeArgs {
         let mut runtime = Runtime::new(Config {
             pool: Some(pool),
             memory_account: Some(MemoryAccount::new(budget)),
+            caches: self.caches()?,
             ..Config::default()
         })
         .context("starting the sandbox runtime")?;

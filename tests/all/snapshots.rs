@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 
 use spade_envtools::trajectory::RecordMeta;
 use spade_envtools::{Episode, Record};
-use spade_sandbox::{CallError, Config, Limits, Pool, Runtime, SandboxOptions};
+use spade_sandbox::{CacheStats, Caches, CallError, Config, Limits, Pool, Runtime, SandboxOptions};
 
 use crate::common::{env_actions, env_dir, env_source, fixtures, spade, test_limits};
 
@@ -496,4 +496,69 @@ async fn a_new_runtime_loads_the_cached_bytecode_and_ignores_a_damaged_file() {
         ..test_limits()
     });
     assert_ne!(other.code_file(&again).unwrap(), file);
+}
+
+#[tokio::test]
+async fn sandboxes_with_distinct_max_turns_keep_a_bounded_number_of_plans_and_files() {
+    // Issue 53, item 1: 20 resets with distinct max_turns built and kept 20 snapshots (RSS
+    // 186 -> 891 MiB, 614 MiB written to the cache). Every plan of a max_turns beyond the bound
+    // is dropped, and its file too once the disk budget (one byte here) is exceeded. Scaled
+    // down: 6 max_turns, at most 2 kept.
+    let cache = crate::serve::harness::cache_with_the_compiled_guests();
+    let runtime = Runtime::new(Config {
+        cache_dir: Some(cache.path().to_owned()),
+        caches: Caches {
+            plans_per_source: 2,
+            disk_bytes: 1,
+            ..Caches::default()
+        },
+        ..Config::default()
+    })
+    .expect("runtime");
+    let source = format!("{}\n# max_turns bound\n", env_source("grid_walk"));
+    let prepared = runtime.prepare(&source).await.unwrap();
+    let files = || {
+        std::fs::read_dir(cache.path().join("snapshots"))
+            .unwrap()
+            .filter(|entry| {
+                let name = entry.as_ref().unwrap().file_name();
+                name.to_string_lossy().ends_with(".snap")
+            })
+            .count()
+    };
+    for max_turns in 1..=6 {
+        let options = SandboxOptions {
+            seed: 0,
+            max_turns: Some(max_turns),
+        };
+        let sandbox = runtime.sandbox_from(&prepared, options).await.unwrap();
+        assert_eq!(sandbox.info().max_turns, Some(max_turns));
+        assert!(
+            runtime.snapshot_size(&prepared, Some(max_turns)).is_some(),
+            "grid_walk starts from a snapshot"
+        );
+        let stats = runtime.cache_stats();
+        assert_eq!(stats.sources, 1);
+        assert!(stats.plans <= 2, "after {max_turns}: {stats:?}");
+        assert!(files() <= 2, "after {max_turns}: {} files", files());
+    }
+    // A max_turns whose plan was dropped is decided again, and gives the same sandbox.
+    let again = runtime
+        .sandbox_from(
+            &prepared,
+            SandboxOptions {
+                seed: 0,
+                max_turns: Some(1),
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(again.info().max_turns, Some(1));
+    assert!(runtime.cache_stats().plans <= 2);
+
+    // Released, the source leaves the cache, and its files the disk.
+    drop(again);
+    runtime.release_source(prepared);
+    assert_eq!(runtime.cache_stats(), CacheStats::default());
+    assert_eq!(files(), 0);
 }

@@ -43,6 +43,50 @@ pub struct Config {
     /// (`spade run`, `check`, `fuzz`, the Python package); a server that runs other people's
     /// sets one.
     pub memory_account: Option<MemoryAccount>,
+    /// How much the runtime keeps of the sources it compiled and the snapshots it took, in
+    /// memory and on disk. Default [`Caches::default`].
+    pub caches: Caches,
+}
+
+/// Bounds on what a [`Runtime`](crate::Runtime) keeps between sandboxes: compiled sources and
+/// their load plans in memory, and snapshot files in the cache directory. Every cache is least
+/// recently used first out; what is evicted costs only a compile or a probe when it is needed
+/// again, never a different result. A source that something outside the cache still holds (a
+/// registration, a live sandbox's caller) keeps working: eviction drops the cache's reference,
+/// not the source.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Caches {
+    /// Load plans kept per source. A plan (and its snapshot) depends on the `max_turns` a
+    /// sandbox is created with, which the constructor receives and the snapshot of a loaded
+    /// environment holds, so each distinct `max_turns` has its own; past this many, the least
+    /// recently used is dropped. Default 4: a source is played with one or two values in
+    /// practice, and 4 snapshots of at most 64 MiB bound one source's share.
+    pub plans_per_source: usize,
+    /// Sources kept compiled in memory. Default 1,024: more than a server's registrations (256
+    /// by default), so a registered source is never compiled twice.
+    pub sources: usize,
+    /// Bytes the compiled sources in memory may hold: their text, bytecode and the snapshots
+    /// of their plans. Past it, least recently used sources are dropped (the most recently used
+    /// one is always kept). Default 512 MiB: a hundred snapshots of a typical environment (3 to
+    /// 5 MiB), or eight of the largest a snapshot can be.
+    pub memory_bytes: usize,
+    /// Bytes the snapshot files in the cache directory may hold. After each snapshot file is
+    /// written, the least recently used files (by modification time: a read touches it) that no
+    /// plan in this runtime's memory uses are removed until the rest fit. Default 4 GiB: the
+    /// snapshots of about a thousand typical sources; a removed file costs a later process one
+    /// probe of its source.
+    pub disk_bytes: u64,
+}
+
+impl Default for Caches {
+    fn default() -> Self {
+        Caches {
+            plans_per_source: 4,
+            sources: 1024,
+            memory_bytes: 512 << 20,
+            disk_bytes: 4 << 30,
+        }
+    }
 }
 
 /// How a long-running guest call is made to yield to the async executor. Either way a call
@@ -195,6 +239,7 @@ impl Default for Config {
             snapshots: true,
             yields: Yields::default(),
             memory_account: None,
+            caches: Caches::default(),
         }
     }
 }

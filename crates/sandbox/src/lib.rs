@@ -54,10 +54,10 @@ mod sandbox;
 mod source;
 mod wasi;
 
-pub use config::{Config, Limits, Pool, Yields, default_cache_dir};
+pub use config::{Caches, Config, Limits, Pool, Yields, default_cache_dir};
 pub use error::{CallError, ErrorKind, ForkError, RuntimeError};
 pub use memory::{MemoryAccount, OVER_BUDGET};
-pub use runtime::Runtime;
+pub use runtime::{CacheStats, Runtime};
 pub use sandbox::{CallOutput, EnvInfo, Reset, Sandbox, SandboxOptions, Step};
 pub use source::EnvSource;
 

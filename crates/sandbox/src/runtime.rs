@@ -18,7 +18,7 @@ use crate::cache::{
 use crate::config::{Config, Limits, Pool, Yields};
 use crate::error::{CallError, RuntimeError};
 use crate::sandbox::{EnvInfo, GuestPre, Sandbox, SandboxOptions, SandboxState};
-use crate::source::{EnvSource, PlanKey, SourceCache};
+use crate::source::{EnvSource, LiveFiles, PlanKey, Release, SourceCache};
 use crate::wasi;
 
 /// How often the engine's epoch advances: a long-running call yields to the async executor (and
@@ -37,8 +37,10 @@ struct Inner {
     guest: GuestPre,
     config: Config,
     /// The cache directory, opened and verified once (`None` without one).
-    cache: Option<Cache>,
+    cache: Option<Arc<Cache>>,
     sources: SourceCache,
+    /// The snapshot files the plans in memory use (kept by the disk cache's trim).
+    live_files: Arc<LiveFiles>,
     stop_ticker: Arc<AtomicBool>,
     linked: Vec<String>,
     trapped: Vec<String>,
@@ -47,8 +49,19 @@ struct Inner {
     base_memory: OnceCell<Arc<Vec<u8>>>,
 }
 
-/// Compiled sources kept per runtime.
-const SOURCE_CACHE_ENTRIES: usize = 1024;
+/// What a runtime's caches hold now ([`Runtime::cache_stats`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CacheStats {
+    /// Compiled sources kept in memory (at most [`Caches::sources`](crate::Caches)).
+    pub sources: usize,
+    /// Load plans of those sources (at most [`Caches::plans_per_source`](crate::Caches) each).
+    pub plans: usize,
+    /// Bytes of the snapshots those plans hold.
+    pub snapshot_bytes: usize,
+    /// Bytes the kept sources hold in all: text, bytecode and snapshots (at most
+    /// [`Caches::memory_bytes`](crate::Caches), past the most recently used source).
+    pub bytes: usize,
+}
 
 impl Drop for Inner {
     fn drop(&mut self) {
@@ -157,7 +170,12 @@ impl Runtime {
         }
         let engine = Engine::new(&engine_config(&config))
             .map_err(|e| RuntimeError::Engine(e.to_string()))?;
-        let cache = config.cache_dir.as_deref().map(Cache::open).transpose()?;
+        let cache = config
+            .cache_dir
+            .as_deref()
+            .map(Cache::open)
+            .transpose()?
+            .map(Arc::new);
         let component =
             artifact::load_component(&engine, cache.as_ref().map(|c| &c.root), before_build)?;
         let mut linker: Linker<SandboxState> = Linker::new(&engine);
@@ -176,6 +194,7 @@ impl Runtime {
             spawn_ticker(engine.clone(), stop_ticker.clone());
         }
         let limits = Arc::new(config.limits.clone());
+        let sources = SourceCache::new(config.caches.sources, config.caches.memory_bytes);
         Ok(Runtime {
             inner: Arc::new(Inner {
                 engine,
@@ -186,7 +205,8 @@ impl Runtime {
                 },
                 config,
                 cache,
-                sources: SourceCache::new(SOURCE_CACHE_ENTRIES),
+                sources,
+                live_files: Arc::new(LiveFiles::default()),
                 stop_ticker,
                 linked,
                 trapped,
@@ -223,10 +243,21 @@ impl Runtime {
             limits: (*self.limits).clone(),
             snapshots: self.inner.config.snapshots,
         };
-        let cell = source.plan_cell(key.clone());
+        let cell = source.plan_cell(
+            key.clone(),
+            self.inner.config.caches.plans_per_source,
+            || {
+                let name = self.snapshot_name(source, &key)?;
+                Some(self.inner.live_files.mark(name))
+            },
+        );
+        let decided = cell.initialized();
         let plan = cell
             .get_or_try_init(|| self.cached_plan(source, &key))
             .await?;
+        // A new plan may have grown the source: keep the runtime's sources within their bounds
+        // (a plan decided before changed nothing, and is only a use).
+        drop(self.inner.sources.touch(source.sha256(), !decided));
         Sandbox::load(
             &self.inner.guest,
             self.limits.clone(),
@@ -293,25 +324,106 @@ impl Runtime {
             .map(|dir| snapshot_cache::path(dir, &self.artifact_key(), source.sha256(), key))
     }
 
+    /// The name of the snapshot file of `source` and `key` (`None` without a cache directory).
+    fn snapshot_name(&self, source: &EnvSource, key: &PlanKey) -> Option<String> {
+        self.inner.cache.as_ref()?;
+        Some(snapshot_cache::name(
+            &self.artifact_key(),
+            source.sha256(),
+            key,
+        ))
+    }
+
     /// The plan for `source` from the disk cache, or probed and then cached.
     async fn cached_plan(&self, source: &EnvSource, key: &PlanKey) -> Result<LoadPlan, CallError> {
         let cached = self.inner.cache.as_ref().map(|cache| {
             let name = snapshot_cache::name(&self.artifact_key(), source.sha256(), key);
             (&cache.snapshots, name)
         });
-        if let Some(plan) = cached
-            .as_ref()
-            .and_then(|(dir, name)| snapshot_cache::read(dir, name))
+        if let Some((dir, name)) = &cached
+            && let Some(plan) = snapshot_cache::read(dir, name)
         {
+            // A read is a use: the trim removes the least recently used files first.
+            let _ = dir.touch(name);
             return Ok(plan);
         }
         let plan = self.plan(source, key.max_turns).await?;
         if let Some((dir, name)) = &cached {
             // A plan that cannot be cached is probed again by the next process; nothing else
             // depends on the file.
-            let _ = snapshot_cache::write(dir, name, &plan);
+            if snapshot_cache::write(dir, name, &plan).is_ok() {
+                self.trim_snapshot_files();
+            }
         }
         Ok(plan)
+    }
+
+    /// Removes the least recently used snapshot files that no plan in memory uses until the
+    /// rest fit [`Caches::disk_bytes`](crate::Caches).
+    fn trim_snapshot_files(&self) {
+        if let Some(cache) = &self.inner.cache {
+            let live = &self.inner.live_files;
+            snapshot_cache::trim(
+                &cache.snapshots,
+                self.inner.config.caches.disk_bytes,
+                |name| live.contains(name),
+            );
+        }
+    }
+
+    /// Lets go of the compiled source of `sha256` (a server's registration of it was evicted
+    /// or deleted): it leaves this runtime's cache, and once the last handle on it is dropped
+    /// (at once, or when the last sandbox's caller that still plays it lets go) its plans and
+    /// snapshots are freed and the snapshot files of those plans removed (unless a plan in
+    /// memory uses one). A caller that still holds the source goes on using it; a later
+    /// [`Runtime::prepare`] of the same text compiles it again.
+    pub fn release(&self, sha256: &str) {
+        if let Some(source) = self.inner.sources.remove(sha256) {
+            self.mark_released(&source);
+        }
+    }
+
+    /// [`Runtime::release`] of `source`, which the caller hands over: the same source is let
+    /// go of whether or not it is still in this runtime's cache.
+    pub fn release_source(&self, source: EnvSource) {
+        self.mark_released(&source);
+        self.release(source.sha256());
+    }
+
+    fn mark_released(&self, source: &EnvSource) {
+        if let Some(cache) = &self.inner.cache {
+            source.mark_released(Release {
+                cache: cache.clone(),
+                live: self.inner.live_files.clone(),
+            });
+        }
+    }
+
+    /// What the runtime's source cache holds now: sources, their plans and the bytes of
+    /// their snapshots. Sources held only outside the cache (by a registration the cache
+    /// evicted) are not counted.
+    pub fn cache_stats(&self) -> CacheStats {
+        let (sources, plans, snapshot_bytes, bytes) = self.inner.sources.stats();
+        CacheStats {
+            sources,
+            plans,
+            snapshot_bytes,
+            bytes,
+        }
+    }
+
+    /// The snapshot files in the cache directory and their bytes (at most
+    /// [`Caches::disk_bytes`](crate::Caches), past the files that plans in memory use);
+    /// `(0, 0)` without a cache directory. Lists the directory: not for a hot path.
+    pub fn snapshot_files(&self) -> (usize, u64) {
+        self.inner
+            .cache
+            .as_ref()
+            .and_then(|cache| cache.snapshots.files().ok())
+            .map_or((0, 0), |files| {
+                let snaps = files.iter().filter(|f| f.name.ends_with(".snap"));
+                snaps.fold((0, 0), |(n, b), f| (n + 1, b + f.bytes))
+            })
     }
 
     /// Probes how `source` loads and takes its snapshot (see [`crate::cache::snapshot`]).
@@ -450,7 +562,7 @@ impl Runtime {
             limits: (*self.limits).clone(),
             snapshots: self.inner.config.snapshots,
         };
-        match source.plan_cell(key).get() {
+        match source.plan(&key) {
             Some(LoadPlan::Deferred {
                 snapshot: Some(snapshot),
                 ..
@@ -486,7 +598,7 @@ impl Runtime {
             }
         };
         let prepared = EnvSource::new(source, sha256, code);
-        self.inner.sources.insert(prepared.clone());
+        drop(self.inner.sources.insert(prepared.clone()));
         Ok(prepared)
     }
 

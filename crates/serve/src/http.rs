@@ -47,15 +47,22 @@ fn invalid_body(err: FieldError) -> Response {
 
 /// `GET /health`: OpenEnv's `{"status": "healthy"}`, with how many environments are ready,
 /// rejected and still being checked (the port opens before the start-up checks end), the
-/// sessions in use, and the bytes of sandbox memory charged to the memory budget now (see
-/// [`crate::admission`]).
+/// sessions in use, the bytes of sandbox memory charged to the memory budget now (see
+/// [`crate::admission`]), and what the runtime's source cache holds (docs/serve.md, "Limits").
 pub async fn health(State(state): State<Arc<AppState>>) -> Response {
     let envs = state.sessions.registry.readiness();
+    let caches = state.sessions.runtime.cache_stats();
     axum::Json(json!({
         "status": "healthy",
         "envs": {"ready": envs.ready, "rejected": envs.rejected, "checking": envs.checking},
         "sessions": {"active": state.admission.active(), "max": state.admission.max()},
         "memory": {"charged": state.memory.charged(), "budget": state.memory.budget()},
+        "caches": {
+            "sources": caches.sources,
+            "plans": caches.plans,
+            "snapshot_bytes": caches.snapshot_bytes,
+            "bytes": caches.bytes,
+        },
     }))
     .into_response()
 }

@@ -6,7 +6,7 @@
 //! does not check again what it checked before.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use serde_json::{Value, json};
@@ -46,6 +46,35 @@ pub struct Registration {
     pub bytes: usize,
     /// The registry's clock when it was last registered or played (for eviction).
     last_used: AtomicU64,
+    /// The runtime that compiled the source, told when the registration is dropped.
+    runtime: Released,
+    /// Another registration (or a check) has the same source: dropping this one leaves the
+    /// runtime's copy alone.
+    shared: AtomicBool,
+}
+
+/// The runtime a registration's source lives in: when the last handle on the registration is
+/// dropped (it was evicted or deleted, and no session is resetting it), the runtime lets go of
+/// the source's compiled code, plans and snapshots, and its snapshot files are removed once
+/// the episodes still playing it end ([`Runtime::release`]).
+struct Released(Runtime);
+
+impl std::fmt::Debug for Released {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Runtime")
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        if self.shared.load(Ordering::Relaxed) {
+            return;
+        }
+        match self.source.take() {
+            Some(source) => self.runtime.0.release_source(source),
+            None => self.runtime.0.release(&self.sha256),
+        }
+    }
 }
 
 /// Where a registration came from.
@@ -289,6 +318,17 @@ impl Entries {
     }
 
     /// Ids being checked or waiting for their start-up check, each counted once.
+    /// Marks `removed` as sharing its source when another registration, or a check under way,
+    /// has the same one (see [`Registration`]'s drop).
+    fn mark_shared(&self, removed: &Registration) {
+        let sha256 = &removed.sha256;
+        if self.envs.values().any(|r| r.sha256 == *sha256)
+            || self.checking.values().any(|s| s == sha256)
+        {
+            removed.shared.store(true, Ordering::Relaxed);
+        }
+    }
+
     fn checking_count(&self) -> usize {
         let running = self.checking.keys();
         running
@@ -432,11 +472,15 @@ impl Registry {
                 origin,
                 bytes: source.len(),
                 last_used: AtomicU64::new(self.tick()),
+                runtime: Released(self.runtime.clone()),
+                shared: AtomicBool::new(false),
             }),
             Err(err) => {
                 if let Origin::Http(tenant) = origin {
                     entries.remove(tenant, source.len());
                 }
+                // What the check compiled goes with it (unless a registration holds it).
+                self.runtime.release(&sha256);
                 return Err(err);
             }
         };
@@ -615,6 +659,7 @@ impl Registry {
         }
         let removed = entries.envs.remove(id).expect("found above");
         entries.remove(tenant, removed.bytes);
+        entries.mark_shared(&removed);
         Ok(removed)
     }
 
@@ -701,6 +746,7 @@ fn evict_one(entries: &mut Entries, only: Option<Tenant>) -> bool {
     };
     let removed = entries.envs.remove(&id).expect("the victim is registered");
     entries.remove(tenant, removed.bytes);
+    entries.mark_shared(&removed);
     true
 }
 

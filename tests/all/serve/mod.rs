@@ -2,6 +2,7 @@
 //! `openenv` client and `spade_client` in Python, a raw WebSocket/HTTP client in Rust).
 
 mod admission;
+mod caches;
 mod cli;
 mod connections;
 mod fork;

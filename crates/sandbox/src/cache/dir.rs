@@ -181,6 +181,53 @@ impl CacheDir {
         )))
     }
 
+    /// The regular files of this directory (temporary files, which start with a dot, left
+    /// out): name, size in bytes and modification time (nanoseconds since the epoch), in no
+    /// particular order. A file removed while it is listed is left out.
+    pub(crate) fn files(&self) -> std::io::Result<Vec<CachedFile>> {
+        let mut files = Vec::new();
+        for entry in rustix::fs::Dir::read_from(&self.fd)? {
+            let entry = entry?;
+            let Ok(name) = entry.file_name().to_str() else {
+                continue;
+            };
+            if name.starts_with('.') {
+                continue;
+            }
+            let Ok(stat) = rustix::fs::statat(&self.fd, name, AtFlags::SYMLINK_NOFOLLOW) else {
+                continue;
+            };
+            if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
+                continue;
+            }
+            files.push(CachedFile {
+                name: name.to_owned(),
+                bytes: stat.st_size as u64,
+                modified_nanos: (stat.st_mtime as i128) * 1_000_000_000
+                    + stat.st_mtime_nsec as i128,
+            });
+        }
+        Ok(files)
+    }
+
+    /// Removes the file `name` (a missing file is not an error).
+    pub(crate) fn remove(&self, name: &str) -> std::io::Result<()> {
+        match rustix::fs::unlinkat(&self.fd, name, AtFlags::empty()) {
+            Ok(()) | Err(Errno::NOENT) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Sets the modification time of the file `name` to now (it was just used), when it is a
+    /// verified file of this directory.
+    pub(crate) fn touch(&self, name: &str) -> Result<(), String> {
+        if let Some(file) = self.open_verified(name)? {
+            file.set_modified(std::time::SystemTime::now())
+                .map_err(|e| format!("touching {}: {e}", self.path.join(name).display()))?;
+        }
+        Ok(())
+    }
+
     /// An exclusive lock on the file `name` (created `0600` when missing), held until the
     /// returned file is dropped.
     pub(crate) fn lock(&self, name: &str) -> Result<File, String> {
@@ -201,6 +248,14 @@ impl CacheDir {
             .map_err(|e| format!("locking {}: {e}", path.display()))?;
         Ok(file)
     }
+}
+
+/// A file of a cache directory, as [`CacheDir::files`] lists it.
+#[derive(Debug, Clone)]
+pub(crate) struct CachedFile {
+    pub name: String,
+    pub bytes: u64,
+    pub modified_nanos: i128,
 }
 
 /// `path` split into its longest prefix that exists and the names below it that do not;

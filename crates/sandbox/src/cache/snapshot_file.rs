@@ -179,6 +179,35 @@ pub(crate) fn write(dir: &CacheDir, name: &str, plan: &LoadPlan) -> std::io::Res
     dir.write_atomic(name, &[&head, data])
 }
 
+/// Removes the least recently used snapshot files of `dir` (oldest modification time first: a
+/// read touches its file) that `in_use` does not name, until the rest hold at most `budget`
+/// bytes; returns how many were removed. Files in use stay even past the budget (the plans in
+/// memory bound them). A file that cannot be removed is left for the next trim.
+pub(crate) fn trim(dir: &CacheDir, budget: u64, in_use: impl Fn(&str) -> bool) -> usize {
+    let Ok(mut files) = dir.files() else {
+        return 0;
+    };
+    let mut total: u64 = files.iter().map(|file| file.bytes).sum();
+    if total <= budget {
+        return 0;
+    }
+    files.sort_by_key(|file| file.modified_nanos);
+    let mut removed = 0;
+    for file in files {
+        if total <= budget {
+            break;
+        }
+        if !file.name.ends_with(".snap") || in_use(&file.name) {
+            continue;
+        }
+        if dir.remove(&file.name).is_ok() {
+            total = total.saturating_sub(file.bytes);
+            removed += 1;
+        }
+    }
+    removed
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -303,5 +332,37 @@ mod tests {
         write(&dir, "plan.snap", &plan()).unwrap();
         assert_eq!(records(&loaded), records(&first));
         std::fs::remove_dir_all(dir.path()).unwrap();
+    }
+
+    #[test]
+    fn a_trim_removes_the_least_recently_used_files_not_in_use_until_the_rest_fit() {
+        let dir = private_temp_dir("spade-snapshot-trim");
+        let names = ["a.snap", "b.snap", "c.snap", "d.snap"];
+        let now = std::time::SystemTime::now();
+        for (age, name) in names.iter().enumerate() {
+            write(&dir, name, &plan()).unwrap();
+            let file = std::fs::File::options()
+                .write(true)
+                .open(dir.path().join(name))
+                .unwrap();
+            // "a" is the oldest, "d" the newest.
+            let modified = now - std::time::Duration::from_secs(100 - age as u64);
+            file.set_modified(modified).unwrap();
+        }
+        let size = std::fs::metadata(dir.path().join("a.snap")).unwrap().len();
+        // Within the budget: nothing goes.
+        assert_eq!(trim(&dir, 4 * size, |_| false), 0);
+        // Room for two: the two oldest go, except "a", which a plan uses; so "b" and "c".
+        assert_eq!(trim(&dir, 2 * size, |name| name == "a.snap"), 2);
+        let mut left: Vec<String> = dir.files().unwrap().into_iter().map(|f| f.name).collect();
+        left.sort();
+        assert_eq!(left, ["a.snap", "d.snap"]);
+        // A read touches its file: after "a" is read and touched, "d" is the oldest.
+        assert!(read(&dir, "a.snap").is_some());
+        dir.touch("a.snap").unwrap();
+        assert_eq!(trim(&dir, size, |_| false), 1);
+        let left: Vec<String> = dir.files().unwrap().into_iter().map(|f| f.name).collect();
+        assert_eq!(left, ["a.snap"]);
+        let _ = std::fs::remove_dir_all(dir.path());
     }
 }
