@@ -286,15 +286,16 @@ impl ServeArgs {
             ),
         };
         let max_sessions = self.max_sessions.unwrap_or(1);
-        if !(self.session_idle_timeout.is_finite() && self.session_idle_timeout >= 0.0) {
-            bail!("--session-idle-timeout must be a number of seconds, 0 or more");
-        }
+        // 0 means none; a value a `Duration` cannot hold (NaN, negative, past ~5*10^11 years)
+        // is refused rather than a panic.
         let seconds = |value: f64, flag: &str| -> anyhow::Result<Option<Duration>> {
-            if !(value.is_finite() && value >= 0.0) {
-                bail!("--{flag} must be a number of seconds, 0 or more");
+            match Duration::try_from_secs_f64(value) {
+                Ok(d) if d.is_zero() => Ok(None),
+                Ok(d) => Ok(Some(d)),
+                Err(_) => bail!("--{flag} must be a number of seconds, 0 or more"),
             }
-            Ok((value > 0.0).then(|| Duration::from_secs_f64(value)))
         };
+        let idle_timeout = seconds(self.session_idle_timeout, "session-idle-timeout")?;
         let header_read_timeout = seconds(self.header_read_timeout, "header-read-timeout")?;
         let shutdown_grace =
             seconds(self.shutdown_grace, "shutdown-grace")?.unwrap_or(Duration::ZERO);
@@ -316,8 +317,7 @@ impl ServeArgs {
             max_sessions,
             memory_budget: Some(budget),
             insecure_no_auth: self.insecure_no_auth,
-            idle_timeout: (self.session_idle_timeout > 0.0)
-                .then(|| Duration::from_secs_f64(self.session_idle_timeout)),
+            idle_timeout,
             tokens,
             record_dir: self.record_dir.clone(),
             max_record_bytes: self.max_record_bytes,

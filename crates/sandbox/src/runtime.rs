@@ -257,7 +257,7 @@ impl Runtime {
             .await?;
         // A new plan may have grown the source: keep the runtime's sources within their bounds
         // (a plan decided before changed nothing, and is only a use).
-        drop(self.inner.sources.touch(source.sha256(), !decided));
+        drop(self.inner.sources.touch(source, !decided));
         Sandbox::load(
             &self.inner.guest,
             self.limits.clone(),
@@ -400,8 +400,8 @@ impl Runtime {
     }
 
     /// What the runtime's source cache holds now: sources, their plans and the bytes of
-    /// their snapshots. Sources held only outside the cache (by a registration the cache
-    /// evicted) are not counted.
+    /// their snapshots. A source held only outside the cache (by a registration the cache
+    /// evicted) is not counted until its next sandbox puts it back.
     pub fn cache_stats(&self) -> CacheStats {
         let (sources, plans, snapshot_bytes, bytes) = self.inner.sources.stats();
         CacheStats {

@@ -297,16 +297,24 @@ impl SourceCache {
         Self::trim(&mut entries, self.capacity, self.max_bytes)
     }
 
-    /// Marks the source of `sha256` as just used (when kept) and, with `grown` (its plans
-    /// changed since it was inserted), returns what no longer fits.
-    pub(crate) fn touch(&self, sha256: &str, grown: bool) -> Vec<EnvSource> {
+    /// Marks `source` as just used and, with `grown` (its plans changed since it was
+    /// inserted), returns what no longer fits. A source that is not kept (evicted while a
+    /// caller, a registration, still held it) is put back: it is in use, and its plans must
+    /// count against the bounds again, or an evicted source could grow plans unaccounted.
+    pub(crate) fn touch(&self, source: &EnvSource, grown: bool) -> Vec<EnvSource> {
         let mut entries = self.lock();
-        if let Some(index) = entries.iter().position(|kept| kept.sha256() == sha256) {
-            let source = entries.remove(index);
-            entries.push(source);
-        }
-        if !grown {
-            return Vec::new();
+        let kept = entries
+            .iter()
+            .position(|kept| kept.sha256() == source.sha256());
+        match kept {
+            Some(index) => {
+                let source = entries.remove(index);
+                entries.push(source);
+                if !grown {
+                    return Vec::new();
+                }
+            }
+            None => entries.push(source.clone()),
         }
         Self::trim(&mut entries, self.capacity, self.max_bytes)
     }
@@ -360,10 +368,11 @@ mod tests {
     fn the_source_cache_is_bounded_by_count_and_bytes_least_recently_used_first_out() {
         // Room for 250 bytes: two sources of 100.
         let cache = SourceCache::new(8, 250);
-        assert!(cache.insert(source("a")).is_empty());
+        let a = source("a");
+        assert!(cache.insert(a.clone()).is_empty());
         assert!(cache.insert(source("b")).is_empty());
         // "a" used: "b" is now the least recently used, and goes.
-        assert!(cache.touch("a", false).is_empty());
+        assert!(cache.touch(&a, false).is_empty());
         let evicted = cache.insert(source("c"));
         assert_eq!(evicted.len(), 1);
         assert_eq!(evicted[0].sha256(), "b");
@@ -381,5 +390,20 @@ mod tests {
         assert_eq!(two.stats().0, 2);
         assert!(two.remove("a").is_none(), "a was evicted");
         assert!(two.remove("c").is_some());
+    }
+
+    #[test]
+    fn an_evicted_source_in_use_is_counted_again() {
+        // Review finding: a source evicted while a registration still held it grew plans that
+        // no bound counted. Using it puts it back, and the bounds apply to it again.
+        let cache = SourceCache::new(1, usize::MAX);
+        let a = source("a");
+        drop(cache.insert(a.clone()));
+        assert_eq!(cache.insert(source("b"))[0].sha256(), "a");
+        let evicted = cache.touch(&a, false);
+        assert_eq!(evicted.len(), 1);
+        assert_eq!(evicted[0].sha256(), "b");
+        assert_eq!(cache.stats().0, 1);
+        assert!(cache.remove("a").is_some(), "a is kept again");
     }
 }

@@ -238,9 +238,10 @@ fn session_error(err: SessionError) -> Response {
 /// the one the answer names.
 pub async fn reset(
     State(state): State<Arc<AppState>>,
+    Extension(tenant): Extension<Tenant>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let _slot = match state.admission.admit() {
+    let _slot = match state.admission.admit_session(tenant) {
         Ok(slot) => slot,
         Err(full) => return at_capacity(full),
     };
@@ -265,9 +266,10 @@ pub async fn reset(
 /// (OpenEnv's semantics: no reset first). It takes a session slot while it runs.
 pub async fn step(
     State(state): State<Arc<AppState>>,
+    Extension(tenant): Extension<Tenant>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let _slot = match state.admission.admit() {
+    let _slot = match state.admission.admit_session(tenant) {
         Ok(slot) => slot,
         Err(full) => return at_capacity(full),
     };

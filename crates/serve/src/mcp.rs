@@ -152,6 +152,10 @@ pub async fn dispatch(
     tenant: Tenant,
 ) -> Option<Json> {
     let id = request.id.clone();
+    if id.is_none() && request.method == "openenv/session/create" {
+        // A session created by a notification could never be named: its id is the answer.
+        return None;
+    }
     let response = answer(
         state,
         &request,
@@ -181,7 +185,7 @@ async fn answer(
             let result = if request.method == "tools/list" {
                 list_tools(state, &request.params, session.as_ref()).await
             } else {
-                call_tool(state, &request.params, session.as_ref()).await
+                call_tool(state, &request.params, session.as_ref(), tenant).await
             };
             match result {
                 Ok(result) => success(id, &result),
@@ -347,12 +351,13 @@ async fn call_tool(
     state: &Arc<AppState>,
     params: &Map<String, Value>,
     session: Option<&Arc<SharedSession>>,
+    tenant: Tenant,
 ) -> Result<Json, RpcError> {
     let call = ToolCall::from_params(params)
         .map_err(|message| RpcError(RpcCode::InvalidParams, message, None))?;
     let outcome = match session {
         Some(session) => session.lock().await.call_tool(&call).await?,
-        None => stateless_call(state, params, &call).await?,
+        None => stateless_call(state, params, &call, tenant).await?,
     };
     Ok(call_result(&outcome))
 }
@@ -363,8 +368,9 @@ async fn stateless_call(
     state: &Arc<AppState>,
     params: &Map<String, Value>,
     call: &ToolCall,
+    tenant: Tenant,
 ) -> Result<Outcome, RpcError> {
-    let _slot = state.admission.admit().map_err(|full| {
+    let _slot = state.admission.admit_session(tenant).map_err(|full| {
         RpcError(
             RpcCode::ServerError,
             full.message(),

@@ -232,7 +232,13 @@ fn measure(dir: &Path) -> io::Result<u64> {
     for entry in std::fs::read_dir(dir)? {
         let entry = entry?;
         let is_trajectory = entry.path().extension().is_some_and(|e| e == "jsonl");
-        let meta = entry.metadata()?;
+        let meta = match entry.metadata() {
+            Ok(meta) => meta,
+            // Removed while the directory was read: removing recordings is how an operator
+            // frees a tenant's quota, so it must not fail the measurement.
+            Err(err) if err.kind() == io::ErrorKind::NotFound => continue,
+            Err(err) => return Err(err),
+        };
         if is_trajectory && meta.is_file() {
             total = total.saturating_add(meta.len());
         }

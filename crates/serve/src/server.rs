@@ -523,6 +523,11 @@ async fn authenticate(
     response
         .headers_mut()
         .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    // The connection ends with the refusal: a client without a token cannot keep a connection
+    // slot (--max-connections) open by sending refused requests.
+    response
+        .headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
     response.into_response()
 }
 

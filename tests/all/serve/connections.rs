@@ -383,6 +383,21 @@ async fn a_token_holds_at_most_its_sessions_and_the_others_go_on() {
     assert_eq!(status, 200, "{answer}");
     assert_eq!(answer["error"]["code"], -32000, "{answer}");
     assert_eq!(answer["error"]["message"], limit);
+    // Calls in flight count too (review of issue 53: one token could fill the server with
+    // session-less calls): HTTP /reset, /step and a session-less tools/call are refused.
+    let (status, reset) = http_json(addr, "POST", "/reset", &a_auth, Some("{}"));
+    assert_eq!(status, 503, "{reset}");
+    assert_eq!(reset["detail"], limit, "{reset}");
+    let step = json!({"action": {"message": "<answer>1</answer>"}});
+    let (status, stepped) = http_json(addr, "POST", "/step", &a_auth, Some(&step.to_string()));
+    assert_eq!(status, 503, "{stepped}");
+    let call = json!({"jsonrpc": "2.0", "method": "tools/call", "id": 2,
+        "params": {"name": "get_stock", "arguments": {"item": "fig"}}});
+    let (_, called) = http_json(addr, "POST", "/mcp", &a_auth, Some(&call.to_string()));
+    assert_eq!(called["error"]["message"], limit, "{called}");
+    let b_auth = [("Authorization", "Bearer tenant-b")];
+    let (status, reset) = http_json(addr, "POST", "/reset", &b_auth, Some("{}"));
+    assert_eq!(status, 200, "{reset}");
     // The other tenant still gets its sessions.
     let mut other = ws_connect(addr, Some("tenant-b")).await.unwrap();
     assert_eq!(

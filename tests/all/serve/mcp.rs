@@ -467,6 +467,12 @@ async fn notifications_get_no_answer() {
         Some(&notification.to_string()),
     );
     assert_eq!((status, body.as_str()), (202, ""));
+    // A session created by a notification could never be named: none is created.
+    let create = json!({"jsonrpc": "2.0", "method": "openenv/session/create"});
+    let (status, _) =
+        super::harness::http(server.addr, "POST", "/mcp", &[], Some(&create.to_string()));
+    assert_eq!(status, 202);
+    assert_eq!(active_sessions(&server), 0);
 
     let mut ws = super::harness::ws_connect(server.addr, None).await.unwrap();
     use futures_util::SinkExt;
