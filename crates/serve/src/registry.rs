@@ -317,18 +317,21 @@ impl Entries {
         }
     }
 
-    /// Ids being checked or waiting for their start-up check, each counted once.
+    /// Whether a registration, or a check under way, has the source of `sha256`.
+    fn source_in_use(&self, sha256: &str) -> bool {
+        self.envs.values().any(|r| r.sha256 == sha256)
+            || self.checking.values().any(|s| s == sha256)
+    }
+
     /// Marks `removed` as sharing its source when another registration, or a check under way,
     /// has the same one (see [`Registration`]'s drop).
     fn mark_shared(&self, removed: &Registration) {
-        let sha256 = &removed.sha256;
-        if self.envs.values().any(|r| r.sha256 == *sha256)
-            || self.checking.values().any(|s| s == sha256)
-        {
+        if self.source_in_use(&removed.sha256) {
             removed.shared.store(true, Ordering::Relaxed);
         }
     }
 
+    /// Ids being checked or waiting for their start-up check, each counted once.
     fn checking_count(&self) -> usize {
         let running = self.checking.keys();
         running
@@ -479,8 +482,11 @@ impl Registry {
                 if let Origin::Http(tenant) = origin {
                     entries.remove(tenant, source.len());
                 }
-                // What the check compiled goes with it (unless a registration holds it).
-                self.runtime.release(&sha256);
+                // What the check compiled goes with it, unless another registration (or
+                // check) has the same source.
+                if !entries.source_in_use(&sha256) {
+                    self.runtime.release(&sha256);
+                }
                 return Err(err);
             }
         };
