@@ -262,6 +262,24 @@ pub async fn ws_call(ws: &mut Ws, message: Value) -> Value {
     ws_send(ws, &message.to_string()).await
 }
 
+/// Steps a reset grid_walk session with the fixture's winning actions until it ends, and
+/// asserts that it ended won (terminated).
+pub async fn play_grid_walk_to_a_win(ws: &mut Ws) {
+    let mut last = Value::Null;
+    for action in &crate::common::env_actions("grid_walk") {
+        last = ws_call(
+            ws,
+            serde_json::json!({"type": "step", "data": {"message": action}}),
+        )
+        .await;
+        assert_eq!(last["type"], "observation", "{last}");
+        if last["data"]["done"] == true {
+            break;
+        }
+    }
+    assert_eq!(last["data"]["observation"]["terminated"], true, "{last}");
+}
+
 /// Asserts an error frame with `code` whose message contains `needle`.
 #[track_caller]
 pub fn assert_error(answer: &Value, code: &str, needle: &str) {

@@ -215,20 +215,7 @@ async fn a_sandbox_out_of_fuel_ends_its_session_with_a_typed_error_and_others_go
     assert_eq!(died["data"]["kind"], "out_of_fuel");
     assert_eq!(ws_next(&mut victim).await, Err(Some(1000)));
 
-    let actions = crate::common::env_actions("grid_walk");
-    let mut last = Value::Null;
-    for action in &actions {
-        last = ws_call(
-            &mut other,
-            json!({"type": "step", "data": {"message": action}}),
-        )
-        .await;
-        assert_eq!(last["type"], "observation", "{last}");
-        if last["data"]["done"] == true {
-            break;
-        }
-    }
-    assert_eq!(last["data"]["observation"]["terminated"], true, "{last}");
+    super::harness::play_grid_walk_to_a_win(&mut other).await;
 
     // Both trajectories are complete and replay.
     for (id, outcome) in [("bomb", "error:out_of_fuel"), ("walk", "terminated")] {

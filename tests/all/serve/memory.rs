@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::harness::{ServeProcess, assert_error, http_json, ws_call, ws_connect, ws_next};
 use super::{env_path, serve_fixture};
@@ -115,20 +115,7 @@ async fn a_session_growing_past_the_budget_ends_with_memory_limit_and_the_others
     assert_eq!(ws_next(&mut greedy).await, Err(Some(1000)));
     // The dead sandbox's memory is back, and the other session never noticed.
     charged_becomes(&server, before).await;
-    let actions = crate::common::env_actions("grid_walk");
-    let mut last = Value::Null;
-    for action in &actions {
-        last = ws_call(
-            &mut other,
-            json!({"type": "step", "data": {"message": action}}),
-        )
-        .await;
-        assert_eq!(last["type"], "observation", "{last}");
-        if last["data"]["done"] == true {
-            break;
-        }
-    }
-    assert_eq!(last["data"]["observation"]["terminated"], true, "{last}");
+    super::harness::play_grid_walk_to_a_win(&mut other).await;
     drop(other);
     charged_becomes(&server, 0).await;
 }
