@@ -16,6 +16,7 @@
 //! trace) and [`rng`] (the generators' deterministic stream).
 
 pub mod actions;
+pub mod autofix;
 pub mod check;
 pub mod episode;
 pub mod fuzz;
@@ -25,6 +26,7 @@ pub mod rng;
 pub mod trajectory;
 
 pub use actions::{ActionGen, MAX_ACTION_CHARS, Style, ToolSpec, parse_tools};
+pub use autofix::{Fix, FixKind, Fixed, autofix};
 pub use episode::{
     Branch, Cost, Costed, Episode, EpisodeError, Finished, Record, Source, Spent, check_replay,
 };
