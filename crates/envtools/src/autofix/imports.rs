@@ -57,7 +57,7 @@ pub const NAMES: &[(&str, &str)] = &[
 const DYNAMIC: &[&str] = &["exec", "globals", "builtins", "__builtins__", "__dict__"];
 
 /// `text` with the missing imports added, and the fixes (none: `text` unchanged).
-pub(crate) fn add_missing(text: &str, tokens: &[Token]) -> (String, Vec<Fix>) {
+pub(super) fn add_missing(text: &str, tokens: &[Token]) -> (String, Vec<Fix>) {
     let unchanged = (text.to_owned(), Vec::new());
     if dynamic(text, tokens) {
         return unchanged;

@@ -19,8 +19,8 @@
 //! at run time, not a syntax error, and which brace was meant literally is a guess), any other
 //! syntax error, and names used in a way that may bind them.
 
-pub(crate) mod imports;
-pub(crate) mod lexer;
+pub mod imports;
+mod lexer;
 
 use serde::Serialize;
 
