@@ -216,7 +216,8 @@ impl Checker<'_> {
             play.steps,
             if play.steps == 1 { "" } else { "s" }
         );
-        if self.options.require_winning_solution {
+        let single_answer_error = self.single_answer.is_some() && plan.machine_readable;
+        if self.options.require_winning_solution && !single_answer_error {
             return (Severity::Error, strict_verdict(&shown, &played, plan));
         }
         match (&self.single_answer, plan.machine_readable) {
@@ -258,7 +259,8 @@ impl Checker<'_> {
     }
 }
 
-/// The finding for a solution that did not win under `require_winning_solution`, in any game.
+/// The finding for a solution that did not win under `require_winning_solution`, where the
+/// lenient judgement would only warn (a multi-turn game, or a plan that cannot be played).
 fn strict_verdict(shown: &str, played: &str, plan: &SolutionPlan) -> Violation {
     const WHY: &str = "A solution must win when played (require_winning_solution): return the \
                        answer, or in a multi-turn env the winning actions (one \\boxed{...} or \
