@@ -25,9 +25,12 @@ fn options() -> CheckOptions {
     }
 }
 
-/// `(file, fixes as (kind, line), the check's code before the fixes)`, written by hand from
-/// each file's planted mistakes.
-const CASES: &[(&str, &[(FixKind, usize)], &str)] = &[
+/// The fixes a file needs: `(kind, line)` each.
+type Fixes = &'static [(FixKind, usize)];
+
+/// `(file, its fixes, the check's code before the fixes)`, written by hand from each file's
+/// planted mistakes.
+const CASES: &[(&str, Fixes, &str)] = &[
     (
         "braces.py",
         &[(FixKind::FStringBrace, 14), (FixKind::FStringBrace, 14)],

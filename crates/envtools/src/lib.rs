@@ -6,6 +6,8 @@
 //! - [`trajectory`]: every episode recorded as a hash-chained JSON Lines file, read back,
 //!   verified, and replayed bit for bit (`spade replay`);
 //! - [`check`]: whether an environment may enter training (`spade check`);
+//! - [`autofix`]: the automatic fixes applied before validation (f-string brace mistakes,
+//!   standard-library names never imported: `spade check --fix`, self-play's `auto_fix`);
 //! - [`fuzz`]: crash, reward-hack and nondeterminism hunting with generated actions
 //!   (`spade fuzz`, and the cargo-fuzz targets in `fuzz/`).
 //!

@@ -174,3 +174,36 @@ fn lines_count_crlf_once() {
     assert_eq!(line_of("a\r\nb\nc\rd", 8), 4);
     assert_eq!(line_of("a\r\nb", 3), 2);
 }
+
+/// Every source of up to four pieces of a Python-ish alphabet (braces, quotes, backslashes,
+/// newlines, a multi-byte character, ...): the fixes never panic, a source they leave without
+/// fixes is byte-identical, and a source that tokenizes gets no brace fix.
+#[test]
+fn short_sources_of_every_shape_never_panic() {
+    const PIECES: &[&str] = &[
+        "f'", "{", "}", "'", "\"", "\\", "\n", "x", " ", "é", "#", "(", ")", ":", "time.",
+    ];
+    let mut sources = vec![String::new()];
+    let mut frontier = vec![String::new()];
+    for _ in 0..4 {
+        frontier = frontier
+            .iter()
+            .flat_map(|s| PIECES.iter().map(move |p| format!("{s}{p}")))
+            .collect();
+        sources.extend(frontier.iter().cloned());
+    }
+    assert!(sources.len() > 50_000, "{}", sources.len());
+    for src in &sources {
+        let out = autofix(src);
+        if out.fixes.is_empty() {
+            assert_eq!(&out.source, src);
+        }
+        if lexer::lex(src).is_ok() {
+            assert!(
+                out.fixes.iter().all(|f| f.kind != FixKind::FStringBrace),
+                "{src:?}: {:?}",
+                out.fixes
+            );
+        }
+    }
+}
