@@ -46,6 +46,11 @@ const CASES: &[(&str, Fixes, &str)] = &[
         &[(FixKind::FStringBrace, 15), (FixKind::MissingImport, 13)],
         "load_failed",
     ),
+    (
+        "format_call.py",
+        &[(FixKind::FormatBrace, 14)],
+        "load_failed",
+    ),
 ];
 
 #[tokio::test]

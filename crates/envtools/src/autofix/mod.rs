@@ -13,12 +13,17 @@
 //!   sandbox's loader already provides (`random`, `re`, `math`, `collections`, ... and the
 //!   `typing` names) is never missing, so its use without import is left as it is.
 //!
+//! - braces of a string literal given straight to `.format(...)` are doubled only where the
+//!   call fails every time it runs ([`format`]): a field naming an argument the call does not
+//!   pass, a single `}`, a `{` that never closes.
+//!
 //! What it does not fix (each would need a guess about meaning, or a parser): a field that is
 //! a valid expression but names nothing (`f"\\boxed{N}"` is a `NameError`, not a
-//! `SyntaxError`), braces in a plain string given to `.format` (a `KeyError` or `IndexError`
-//! at run time, not a syntax error, and which brace was meant literally is a guess), any other
+//! `SyntaxError`), numbered or auto-numbered `.format` fields with too few arguments (which
+//! brace was meant literally is a guess), a format string held in a variable, any other
 //! syntax error, and names used in a way that may bind them.
 
+mod format;
 pub mod imports;
 mod lexer;
 
@@ -32,6 +37,8 @@ use lexer::{BraceError, LexError, Token};
 pub enum FixKind {
     /// A literal brace of an f-string doubled (`{` → `{{`, `}` → `}}`).
     FStringBrace,
+    /// A brace of a string given to `.format` doubled, where the call fails for certain.
+    FormatBrace,
     /// An import added for a standard-library name used but never imported.
     MissingImport,
 }
@@ -67,6 +74,22 @@ pub fn autofix(source: &str) -> Fixed {
             fixes: Vec::new(),
         };
     };
+    let (text, format_fixes) = format::fix_format_calls(&text, &tokens);
+    let tokens = if format_fixes.is_empty() {
+        tokens
+    } else {
+        match lexer::lex(&text) {
+            Ok(tokens) => tokens,
+            // Doubling braces inside a plain string keeps it one token; never reached.
+            Err(_) => {
+                return Fixed {
+                    source: source.to_owned(),
+                    fixes: Vec::new(),
+                };
+            }
+        }
+    };
+    fixes.extend(format_fixes);
     let (text, import_fixes) = imports::add_missing(&text, &tokens);
     fixes.extend(import_fixes);
     Fixed {

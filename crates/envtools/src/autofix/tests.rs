@@ -182,6 +182,7 @@ fn lines_count_crlf_once() {
 fn short_sources_of_every_shape_never_panic() {
     const PIECES: &[&str] = &[
         "f'", "{", "}", "'", "\"", "\\", "\n", "x", " ", "é", "#", "(", ")", ":", "time.",
+        ".format(",
     ];
     let mut sources = vec![String::new()];
     let mut frontier = vec![String::new()];
@@ -192,7 +193,7 @@ fn short_sources_of_every_shape_never_panic() {
             .collect();
         sources.extend(frontier.iter().cloned());
     }
-    assert!(sources.len() > 50_000, "{}", sources.len());
+    assert!(sources.len() > 60_000, "{}", sources.len());
     for src in &sources {
         let out = autofix(src);
         if out.fixes.is_empty() {
@@ -205,5 +206,58 @@ fn short_sources_of_every_shape_never_panic() {
                 out.fixes
             );
         }
+    }
+}
+
+const F: FixKind = FixKind::FormatBrace;
+
+#[test]
+fn format_strings_that_fail_for_certain_get_their_braces_doubled() {
+    assert_eq!(
+        fixed("x = 'Reply \\\\boxed{answer} in {n} turns'.format(n=3)\n"),
+        (
+            "x = 'Reply \\\\boxed{{answer}} in {n} turns'.format(n=3)\n".to_owned(),
+            vec![(F, 1)]
+        )
+    );
+    assert_eq!(
+        fixed("y = 1\nx = \"\"\"{a} {your answer} }\"\"\".format(\n    a=1,\n)\n"),
+        (
+            "y = 1\nx = \"\"\"{a} {{your answer}} }}\"\"\".format(\n    a=1,\n)\n".to_owned(),
+            vec![(F, 2), (F, 2)]
+        )
+    );
+    assert_eq!(
+        fixed("x = 'set {a'.format(a=1)\n"),
+        ("x = 'set {{a'.format(a=1)\n".to_owned(), vec![(F, 1)])
+    );
+    let out = autofix("x = '{k}'.format()\n");
+    assert_eq!(
+        out.fixes[0].description,
+        "line 1: doubled the braces of `{k}` in a string given to .format (the call passes no \
+         argument of that name: a KeyError)"
+    );
+}
+
+#[test]
+fn format_strings_that_may_work_are_not_touched() {
+    for src in [
+        // Named, numbered and auto-numbered fields that the call may fill.
+        "x = '{a} {0} {} {b.c} {d[0]} {e!r:>{w}}'.format(1, 2, a=1, b=2, d=3, e=4, w=5)\n",
+        // Unknown keywords: `**kwargs` or `*args`.
+        "x = '{answer}'.format(**values)\n",
+        "x = '{answer}'.format(*values)\n",
+        // Too few positional arguments is a guess, not a certainty about which brace.
+        "x = '\\\\boxed{} {}'.format(1)\n",
+        // Implicit concatenation, a template in a variable, bytes, escapes that make braces.
+        "x = 'a' '{answer}'.format()\n",
+        "t = '{answer}'\nx = t.format()\n",
+        "x = b'{answer}'.format()\n",
+        "x = '\\x7banswer}'.format()\n",
+        "x = '\\{answer}'.format()\n",
+        // Escaped braces.
+        "x = '{{answer}} {{'.format()\n",
+    ] {
+        assert_eq!(fixed(src), (src.to_owned(), vec![]), "{src:?}");
     }
 }
