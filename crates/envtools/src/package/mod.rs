@@ -7,7 +7,9 @@
 //! and source.
 
 mod bundle;
+mod pysource;
 pub mod rlve;
+pub mod rlve_convert;
 
 use std::path::{Path, PathBuf};
 
@@ -43,6 +45,8 @@ pub enum PackageError {
     NoEntryModule { module: String, available: String },
     #[error("{0}")]
     Rlve(String),
+    #[error("cannot convert rlve:{name} to one file: {why}")]
+    Convert { name: String, why: String },
 }
 
 impl PackageError {
