@@ -374,6 +374,87 @@ fn fstring_words(text: &str) -> Vec<String> {
         .collect()
 }
 
+/// `src` with the annotations of every `def`'s parameters and return value removed
+/// (`def f(self, n : int = 3) -> int :` becomes `def f(self, n = 3):`). Nothing else changes;
+/// annotations of variables (which a dataclass reads) stay.
+pub(crate) fn strip_def_annotations(src: &str) -> Result<String, LexError> {
+    let mut cuts: Vec<Range<usize>> = Vec::new();
+    for line in lines(src)? {
+        let code: Vec<&Tok> = line.code().collect();
+        let at = match code.first().map(|t| tok_text(src, t)) {
+            Some("def") => 0,
+            Some("async") => 1,
+            _ => continue,
+        };
+        // Tokens: [async] def name ( params ) [-> ann] :
+        let Some(open) = code.iter().skip(at).position(|t| tok_text(src, t) == "(") else {
+            continue;
+        };
+        let mut depth = 0usize;
+        let mut in_default = false;
+        let mut k = at + open;
+        let mut close = None;
+        while k < code.len() {
+            let t = code[k];
+            let text = tok_text(src, t);
+            match text {
+                "(" | "[" | "{" => depth += 1,
+                ")" | "]" | "}" => {
+                    depth -= 1;
+                    if depth == 0 {
+                        close = Some(k);
+                        break;
+                    }
+                }
+                "," if depth == 1 => in_default = false,
+                "=" if depth == 1 => in_default = true,
+                ":" if depth == 1 && !in_default => {
+                    // The annotation runs to the next `,`, `=` or `)` at this depth.
+                    let mut j = k + 1;
+                    let mut d = 0usize;
+                    while j < code.len() {
+                        let u = tok_text(src, code[j]);
+                        match u {
+                            "(" | "[" | "{" => d += 1,
+                            ")" | "]" | "}" if d > 0 => d -= 1,
+                            ")" | "," | "=" if d == 0 => break,
+                            _ => {}
+                        }
+                        j += 1;
+                    }
+                    let Some(end) = code.get(j) else { break };
+                    let start = if tok_text(src, end) == "=" {
+                        t.start
+                    } else {
+                        code[k - 1].end
+                    };
+                    cuts.push(start..end.start);
+                    k = j;
+                    continue;
+                }
+                _ => {}
+            }
+            k += 1;
+        }
+        // `-> annotation` and the space before the colon, up to the final `:`.
+        if let (Some(close), Some(colon)) = (close, code.last())
+            && tok_text(src, colon) == ":"
+            && close + 1 < code.len() - 1
+            && tok_text(src, code[close + 1]) == "->"
+        {
+            cuts.push(code[close].end..colon.start);
+        }
+    }
+    let mut out = String::with_capacity(src.len());
+    let mut pos = 0;
+    for cut in cuts {
+        out.push_str(&src[pos..cut.start]);
+        pos = cut.end;
+    }
+    out.push_str(&src[pos..]);
+    Ok(out)
+}
+
 /// `src` without comments, docstrings and other plain-string statements, blank lines and
 /// trailing whitespace. A block whose body was only such lines gets `pass`. Code and every
 /// string that is a value (a prompt, a template) stay byte for byte.
@@ -572,5 +653,16 @@ mod tests {
             compact(src).unwrap(),
             "class E(Exception):\n    pass\nf\"{g()}\"\n"
         );
+    }
+
+    #[test]
+    fn def_annotations_go_and_defaults_and_lambdas_stay() {
+        let src = "def f(self, n : int = 3, m: Dict[str, int], k=lambda a: a, *args: int) -> Optional[int] :\n    x: int = 1\n";
+        assert_eq!(
+            strip_def_annotations(src).unwrap(),
+            "def f(self, n = 3, m, k=lambda a: a, *args):\n    x: int = 1\n"
+        );
+        let plain = "def g(a, b=(1, 2)):\n    return {a: b}\n";
+        assert_eq!(strip_def_annotations(plain).unwrap(), plain);
     }
 }

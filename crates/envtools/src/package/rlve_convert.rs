@@ -27,7 +27,11 @@ use std::path::Path;
 use super::PackageError;
 use super::pysource::{self, Line, Stmt, TokKind, tok_text};
 
+/// The contract class of the full form: `rlve:NAME`'s adapter, with its checks and messages.
 const TEMPLATE: &str = include_str!("rlve_single_file.py");
+/// The contract class of the compact form: the same play in fewer lines; a generator that
+/// fails raises RLVE's own exception instead of the adapter's message.
+const TEMPLATE_COMPACT: &str = include_str!("rlve_single_file_compact.py");
 
 /// Top-level modules of Python 3.11's standard library (`sys.stdlib_module_names`, private
 /// ones left out): the only imports a converted environment may keep.
@@ -509,18 +513,34 @@ struct Kept {
 
 /// Renders the single file for `sources`. The error says what cannot be made one file.
 pub fn render(sources: &Sources, form: Form) -> Result<String, String> {
-    let adapter = TEMPLATE
+    let template = match form {
+        Form::Full => TEMPLATE,
+        Form::Compact => TEMPLATE_COMPACT,
+    };
+    let adapter = template
         .replace("__SPADE_ENV_CLASS__", &sources.env_class)
         .replace("__SPADE_CTRL_CLASS__", &sources.ctrl_class)
         .replace("__SPADE_NAME__", &sources.name);
-    let adapter_label = "spade's contract class".to_owned();
+    let adapter = ("spade's contract class".to_owned(), adapter);
+    // The compact form reads the modules without their `def` annotations, so that the
+    // `typing` names only they used are not kept either.
+    let prepare = |(label, text): &(String, String)| -> Result<(String, String), String> {
+        Ok(match form {
+            Form::Full => (label.clone(), text.clone()),
+            Form::Compact => (
+                label.clone(),
+                pysource::strip_def_annotations(text).map_err(|e| format!("{label}: {e}"))?,
+            ),
+        })
+    };
     let texts = [
-        &sources.base_env,
-        &sources.base_ctrl,
-        &sources.env,
-        &sources.ctrl,
-        &(adapter_label, adapter),
+        prepare(&sources.base_env)?,
+        prepare(&sources.base_ctrl)?,
+        prepare(&sources.env)?,
+        prepare(&sources.ctrl)?,
+        adapter,
     ];
+    let texts = [&texts[0], &texts[1], &texts[2], &texts[3], &texts[4]];
     // Phase 1: parse every module (a base module's imports are checked only if kept).
     let modules = parse_all(&texts)?;
     // Phase 2: what is kept.
@@ -881,13 +901,15 @@ mod tests {
     #[test]
     fn the_compact_form_drops_unused_helpers_stubs_comments_and_docstrings() {
         let out = render(&sources(ENV_SRC), Form::Compact).unwrap();
-        for gone in ["def unused", "@abstractmethod", "abstractmethod", "# doubles", "\"\"\"", "\n\n", "Optional"] {
+        for gone in ["def unused", "@abstractmethod", "abstractmethod", "# doubles", "\"\"\"", "\n\n", "Optional", "->"] {
             assert!(!out.contains(gone), "{gone}: {out}");
         }
         // The prompt stays verbatim, `#` and blank line included; the helper it calls stays.
         assert!(out.contains("return \"Double it.  # not a comment\\n\\nAnswer.\""), "{out}");
         assert!(out.contains("def helper(x):\n    return 2 * x\n"), "{out}");
-        assert!(out.starts_with("# RLVE's Toy (rlve-gym 0.0.1, MIT)\nimport copy\nimport random\nfrom abc import ABC\nfrom typing import Dict, List\n"), "{out}");
+        // Without `def` annotations, `typing` is not imported at all.
+        assert!(out.starts_with("# RLVE's Toy (rlve-gym 0.0.1, MIT)\nimport copy\nimport random\nfrom abc import ABC\nclass VerifiableEnvironment(ABC):\n"), "{out}");
+        assert!(out.contains("    def get_parameter_list(self):\n"), "{out}");
         // The controller base keeps its __init__; its abstract update is dropped.
         assert!(out.contains("class ParameterController(ABC):\n    def __init__(self):\n        pass\ndef helper(x):"), "{out}");
     }
