@@ -23,7 +23,11 @@ pub const EXIT_NOT_CONVERTED: u8 = 2;
 pub struct ConvertArgs {
     /// RLVE environments, as `rlve:NAME` (RLVE is `pip install rlve-gym`; `$SPADE_RLVE_DIR`
     /// names the directory holding `Gym/` if python3 cannot import it).
-    #[arg(value_name = "ENV", required_unless_present = "all", conflicts_with = "all")]
+    #[arg(
+        value_name = "ENV",
+        required_unless_present = "all",
+        conflicts_with = "all"
+    )]
     pub envs: Vec<String>,
     /// Every RLVE environment that has a parameter controller.
     #[arg(long)]
@@ -102,14 +106,18 @@ impl ConvertArgs {
                     if report.accepted {
                         Ok(source)
                     } else {
-                        let codes: Vec<&str> = report
+                        let errors: Vec<_> = report
                             .findings
                             .iter()
                             .filter(|f| f.severity == spade_envtools::Severity::Error)
-                            .map(|f| f.code.as_str())
                             .collect();
+                        let codes: Vec<&str> = errors.iter().map(|f| f.code.as_str()).collect();
+                        let first = errors
+                            .first()
+                            .map(|f| f.message.lines().last().unwrap_or_default())
+                            .unwrap_or_default();
                         Err(format!(
-                            "rlve:{name} converted, but spade check rejects it ({}); not written",
+                            "rlve:{name} converted, but spade check rejects it ({}: {first}); not written",
                             codes.join(", ")
                         ))
                     }
@@ -118,7 +126,11 @@ impl ConvertArgs {
             match outcome {
                 Ok(source) => {
                     let path = write_env(&self.out, name, &source)?;
-                    say!("WROTE {} ({} chars)", path.display(), source.chars().count());
+                    say!(
+                        "WROTE {} ({} chars)",
+                        path.display(),
+                        source.chars().count()
+                    );
                     written += 1;
                 }
                 Err(message) => {

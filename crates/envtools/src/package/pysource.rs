@@ -189,7 +189,9 @@ pub(crate) fn lines(src: &str) -> Result<Vec<Line>, LexError> {
                 });
                 i = end;
             }
-            c if c.is_ascii_digit() || (c == b'.' && b.get(i + 1).is_some_and(u8::is_ascii_digit)) => {
+            c if c.is_ascii_digit()
+                || (c == b'.' && b.get(i + 1).is_some_and(u8::is_ascii_digit)) =>
+            {
                 let mut j = i + 1;
                 while j < b.len() {
                     let d = b[j];
@@ -526,6 +528,11 @@ fn trim_physical_lines(text: &str, line: &Line, strings: &[Range<usize>], src: &
             if !trimmed.trim_start().is_empty() {
                 out.push_str(trimmed);
                 out.push('\n');
+            } else if out.ends_with("\\\n") {
+                // A backslash that continued the statement onto this empty line: the
+                // statement ends before it.
+                out.truncate(out.len() - 2);
+                out.push('\n');
             }
         }
         rest = &rest[cut + 1..];
@@ -644,6 +651,15 @@ mod tests {
         let src = "\"\"\"Module doc.\"\"\"\nimport re  # regex\n\n\nclass A :\n    \"\"\"Doc.\"\"\"\n\n    def f(self) :\n        \"\"\"Only a docstring.\"\"\"\n\n    def g(self):\n        # why\n        return \"keep # this\"  \n\n\nP = \"\"\"line one\n\n  line three   \n\"\"\"\n";
         let want = "import re\nclass A :\n    def f(self) :\n        pass\n    def g(self):\n        return \"keep # this\"\nP = \"\"\"line one\n\n  line three   \n\"\"\"\n";
         assert_eq!(compact(src).unwrap(), want);
+    }
+
+    #[test]
+    fn compact_drops_a_continuation_onto_an_empty_line() {
+        let src = "def f():\n    assert x, \"m\"\\\n    \n    return 1\n";
+        assert_eq!(
+            compact(src).unwrap(),
+            "def f():\n    assert x, \"m\"\n    return 1\n"
+        );
     }
 
     #[test]

@@ -36,32 +36,224 @@ const TEMPLATE_COMPACT: &str = include_str!("rlve_single_file_compact.py");
 /// Top-level modules of Python 3.11's standard library (`sys.stdlib_module_names`, private
 /// ones left out): the only imports a converted environment may keep.
 const STDLIB: [&str; 218] = [
-    "__future__", "abc", "aifc", "antigravity", "argparse", "array", "ast", "asynchat", "asyncio",
-    "asyncore", "atexit", "audioop", "base64", "bdb", "binascii", "bisect", "builtins", "bz2",
-    "cProfile", "calendar", "cgi", "cgitb", "chunk", "cmath", "cmd", "code", "codecs", "codeop",
-    "collections", "colorsys", "compileall", "concurrent", "configparser", "contextlib",
-    "contextvars", "copy", "copyreg", "crypt", "csv", "ctypes", "curses", "dataclasses",
-    "datetime", "dbm", "decimal", "difflib", "dis", "distutils", "doctest", "email", "encodings",
-    "ensurepip", "enum", "errno", "faulthandler", "fcntl", "filecmp", "fileinput", "fnmatch",
-    "fractions", "ftplib", "functools", "gc", "genericpath", "getopt", "getpass", "gettext",
-    "glob", "graphlib", "grp", "gzip", "hashlib", "heapq", "hmac", "html", "http", "idlelib",
-    "imaplib", "imghdr", "imp", "importlib", "inspect", "io", "ipaddress", "itertools", "json",
-    "keyword", "lib2to3", "linecache", "locale", "logging", "lzma", "mailbox", "mailcap",
-    "marshal", "math", "mimetypes", "mmap", "modulefinder", "msilib", "msvcrt", "multiprocessing",
-    "netrc", "nis", "nntplib", "nt", "ntpath", "nturl2path", "numbers", "opcode", "operator",
-    "optparse", "os", "ossaudiodev", "pathlib", "pdb", "pickle", "pickletools", "pipes", "pkgutil",
-    "platform", "plistlib", "poplib", "posix", "posixpath", "pprint", "profile", "pstats", "pty",
-    "pwd", "py_compile", "pyclbr", "pydoc", "pydoc_data", "pyexpat", "queue", "quopri", "random",
-    "re", "readline", "reprlib", "resource", "rlcompleter", "runpy", "sched", "secrets", "select",
-    "selectors", "shelve", "shlex", "shutil", "signal", "site", "smtpd", "smtplib", "sndhdr",
-    "socket", "socketserver", "spwd", "sqlite3", "sre_compile", "sre_constants", "sre_parse",
-    "ssl", "stat", "statistics", "string", "stringprep", "struct", "subprocess", "sunau",
-    "symtable", "sys", "sysconfig", "syslog", "tabnanny", "tarfile", "telnetlib", "tempfile",
-    "termios", "textwrap", "this", "threading", "time", "timeit", "tkinter", "token", "tokenize",
-    "tomllib", "trace", "traceback", "tracemalloc", "tty", "turtle", "turtledemo", "types",
-    "typing", "unicodedata", "unittest", "urllib", "uu", "uuid", "venv", "warnings", "wave",
-    "weakref", "webbrowser", "winreg", "winsound", "wsgiref", "xdrlib", "xml", "xmlrpc", "zipapp",
-    "zipfile", "zipimport", "zlib", "zoneinfo",
+    "__future__",
+    "abc",
+    "aifc",
+    "antigravity",
+    "argparse",
+    "array",
+    "ast",
+    "asynchat",
+    "asyncio",
+    "asyncore",
+    "atexit",
+    "audioop",
+    "base64",
+    "bdb",
+    "binascii",
+    "bisect",
+    "builtins",
+    "bz2",
+    "cProfile",
+    "calendar",
+    "cgi",
+    "cgitb",
+    "chunk",
+    "cmath",
+    "cmd",
+    "code",
+    "codecs",
+    "codeop",
+    "collections",
+    "colorsys",
+    "compileall",
+    "concurrent",
+    "configparser",
+    "contextlib",
+    "contextvars",
+    "copy",
+    "copyreg",
+    "crypt",
+    "csv",
+    "ctypes",
+    "curses",
+    "dataclasses",
+    "datetime",
+    "dbm",
+    "decimal",
+    "difflib",
+    "dis",
+    "distutils",
+    "doctest",
+    "email",
+    "encodings",
+    "ensurepip",
+    "enum",
+    "errno",
+    "faulthandler",
+    "fcntl",
+    "filecmp",
+    "fileinput",
+    "fnmatch",
+    "fractions",
+    "ftplib",
+    "functools",
+    "gc",
+    "genericpath",
+    "getopt",
+    "getpass",
+    "gettext",
+    "glob",
+    "graphlib",
+    "grp",
+    "gzip",
+    "hashlib",
+    "heapq",
+    "hmac",
+    "html",
+    "http",
+    "idlelib",
+    "imaplib",
+    "imghdr",
+    "imp",
+    "importlib",
+    "inspect",
+    "io",
+    "ipaddress",
+    "itertools",
+    "json",
+    "keyword",
+    "lib2to3",
+    "linecache",
+    "locale",
+    "logging",
+    "lzma",
+    "mailbox",
+    "mailcap",
+    "marshal",
+    "math",
+    "mimetypes",
+    "mmap",
+    "modulefinder",
+    "msilib",
+    "msvcrt",
+    "multiprocessing",
+    "netrc",
+    "nis",
+    "nntplib",
+    "nt",
+    "ntpath",
+    "nturl2path",
+    "numbers",
+    "opcode",
+    "operator",
+    "optparse",
+    "os",
+    "ossaudiodev",
+    "pathlib",
+    "pdb",
+    "pickle",
+    "pickletools",
+    "pipes",
+    "pkgutil",
+    "platform",
+    "plistlib",
+    "poplib",
+    "posix",
+    "posixpath",
+    "pprint",
+    "profile",
+    "pstats",
+    "pty",
+    "pwd",
+    "py_compile",
+    "pyclbr",
+    "pydoc",
+    "pydoc_data",
+    "pyexpat",
+    "queue",
+    "quopri",
+    "random",
+    "re",
+    "readline",
+    "reprlib",
+    "resource",
+    "rlcompleter",
+    "runpy",
+    "sched",
+    "secrets",
+    "select",
+    "selectors",
+    "shelve",
+    "shlex",
+    "shutil",
+    "signal",
+    "site",
+    "smtpd",
+    "smtplib",
+    "sndhdr",
+    "socket",
+    "socketserver",
+    "spwd",
+    "sqlite3",
+    "sre_compile",
+    "sre_constants",
+    "sre_parse",
+    "ssl",
+    "stat",
+    "statistics",
+    "string",
+    "stringprep",
+    "struct",
+    "subprocess",
+    "sunau",
+    "symtable",
+    "sys",
+    "sysconfig",
+    "syslog",
+    "tabnanny",
+    "tarfile",
+    "telnetlib",
+    "tempfile",
+    "termios",
+    "textwrap",
+    "this",
+    "threading",
+    "time",
+    "timeit",
+    "tkinter",
+    "token",
+    "tokenize",
+    "tomllib",
+    "trace",
+    "traceback",
+    "tracemalloc",
+    "tty",
+    "turtle",
+    "turtledemo",
+    "types",
+    "typing",
+    "unicodedata",
+    "unittest",
+    "urllib",
+    "uu",
+    "uuid",
+    "venv",
+    "warnings",
+    "wave",
+    "weakref",
+    "webbrowser",
+    "winreg",
+    "winsound",
+    "wsgiref",
+    "xdrlib",
+    "xml",
+    "xmlrpc",
+    "zipapp",
+    "zipfile",
+    "zipimport",
+    "zlib",
+    "zoneinfo",
 ];
 
 /// Which rendering [`convert`] writes.
@@ -144,7 +336,12 @@ pub fn read_sources(root: &Path, name: &str) -> Result<Sources, PackageError> {
 /// The file (relative to `Gym/`) that defines `class` of `module` below `package`: the
 /// module's own file, or for a package the submodule its `__init__.py` imports the class from
 /// (`from .environment import Multiplication_Environment`).
-fn class_file(gym: &Path, package: &str, module: &str, class: &str) -> Result<String, PackageError> {
+fn class_file(
+    gym: &Path,
+    package: &str,
+    module: &str,
+    class: &str,
+) -> Result<String, PackageError> {
     let rel = format!("{package}/{}", module.replace('.', "/"));
     if gym.join(format!("{rel}.py")).is_file() {
         return Ok(format!("{rel}.py"));
@@ -169,7 +366,10 @@ fn class_file(gym: &Path, package: &str, module: &str, class: &str) -> Result<St
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 enum Import {
     /// `import module [as alias]`.
-    Module { module: String, alias: Option<String> },
+    Module {
+        module: String,
+        alias: Option<String>,
+    },
     /// `from module import name [as alias]`.
     From {
         module: String,
@@ -275,10 +475,14 @@ fn words<'s>(src: &'s str, lines: &[Line]) -> Vec<&'s str> {
         .collect()
 }
 
-/// Parses `import a.b as c, d` or `from m import (x as y, z)` given as code words.
-fn parse_import(w: &[&str]) -> Result<(String, Vec<(String, Option<String>)>), String> {
+/// Names an import statement lists, each with its `as` alias.
+type Aliased = Vec<(String, Option<String>)>;
+
+/// Parses `import a.b as c, d` or `from m import (x as y, z)` given as code words: the `from`
+/// module (empty for `import`) and the names.
+fn parse_import(w: &[&str]) -> Result<(String, Aliased), String> {
     let bad = || format!("cannot read the import `{}`", w.join(" "));
-    let names_from = |rest: &[&str]| -> Result<Vec<(String, Option<String>)>, String> {
+    let names_from = |rest: &[&str]| -> Result<Aliased, String> {
         let rest: Vec<&str> = rest
             .iter()
             .copied()
@@ -403,19 +607,19 @@ fn parse_unit(label: &str, src: &str, lines: &[Line], stmt: Stmt) -> Result<Unit
     }
     // Past decorators to the line that defines.
     let header = (stmt.lines.clone())
-        .find(|&k| !lines[k].blank() && lines[k].code().next().is_some_and(|t| tok_text(src, t) != "@"))
+        .find(|&k| {
+            !lines[k].blank()
+                && lines[k]
+                    .code()
+                    .next()
+                    .is_some_and(|t| tok_text(src, t) != "@")
+        })
         .unwrap_or(stmt.lines.start);
     let hw: Vec<&str> = lines[header].code().map(|t| tok_text(src, t)).collect();
     let (kind, defines) = match hw.as_slice() {
         ["class", name, ..] => {
             let members = pysource::statements(lines, header + 1..stmt.lines.end, src);
-            (
-                Kind::Class {
-                    header,
-                    members,
-                },
-                vec![name.to_string()],
-            )
+            (Kind::Class { header, members }, vec![name.to_string()])
         }
         ["def", name, ..] | ["async", "def", name, ..] => (Kind::Other, vec![name.to_string()]),
         _ => {
@@ -559,7 +763,10 @@ pub fn render(sources: &Sources, form: Form) -> Result<String, String> {
         ),
         Form::Compact => {
             let body = pysource::compact(&body).map_err(|e| format!("compacting: {e}"))?;
-            format!("# RLVE's {} (rlve-gym {version}, MIT)\n{body}", sources.name)
+            format!(
+                "# RLVE's {} (rlve-gym {version}, MIT)\n{body}",
+                sources.name
+            )
         }
     })
 }
@@ -683,7 +890,10 @@ fn reach(modules: &[Module], sources: &Sources, form: Form) -> Kept {
                 let Kind::Class { header, .. } = &unit.kind else {
                     unreachable!()
                 };
-                pysource::names_read(modules[m].src, &modules[m].lines[unit.stmt.lines.start..header + 1])
+                pysource::names_read(
+                    modules[m].src,
+                    &modules[m].lines[unit.stmt.lines.start..header + 1],
+                )
             } else {
                 unit.reads.clone()
             };
@@ -694,8 +904,12 @@ fn reach(modules: &[Module], sources: &Sources, form: Form) -> Kept {
         }
         // Members of kept base classes that a kept piece reads.
         members_todo = false;
-        let classes: Vec<(usize, usize)> =
-            kept.units.iter().copied().filter(|&(m, _)| m <= BASE_CTRL).collect();
+        let classes: Vec<(usize, usize)> = kept
+            .units
+            .iter()
+            .copied()
+            .filter(|&(m, _)| m <= BASE_CTRL)
+            .collect();
         for (m, u) in classes {
             let Kind::Class { members, .. } = &modules[m].units[u].kind else {
                 continue;
@@ -716,7 +930,10 @@ fn reach(modules: &[Module], sources: &Sources, form: Form) -> Kept {
                 };
                 if wanted {
                     kept.members.insert((m, u, k));
-                    let reads = pysource::names_read(modules[m].src, &modules[m].lines[member.lines.clone()]);
+                    let reads = pysource::names_read(
+                        modules[m].src,
+                        &modules[m].lines[member.lines.clone()],
+                    );
                     for name in &reads {
                         todo.extend(resolve(modules, m, name));
                     }
@@ -805,10 +1022,12 @@ fn assemble(modules: &[Module], kept: &Kept, form: Form) -> String {
         }
     }
     let mut head: Vec<String> = plain.into_iter().collect();
-    head.extend(
-        from.into_iter()
-            .map(|(module, names)| format!("from {module} import {}", names.into_iter().collect::<Vec<_>>().join(", "))),
-    );
+    head.extend(from.into_iter().map(|(module, names)| {
+        format!(
+            "from {module} import {}",
+            names.into_iter().collect::<Vec<_>>().join(", ")
+        )
+    }));
     let mut pieces = vec![head.join("\n")];
     for &(m, u) in &kept.units {
         let module = &modules[m];
@@ -856,7 +1075,10 @@ mod tests {
             base_ctrl: ("Gym/parameter_controller.py".into(), BASE_CTRL_SRC.into()),
             env: ("Gym/environments/toy/environment.py".into(), env.into()),
             env_class: "Toy_Environment".into(),
-            ctrl: ("Gym/parameter_controllers/toy/parameter_controller.py".into(), CTRL_SRC.into()),
+            ctrl: (
+                "Gym/parameter_controllers/toy/parameter_controller.py".into(),
+                CTRL_SRC.into(),
+            ),
             ctrl_class: "Toy_ParameterController".into(),
         }
     }
@@ -866,8 +1088,14 @@ mod tests {
         let out = render(&sources(ENV_SRC), Form::Full).unwrap();
         // No Gym import, no torch: `generator` (which seeds torch) is never read.
         assert!(!out.contains("from Gym"), "{out}");
-        assert!(!out.contains("torch") && !out.contains("import os"), "{out}");
-        assert!(!out.contains("def generator") && !out.contains("def get_config"), "{out}");
+        assert!(
+            !out.contains("torch") && !out.contains("import os"),
+            "{out}"
+        );
+        assert!(
+            !out.contains("def generator") && !out.contains("def get_config"),
+            "{out}"
+        );
         assert!(!out.contains("def timeout"), "{out}");
         // What is read is there: the base class, its __init__, prompt_generator, the abstract
         // _generate that the contract class calls, and the module's own helpers, unused too.
@@ -884,7 +1112,11 @@ mod tests {
             assert!(out.contains(kept), "{kept}: {out}");
         }
         // The imports, merged and sorted, at the top after the header.
-        let imports: Vec<&str> = out.lines().skip_while(|l| l.starts_with('#') || l.is_empty()).take_while(|l| !l.is_empty()).collect();
+        let imports: Vec<&str> = out
+            .lines()
+            .skip_while(|l| l.starts_with('#') || l.is_empty())
+            .take_while(|l| !l.is_empty())
+            .collect();
         assert_eq!(
             imports,
             [
@@ -895,17 +1127,32 @@ mod tests {
             ]
         );
         // Base classes come before the classes that extend them.
-        assert!(out.find("class VerifiableEnvironment").unwrap() < out.find("class Toy_Environment").unwrap());
+        assert!(
+            out.find("class VerifiableEnvironment").unwrap()
+                < out.find("class Toy_Environment").unwrap()
+        );
     }
 
     #[test]
     fn the_compact_form_drops_unused_helpers_stubs_comments_and_docstrings() {
         let out = render(&sources(ENV_SRC), Form::Compact).unwrap();
-        for gone in ["def unused", "@abstractmethod", "abstractmethod", "# doubles", "\"\"\"", "\n\n", "Optional", "->"] {
+        for gone in [
+            "def unused",
+            "@abstractmethod",
+            "abstractmethod",
+            "# doubles",
+            "\"\"\"",
+            "\n\n",
+            "Optional",
+            "->",
+        ] {
             assert!(!out.contains(gone), "{gone}: {out}");
         }
         // The prompt stays verbatim, `#` and blank line included; the helper it calls stays.
-        assert!(out.contains("return \"Double it.  # not a comment\\n\\nAnswer.\""), "{out}");
+        assert!(
+            out.contains("return \"Double it.  # not a comment\\n\\nAnswer.\""),
+            "{out}"
+        );
         assert!(out.contains("def helper(x):\n    return 2 * x\n"), "{out}");
         // Without `def` annotations, `typing` is not imported at all.
         assert!(out.starts_with("# RLVE's Toy (rlve-gym 0.0.1, MIT)\nimport copy\nimport random\nfrom abc import ABC\nclass VerifiableEnvironment(ABC):\n"), "{out}");
@@ -930,7 +1177,9 @@ mod tests {
             "Gym/environments/toy/environment.py imports `.helpers`, a module of its own package: the converter inlines only Gym's base modules"
         );
         assert_eq!(
-            with("from Gym.environment import manual_seed\nclass Toy_Environment:\n    def f(self):\n        manual_seed(1)\n"),
+            with(
+                "from Gym.environment import manual_seed\nclass Toy_Environment:\n    def f(self):\n        manual_seed(1)\n"
+            ),
             "Gym/environment.py imports `torch`, which is not in Python's standard library (the sandbox has only the standard library)"
         );
         assert_eq!(
