@@ -64,16 +64,22 @@ async fn converted_environments_play_exactly_as_rlve_does_for_seeds_0_to_9() {
     let runtime = Runtime::new(Config::default()).unwrap();
     for name in CONVERTED {
         let bundle = rlve::source(&root, name).unwrap();
-        for form in [Form::Full, Form::Compact] {
-            let one_file = rlve_convert::convert(&root, name, form).unwrap();
-            assert_eq!(one_file.class, format!("{name}Env"));
-            // Self-contained: nothing is imported from RLVE's package.
-            assert!(!one_file.source.contains("from Gym"), "{name} {form:?}");
-            assert!(!one_file.source.contains("import Gym"), "{name} {form:?}");
-            for seed in 0..10u64 {
-                let difficulty = seed % 3;
-                let want = play(&runtime, &bundle, seed, difficulty).await;
-                let got = play(&runtime, &one_file.source, seed, difficulty).await;
+        let forms: Vec<(Form, String)> = [Form::Full, Form::Compact]
+            .into_iter()
+            .map(|form| {
+                let one_file = rlve_convert::convert(&root, name, form).unwrap();
+                assert_eq!(one_file.class, format!("{name}Env"));
+                // Self-contained: nothing is imported from RLVE's package.
+                assert!(!one_file.source.contains("from Gym"), "{name} {form:?}");
+                assert!(!one_file.source.contains("import Gym"), "{name} {form:?}");
+                (form, one_file.source)
+            })
+            .collect();
+        for seed in 0..10u64 {
+            let difficulty = seed % 3;
+            let want = play(&runtime, &bundle, seed, difficulty).await;
+            for (form, source) in &forms {
+                let got = play(&runtime, source, seed, difficulty).await;
                 assert_eq!(got, want, "{name} {form:?} seed {seed}");
                 // From the contract: the solution wins and ends the episode; a wrong answer
                 // and a missing answer score 0 and end it too.
