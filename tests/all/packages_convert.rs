@@ -294,32 +294,51 @@ fn spade_convert_errors_say_what_is_wrong() {
 }
 
 /// The size table of docs/fixed-envs.md: every RLVE environment's own modules, its full and
-/// its compact form, in characters (and tokens estimated as characters / 3.5). Prints the
-/// summary and writes the table to target/tmp/rlve-convert-sizes.tsv.
+/// its compact form, in characters and in tokens of the default model's tokenizer (when the
+/// model is installed, `spade model fetch`; else tokens are not counted). Prints the summary
+/// and writes the table to target/tmp/rlve-convert-sizes.tsv.
 #[test]
-#[ignore = "a measurement over all 400 RLVE environments, for the docs; about 40 s in a debug build"]
+#[ignore = "a measurement over all 400 RLVE environments, for the docs; about a minute in a debug build"]
 fn measure_the_sizes_of_every_converted_environment() {
     let root = rlve_root();
-    let mut rows =
-        vec!["name\town_chars\tfull_chars\tcompact_chars\tcompact_tokens_est".to_owned()];
-    let (mut own, mut full, mut compact) = (Vec::new(), Vec::new(), Vec::new());
+    let model = spade_model::fetch::default_model_path();
+    let tokenizer = model.exists().then(|| {
+        spade_model::load::load(&model, &candle_core::Device::Cpu)
+            .unwrap()
+            .tokenizer
+    });
+    let tokens = |text: &str| {
+        tokenizer
+            .as_ref()
+            .map_or(0, |t| t.encode(text, false).unwrap().len())
+    };
+    let mut rows = vec![
+        "name\town_chars\tfull_chars\tcompact_chars\town_tokens\tfull_tokens\tcompact_tokens"
+            .to_owned(),
+    ];
+    // chars and tokens of: own modules, full form, compact form.
+    let mut sizes: [Vec<usize>; 6] = Default::default();
     let mut failed = Vec::new();
     for name in rlve::names(&root).unwrap() {
         let sources = rlve_convert::read_sources(&root, &name).unwrap();
-        let own_chars = sources.env.1.chars().count() + sources.ctrl.1.chars().count();
+        let own = format!("{}{}", sources.env.1, sources.ctrl.1);
         match (
             rlve_convert::render(&sources, Form::Full),
             rlve_convert::render(&sources, Form::Compact),
         ) {
             (Ok(f), Ok(c)) => {
-                let (f, c) = (f.chars().count(), c.chars().count());
-                rows.push(format!(
-                    "{name}\t{own_chars}\t{f}\t{c}\t{:.0}",
-                    c as f64 / 3.5
-                ));
-                own.push(own_chars);
-                full.push(f);
-                compact.push(c);
+                let row = [
+                    own.chars().count(),
+                    f.chars().count(),
+                    c.chars().count(),
+                    tokens(&own),
+                    tokens(&f),
+                    tokens(&c),
+                ];
+                rows.push(format!("{name}\t{}", row.map(|v| v.to_string()).join("\t")));
+                for (k, v) in row.into_iter().enumerate() {
+                    sizes[k].push(v);
+                }
             }
             (Err(e), _) | (_, Err(e)) => failed.push(format!("{name}: {e}")),
         }
@@ -336,16 +355,33 @@ fn measure_the_sizes_of_every_converted_environment() {
             q(1.0)
         )
     };
-    let under = |v: &[usize], tokens: f64| v.iter().filter(|&&c| c as f64 / 3.5 <= tokens).count();
-    println!("converted {} (failed {})", own.len(), failed.len());
-    println!("own modules chars: {}", summary(&mut own));
-    println!("full form chars:   {}", summary(&mut full));
-    println!("compact chars:     {}", summary(&mut compact));
-    for t in [1500.0, 2000.0, 3000.0] {
+    println!("converted {} (failed {})", sizes[0].len(), failed.len());
+    for (k, what) in [
+        "own chars",
+        "full chars",
+        "compact chars",
+        "own tokens",
+        "full tokens",
+        "compact tokens",
+    ]
+    .iter()
+    .enumerate()
+    {
+        println!("{what}: {}", summary(&mut sizes[k]));
+    }
+    for limit in [1500, 2000, 3000] {
+        let under = |v: &[usize]| v.iter().filter(|&&n| n <= limit).count();
+        let est = |v: &[usize]| {
+            v.iter()
+                .filter(|&&c| c as f64 / 3.5 <= limit as f64)
+                .count()
+        };
         println!(
-            "<= {t} tokens (est.): full {}, compact {}",
-            under(&full, t),
-            under(&compact, t)
+            "<= {limit} tokens: full {} compact {} (chars/3.5 estimate: full {} compact {})",
+            under(&sizes[4]),
+            under(&sizes[5]),
+            est(&sizes[1]),
+            est(&sizes[2])
         );
     }
     for f in &failed {
