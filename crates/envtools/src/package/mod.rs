@@ -4,7 +4,8 @@
 //! snapshots, records and replays as it does a single module.
 //!
 //! [`EnvSpec`] is what a user names on the command line; [`EnvSpec::resolve`] gives its name
-//! and source.
+//! and source. [`rlve_convert`] renders an RLVE environment the other way round: as one
+//! self-contained file in the contract's form (`spade convert`).
 
 mod bundle;
 mod pysource;

@@ -402,7 +402,7 @@ pub(crate) fn strip_def_annotations(src: &str) -> Result<String, LexError> {
             match text {
                 "(" | "[" | "{" => depth += 1,
                 ")" | "]" | "}" => {
-                    depth -= 1;
+                    depth = depth.saturating_sub(1);
                     if depth == 0 {
                         close = Some(k);
                         break;

@@ -884,18 +884,13 @@ fn reach(modules: &[Module], sources: &Sources, form: Form) -> Kept {
                 continue;
             }
             let unit = &modules[m].units[u];
-            let base_class = m <= BASE_CTRL && matches!(unit.kind, Kind::Class { .. });
-            let reads: BTreeSet<String> = if base_class {
+            let reads: BTreeSet<String> = match &unit.kind {
                 // A base class reads what its header reads; its members are kept one by one.
-                let Kind::Class { header, .. } = &unit.kind else {
-                    unreachable!()
-                };
-                pysource::names_read(
+                Kind::Class { header, .. } if m <= BASE_CTRL => pysource::names_read(
                     modules[m].src,
                     &modules[m].lines[unit.stmt.lines.start..header + 1],
-                )
-            } else {
-                unit.reads.clone()
+                ),
+                _ => unit.reads.clone(),
             };
             for name in &reads {
                 todo.extend(resolve(modules, m, name));
