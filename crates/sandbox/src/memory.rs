@@ -14,22 +14,29 @@
 //! A sandbox's linear memory starts as a copy-on-write mapping of the pre-initialised
 //! interpreter's image: those pages cost nothing until written. But an environment can write
 //! every page of that image without growing the memory (touching every object of the
-//! interpreter changes its reference count), so the private memory a sandbox can hold is its
-//! whole linear memory, not only what it grew by. The account therefore charges each sandbox
-//! its full linear-memory size: the initial image's size when it is instantiated (wasmtime
-//! asks the limiter for it, as a growth from 0) plus every byte of every later growth. This
-//! is the model that stays inside the budget whatever the environment does.
+//! interpreter changes its reference count), and the host sees no page being written (no call
+//! crosses to it). So the account charges by what can be known when:
+//!
+//! - **while a call runs, the whole memory**: before a call starts, its sandbox's charge is
+//!   raised to its memory's full size (`Charge::arm`), and every growth during the call is
+//!   charged as it happens. A call whose memory does not fit waits for other sandboxes to give
+//!   bytes back, up to its call deadline, and then fails with `MemoryLimit` without running;
+//! - **between calls, the pages the memory holds privately**: after a call, the charge falls to
+//!   the memory's private pages, read from the kernel's page table (`/proc/self/pagemap`:
+//!   present anonymous or swapped 4 KiB pages; `Charge::settle`). Nothing can write the
+//!   memory until its next call, which arms the charge again first.
+//!
+//! So what is charged is never less than what the sandboxes hold, and a budget is never
+//! overrun by sandboxes writing their images. The page table is read where the memory lies;
+//! the host learns that when it writes a snapshot into the memory (every sandbox loaded from a
+//! snapshot, and every fork). A sandbox loaded without one, or whose memory grew since (a
+//! growing memory may move), stays charged its whole memory.
 //!
 //! The figures, for the guest this crate embeds: a fresh sandbox's memory is 29.5 MiB
-//! (30,932,992 bytes, 472 WebAssembly pages; [`Runtime::fresh_memory_bytes`]), and a typical
-//! environment fits in the free space of that image (`tests/envs/grid_walk` plays a whole
-//! episode without growing it), so a typical sandbox is charged 29.5 MiB, while the private
-//! memory it really holds is a few MiB (the pages a load and its calls wrote). A budget of
-//! 18 GiB therefore holds about 620 sandboxes. Charging only the pages made private would
-//! hold thousands, but the host sees a page made private only after the fact (no call
-//! crosses to the host when the guest writes one), so a budget so kept could be overrun by
-//! every sandbox in a call at once, each by up to its image: that model is not safe, and the
-//! account does not use it.
+//! (30,932,992 bytes, 472 WebAssembly pages; [`Runtime::fresh_memory_bytes`]); a
+//! `tests/envs/grid_walk` sandbox after a whole episode is charged about 1.4 MiB between calls
+//! (debug build, the development VM). A budget of 18 GiB therefore holds thousands of idle
+//! sandboxes, and as many calls at once as their whole memories fit.
 //!
 //! What the account does not count: the host's own state of each sandbox (its store, tables,
 //! the native stack a call runs on, a few MiB at most, bounded by the pool's settings), and
@@ -62,6 +69,8 @@ pub struct MemoryAccount {
 
 struct Inner {
     budget: u64,
+    /// Bytes charged for each sandbox besides its linear memory ([`MemoryAccount::with_overhead`]).
+    overhead: u64,
     charged: AtomicU64,
     /// The most that was ever charged at once.
     peak: AtomicU64,
@@ -72,14 +81,28 @@ struct Inner {
 impl MemoryAccount {
     /// An account of `budget` bytes, nothing charged.
     pub fn new(budget: u64) -> MemoryAccount {
+        MemoryAccount::with_overhead(budget, 0)
+    }
+
+    /// An account of `budget` bytes that also charges each sandbox `overhead` bytes for as
+    /// long as it lives, besides its linear memory: the host's own state of a sandbox (its
+    /// store, instance and tables, the stack its calls ran on), which is real memory too but
+    /// grows with no call the account sees. `spade serve` charges 4 MiB.
+    pub fn with_overhead(budget: u64, overhead: u64) -> MemoryAccount {
         MemoryAccount {
             inner: Arc::new(Inner {
                 budget,
+                overhead,
                 charged: AtomicU64::new(0),
                 peak: AtomicU64::new(0),
                 freed: Notify::new(),
             }),
         }
+    }
+
+    /// Bytes charged for each sandbox besides its linear memory.
+    pub fn overhead(&self) -> u64 {
+        self.inner.overhead
     }
 
     /// The budget, in bytes.
@@ -232,7 +255,7 @@ impl Charge {
     pub(crate) fn grow(&mut self, current: usize, desired: usize) -> Result<(), OverBudget> {
         let (current, desired) = (current as u64, desired as u64);
         self.size = self.size.min(current);
-        let more = desired.saturating_sub(self.bytes);
+        let more = (self.account.overhead() + desired).saturating_sub(self.bytes);
         if !self.account.try_charge(more) {
             return Err(self.over_budget());
         }
@@ -245,7 +268,7 @@ impl Charge {
     /// without growing it. Waits up to `wait` for other sandboxes to give enough back; the
     /// account's state then if they did not.
     pub(crate) async fn arm(&mut self, wait: Duration) -> Result<(), OverBudget> {
-        let need = self.size.saturating_sub(self.bytes);
+        let need = (self.account.overhead() + self.size).saturating_sub(self.bytes);
         if need == 0 {
             return Ok(());
         }
@@ -275,7 +298,7 @@ impl Charge {
             }
             _ => None,
         };
-        let keep = resident.map_or(self.size, |r| r.min(self.size));
+        let keep = self.account.overhead() + resident.map_or(self.size, |r| r.min(self.size));
         if self.bytes > keep {
             self.account.release(self.bytes - keep);
             self.bytes = keep;
@@ -328,6 +351,26 @@ mod tests {
         assert_eq!(account.charged(), 50);
         a.settle();
         assert_eq!(account.charged(), 20);
+    }
+
+    #[test]
+    fn the_overhead_is_charged_for_as_long_as_the_sandbox_lives() {
+        let account = MemoryAccount::with_overhead(100, 7);
+        let mut a = Charge::new(account.clone());
+        a.grow(0, 10).unwrap();
+        assert_eq!(account.charged(), 17);
+        a.settle();
+        assert_eq!(account.charged(), 17, "no place known: the whole memory");
+        assert_eq!(
+            Charge::new(account.clone()).grow(0, 80),
+            Err(OverBudget {
+                budget: 100,
+                charged: 17
+            }),
+            "80 and 7 more do not fit beside 17"
+        );
+        drop(a);
+        assert_eq!(account.charged(), 0);
     }
 
     #[tokio::test]
