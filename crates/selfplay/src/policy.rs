@@ -144,8 +144,30 @@ impl Temperatures {
 pub struct SamplingConfig {
     /// Each role's temperature.
     pub temperatures: Temperatures,
-    /// Nucleus mass.
+    /// Nucleus mass of the hint and agent roles (and of the designer's without its own).
     pub top_p: f64,
+    /// The designer's (and repairs') nucleus mass.
+    pub designer_top_p: f64,
+    /// The designer's (and repairs') top-k (0: off).
+    pub designer_top_k: usize,
+}
+
+impl SamplingConfig {
+    /// The nucleus mass of `role`.
+    pub fn top_p(&self, role: Role) -> f64 {
+        match role {
+            Role::Designer | Role::Repair => self.designer_top_p,
+            Role::Hint | Role::Agent => self.top_p,
+        }
+    }
+
+    /// The top-k of `role` (0: off).
+    pub fn top_k(&self, role: Role) -> usize {
+        match role {
+            Role::Designer | Role::Repair => self.designer_top_k,
+            Role::Hint | Role::Agent => 0,
+        }
+    }
 }
 
 /// What [`CandlePolicy`] trains and how it samples (the config's LoRA, optimiser, GRPO,
@@ -180,7 +202,8 @@ pub struct CandlePolicy {
     grpo: GrpoConfig,
     /// Sampling temperature of each role (the config's per-role ones, else `temperature`).
     temperatures: Temperatures,
-    top_p: f64,
+    /// Each role's top-p and top-k.
+    sampling: SamplingConfig,
     prefixes: PrefixCache,
     token_hook: Option<TokenHook>,
     /// What sampling reads.
@@ -235,7 +258,7 @@ impl CandlePolicy {
             adam: cfg.adam,
             grpo: cfg.grpo.clone(),
             temperatures: cfg.sampling.temperatures,
-            top_p: cfg.sampling.top_p,
+            sampling: cfg.sampling,
             prefixes: PrefixCache::new(PREFIX_CACHE_TOKENS),
             token_hook: None,
             decode,
@@ -355,8 +378,8 @@ impl Policy for CandlePolicy {
         let (prompt, max_new) = self.prompt_ids(messages, max_new_tokens)?;
         let params = SamplingParams {
             temperature: self.temperatures.get(role),
-            top_p: self.top_p,
-            top_k: 0,
+            top_p: self.sampling.top_p(role),
+            top_k: self.sampling.top_k(role),
             max_new_tokens: max_new,
             stop: Vec::new(),
             seed,
@@ -398,8 +421,8 @@ impl Policy for CandlePolicy {
         }
         let params = SamplingParams {
             temperature: self.temperatures.get(role),
-            top_p: self.top_p,
-            top_k: 0,
+            top_p: self.sampling.top_p(role),
+            top_k: self.sampling.top_k(role),
             max_new_tokens: max_new,
             stop: Vec::new(),
             seed: 0,

@@ -6,6 +6,7 @@ use spade_model::chat::Message;
 
 use super::{Metrics, Run};
 use crate::error::Result;
+use crate::memory::DesignerExamples;
 use crate::policy::{Role, Sampled};
 use crate::prompts::{self, DIFFICULTIES, DesignSpec, SKILLS, VARIANTS};
 
@@ -15,11 +16,25 @@ pub(super) struct Designed {
     pub spec: DesignSpec,
     /// The prompt's user message (kept in the design record).
     pub prompt: String,
+    /// The memory examples it showed (a redraw shows them again with a fresh document).
+    pub examples: DesignerExamples,
     /// Its completions, first attempts.
     pub completions: Vec<Sampled>,
 }
 
 impl Run<'_> {
+    /// The designer's user message under the run's settings (the example environment when
+    /// `designer_example_env` is on).
+    pub(super) fn designer_prompt(
+        &self,
+        spec: &DesignSpec,
+        document: &str,
+        examples: &DesignerExamples,
+    ) -> String {
+        let example = self.cfg.designer_example_source();
+        prompts::designer_prompt_with(spec, document, examples, example.as_deref())
+    }
+
     /// Samples the design phase when it is due (every `regen_interval` rollouts, or when the
     /// pool is below `min_games`); nothing otherwise.
     pub(super) fn design(&mut self, r: u64, m: &mut Metrics) -> Result<Vec<Designed>> {
@@ -44,7 +59,7 @@ impl Run<'_> {
                 .state
                 .memory
                 .examples(&cfg.memory(), self.seed("memory", &parts));
-            let prompt = prompts::designer_prompt(&spec, &doc.text, &examples);
+            let prompt = self.designer_prompt(&spec, &doc.text, &examples);
             let msgs = [
                 Message::new("system", prompts::DESIGNER_SYSTEM),
                 Message::new("user", prompt.clone()),
@@ -72,6 +87,7 @@ impl Run<'_> {
             out.push(Designed {
                 spec,
                 prompt,
+                examples,
                 completions,
             });
         }
