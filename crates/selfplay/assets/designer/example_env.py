@@ -42,7 +42,7 @@ class StackSortEnv:
         self.turn_count += 1
         truncated = self.turn_count >= self.max_turns
         move = boxed(action)
-        if move is None or not move.isdigit() or not 1 <= int(move) < self.size:
+        if move is None or not move.isdigit() or len(move) > 2 or not 1 <= int(move) < self.size:
             obs = f"Answer \\boxed{{i}} with i from 1 to {self.size - 1}. Row: {self.show()}."
             return obs, -0.1, False, truncated, {"row": list(self.row)}
         i = int(move) - 1
