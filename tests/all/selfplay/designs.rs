@@ -239,7 +239,7 @@ async fn the_designer_report_counts_a_scripted_mix_with_hand_computed_intervals(
     let draws: Vec<usize> = outcomes.iter().map(|o| o.draws).collect();
     assert_eq!(draws, vec![1, 2, 2, 2, 1]);
     // The reference set holds arithmetic_puzzle: that design is a copy, the other two novel.
-    let report = designer::report(&outcomes, &[arith.clone()], 0.5);
+    let report = designer::report(&outcomes, std::slice::from_ref(&arith), 0.5);
     assert_eq!(report.prompts, 5);
     assert_eq!(report.draws, 8);
     let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
