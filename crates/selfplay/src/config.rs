@@ -167,6 +167,13 @@ pub struct TrainConfig {
     /// every token the nucleus keeps; reference 20). Default 0, the sampling every earlier
     /// run used; `spade eval --designer` measures 20.
     pub designer_top_k: usize,
+    /// A design budget up to the model's context: a designer completion may use all the
+    /// context its prompt leaves (not just half of it), and the corpus document is trimmed
+    /// so that prompt and `designer_max_new_tokens` fit (`designer::design_budget`). Only an
+    /// in-process model can tell its context and token counts; on an inference server it
+    /// changes nothing. Default off: the budget every earlier run had (at most half the
+    /// context, 4,096 tokens on the default model); the reference's paper scripts ask 16,384.
+    pub designer_fill_context: bool,
     /// Validation (`spade check`) episodes per probe.
     pub check_seeds: u32,
     /// Validation steps per episode when the environment has no `max_turns`.
@@ -345,6 +352,7 @@ impl Default for TrainConfig {
             top_p: 0.95,
             designer_top_p: None,
             designer_top_k: 0,
+            designer_fill_context: false,
             check_seeds: 1,
             check_max_steps: 10,
             validation_fuel: 50_000_000_000,
@@ -518,6 +526,7 @@ impl TrainConfig {
             top_p: self.top_p,
             designer_top_p: self.designer_top_p.unwrap_or(self.top_p),
             designer_top_k: self.designer_top_k,
+            designer_fill_context: self.designer_fill_context,
         }
     }
 

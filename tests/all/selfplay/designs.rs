@@ -408,3 +408,96 @@ fn eval_designer_errors_are_clear() {
     );
     let _ = std::fs::remove_dir_all(&out);
 }
+
+/// A scripted designer whose "tokens" are bytes, in a context of `ctx` bytes; records the
+/// completion budget of every designer request.
+struct Measured {
+    inner: Scripted,
+    ctx: usize,
+    budgets: Arc<Mutex<Vec<usize>>>,
+}
+
+impl spade_selfplay::Policy for Measured {
+    fn sample(
+        &mut self,
+        role: Role,
+        messages: &[Message],
+        n: usize,
+        max_new_tokens: usize,
+        seed: u64,
+    ) -> spade_selfplay::error::Result<Vec<spade_selfplay::policy::Sampled>> {
+        if role == Role::Designer {
+            self.budgets.lock().unwrap().push(max_new_tokens);
+        }
+        self.inner.sample(role, messages, n, max_new_tokens, seed)
+    }
+
+    fn measure(
+        &self,
+        messages: &[Message],
+    ) -> spade_selfplay::error::Result<Option<(usize, usize)>> {
+        let bytes = messages.iter().map(|m| m.content.len()).sum();
+        Ok(Some((self.ctx, bytes)))
+    }
+
+    fn update(
+        &mut self,
+        batch: &[spade_model::grpo::GrpoSample],
+    ) -> spade_selfplay::error::Result<Option<spade_model::grpo::UpdateStats>> {
+        self.inner.update(batch)
+    }
+
+    fn save(&self, dir: &Path) -> spade_selfplay::error::Result<()> {
+        self.inner.save(dir)
+    }
+
+    fn load(&mut self, dir: &Path) -> spade_selfplay::error::Result<()> {
+        self.inner.load(dir)
+    }
+}
+
+#[tokio::test]
+async fn a_design_budget_up_to_the_context_trims_the_document_so_that_both_fit() {
+    // A 400-word document (w0 ... w399, 1,889 bytes with the spaces).
+    let words: Vec<String> = (0..400).map(|i| format!("w{i}")).collect();
+    let doc = words.join(" ");
+    let corpus = Corpus::parse(&format!("{{\"text\": \"{doc}\"}}"), 6000).unwrap();
+    let (ctx, want) = (6000, 3000);
+    for fill in [false, true] {
+        let dir = tmp(&format!("budget-{fill}"));
+        let prompts = Arc::new(Mutex::new(Vec::new()));
+        let budgets = Arc::new(Mutex::new(Vec::new()));
+        let mut policy = Measured {
+            inner: scripted(vec!["no code".into()], Arc::clone(&prompts)),
+            ctx,
+            budgets: Arc::clone(&budgets),
+        };
+        let cfg = TrainConfig {
+            designer_fill_context: fill,
+            designer_max_new_tokens: want,
+            design_redraws: 0,
+            ..cfg()
+        };
+        let mut run = Run::for_designs(&dir, cfg, corpus.clone(), runtime(), &mut policy).unwrap();
+        run.design_round().await.unwrap();
+        drop(run);
+        let prompt = prompts.lock().unwrap()[0].clone();
+        assert_eq!(budgets.lock().unwrap().clone(), vec![want]);
+        let system = spade_selfplay::prompts::DESIGNER_SYSTEM.len();
+        assert!(prompt.contains("w0 w1 w2"));
+        if fill {
+            // The prompt without the document leaves 6000 - 3000 - fixed bytes for it: less
+            // than the document, so it is cut to its first words, and prompt + output fit.
+            assert!(!prompt.contains("w399"), "the document was not trimmed");
+            assert!(
+                system + prompt.len() + want <= ctx,
+                "{} bytes",
+                prompt.len()
+            );
+        } else {
+            assert!(prompt.contains("w398 w399"));
+            assert!(system + prompt.len() + want > ctx);
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -53,6 +53,8 @@ struct Pending {
     prompt: String,
     /// Document ids of this design's draws so far.
     docs: Vec<usize>,
+    /// This draw's completion budget in tokens.
+    max_new: usize,
     /// The code of the latest attempt, if it had a code block.
     code: Option<String>,
     /// The design record's attempts so far.
@@ -124,6 +126,7 @@ impl Run<'_> {
                     spec: prompt.spec.clone(),
                     prompt: prompt.prompt.clone(),
                     docs: vec![prompt.spec.doc_id],
+                    max_new: prompt.max_new,
                     code: extract::python_block(&first.text),
                     log: vec![serde_json::json!({"completion": first.text})],
                     first: first.clone(),
@@ -208,7 +211,6 @@ impl Run<'_> {
         pending: &mut [Pending],
         m: &mut Metrics,
     ) -> Result<()> {
-        let max_new = self.cfg.designer_max_new_tokens;
         loop {
             let mut to_repair = Vec::new();
             for (i, p) in pending.iter_mut().enumerate() {
@@ -221,7 +223,7 @@ impl Run<'_> {
                     p.first_cause = Some(classify(
                         p.code.as_deref(),
                         p.first.tokens.len(),
-                        max_new,
+                        p.max_new,
                         &ok,
                     ));
                 }
@@ -259,7 +261,7 @@ impl Run<'_> {
         redraw: &[usize],
         m: &mut Metrics,
     ) -> Result<()> {
-        let max_new = self.cfg.designer_max_new_tokens;
+        let mut max_new = self.cfg.designer_max_new_tokens;
         let mut chats = Vec::with_capacity(redraw.len());
         let mut seeds = Vec::with_capacity(redraw.len());
         let mut specs = Vec::with_capacity(redraw.len());
@@ -275,7 +277,9 @@ impl Run<'_> {
                 ..p.spec.clone()
             };
             let examples: &DesignerExamples = &designed[p.d].examples;
-            let prompt = self.designer_prompt(&spec, &doc.text, examples);
+            // One batch, one budget: the smallest, so that every prompt fits with it.
+            let (prompt, budget) = self.fit_design(&spec, &doc.text, examples)?;
+            max_new = max_new.min(budget);
             chats.push([
                 Message::new("system", prompts::DESIGNER_SYSTEM),
                 Message::new("user", prompt.clone()),
@@ -306,6 +310,7 @@ impl Run<'_> {
             m.tokens_sampled += s.tokens.len();
             p.draw += 1;
             p.docs.push(spec.doc_id);
+            p.max_new = max_new;
             p.spec = spec;
             p.prompt = prompt;
             p.code = extract::python_block(&s.text);
@@ -321,10 +326,14 @@ impl Run<'_> {
     /// Writes the `rejected/` record of a draw that failed: its prompt, spec, document,
     /// completion, attempts, and the check codes and messages of its last attempt.
     fn write_rejected(&self, r: u64, p: &Pending) -> Result<()> {
+        let (last, cap) = match p.repairs.last() {
+            Some(fix) => (fix, self.cfg.designer_max_new_tokens),
+            None => (&p.first, p.max_new),
+        };
         let cause = classify(
             p.code.as_deref(),
-            p.repairs.last().unwrap_or(&p.first).tokens.len(),
-            self.cfg.designer_max_new_tokens,
+            last.tokens.len(),
+            cap,
             &Err(&p.rejection),
         );
         let record = serde_json::json!({
