@@ -71,6 +71,8 @@ struct Pending {
     /// `Some(verdict)` once this draw is done: the accepted class name and tool-use flag, or
     /// `None`.
     outcome: Option<Option<(String, bool)>>,
+    /// Whether this draw's `rejected/` record is written.
+    recorded: bool,
 }
 
 impl Run<'_> {
@@ -135,16 +137,18 @@ impl Run<'_> {
                     rejection: Rejection::default(),
                     first_cause: None,
                     outcome: None,
+                    recorded: false,
                 });
             }
         }
         loop {
             self.repair_draws(r, &mut pending, m).await?;
             let failed: Vec<usize> = (0..pending.len())
-                .filter(|&i| matches!(pending[i].outcome, Some(None)))
+                .filter(|&i| matches!(pending[i].outcome, Some(None)) && !pending[i].recorded)
                 .collect();
             for &i in &failed {
                 self.write_rejected(r, &pending[i])?;
+                pending[i].recorded = true;
             }
             let redraw: Vec<usize> = failed
                 .into_iter()
@@ -319,6 +323,7 @@ impl Run<'_> {
             p.repairs.clear();
             p.rejection = Rejection::default();
             p.outcome = None;
+            p.recorded = false;
         }
         Ok(())
     }
