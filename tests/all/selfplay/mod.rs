@@ -6,6 +6,7 @@ mod adapter_sync;
 mod configs;
 mod credit;
 mod delay;
+mod designs;
 mod fixed_envs;
 mod inference;
 mod learning;
