@@ -48,6 +48,8 @@ enum Command {
     Check(commands::check::CheckArgs),
     /// Hunt for crashes, reward hacks and nondeterminism with generated actions.
     Fuzz(commands::fuzz::FuzzArgs),
+    /// Write RLVE environments as single-file environments, each checked first.
+    Convert(commands::convert::ConvertArgs),
     /// Self-play training: design, validate, hint, play, regret, GRPO, checkpoint.
     #[cfg(feature = "train")]
     Train(commands::train::TrainArgs),
@@ -120,6 +122,7 @@ fn main() -> ExitCode {
         Command::BenchModel(args) => done(args.execute()),
         Command::Check(args) => args.execute(),
         Command::Fuzz(args) => args.execute(),
+        Command::Convert(args) => args.execute(),
         #[cfg(feature = "train")]
         Command::Train(args) => done(args.execute()),
         #[cfg(feature = "train")]

@@ -8,13 +8,18 @@ source by exec() (no sandbox), over loopback WebSocket sessions, in the same run
 
 Each of N concurrent sessions (one client process, asyncio, OpenEnv's GenericEnvClient) loops:
 connect, reset(seed), play the actions until the episode ends, close. Printed per server and N:
-sessions/s (episodes completed per second), steps/s, and p50/p99 step latency (client-side,
-send to answer).
+sessions/s (episodes completed per second), steps/s, p50/p99 step latency (client-side,
+send to answer), and the server's peak RSS while it ran (and, for spade, the peak of what its
+memory account charged, from /health). spade serve runs with its default memory budget.
 """
 
 import argparse
 import asyncio
+import json
 import os
+import resource
+import threading
+import urllib.request
 import socket
 import statistics
 import subprocess
@@ -63,6 +68,34 @@ async def session_loop(url, actions, deadline, seed, latencies, counts):
         seed += 1000
 
 
+class Peak:
+    """Samples a server's RSS (and spade's charged bytes) every 0.2 s while a measurement runs."""
+
+    def __init__(self, pid, health_url=None):
+        self.pid, self.health_url = pid, health_url
+        self.rss = self.charged = 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def run(self):
+        while not self.stop.wait(0.2):
+            with open(f"/proc/{self.pid}/status") as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        self.rss = max(self.rss, int(line.split()[1]) * 1024)
+            if self.health_url:
+                with urllib.request.urlopen(self.health_url) as r:
+                    self.charged = max(self.charged, json.load(r)["memory"]["charged"])
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join()
+
+
 async def measure(url, actions, sessions, seconds):
     latencies, counts = [], {"steps": 0, "sessions": 0}
     start_t = time.perf_counter()
@@ -92,32 +125,37 @@ def main():
     counts = [int(n) for n in args.sessions.split(",")]
     most = max(counts) + 8
 
-    # The worst case of `most` sessions at the default 512 MiB memory limit is over a small
-    # machine's default budget; grid_walk's sandboxes touch a few MiB, so the benchmark states
-    # the budget the worst case needs: (2 per session + 2 check workers) x 512 MiB.
-    budget = f"{(2 * most + 2) * 512}M"
-    spade, spade_url = start(
-        [args.spade, "serve", args.env, "--bind", "127.0.0.1:0", "--max-sessions", str(most), "--memory-budget", budget]
-    )
+    # One socket per session on the client side.
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    spade, spade_url = start([args.spade, "serve", args.env, "--bind", "127.0.0.1:0", "--max-sessions", str(most)])
     port = free_port()
     openenv, openenv_url = start([sys.executable, os.path.join(HERE, "openenv_exec_server.py"), args.env, str(port), str(most)])
     rows = []
     try:
         for n in counts:
-            for name, url in (("spade serve (sandbox)", spade_url), ("OpenEnv Python server (exec)", openenv_url)):
-                r = asyncio.run(measure(url, actions, n, args.seconds))
+            for name, url, process in (
+                ("spade serve (sandbox)", spade_url, spade),
+                ("OpenEnv Python server (exec)", openenv_url, openenv),
+            ):
+                health = spade_url.replace("ws://", "http://").rstrip("/") + "/health" if process is spade else None
+                with Peak(process.pid, health) as peak:
+                    r = asyncio.run(measure(url, actions, n, args.seconds))
+                r["rss_mib"], r["charged_mib"] = peak.rss / 2**20, peak.charged / 2**20
                 rows.append((name, n, r))
                 print(f"{name:30} {n:4} sessions: {r['sessions_per_s']:8.1f} sessions/s {r['steps_per_s']:8.0f} steps/s "
-                      f"p50 {r['p50_ms']:6.2f} ms p99 {r['p99_ms']:7.2f} ms", flush=True)
+                      f"p50 {r['p50_ms']:6.2f} ms p99 {r['p99_ms']:7.2f} ms peak RSS {r['rss_mib']:.0f} MiB", flush=True)
     finally:
         for p in (spade, openenv):
             p.terminate()
             p.wait(timeout=60)
     print()
-    print("| server | sessions | sessions/s | steps/s | p50 step | p99 step |")
-    print("|---|---|---|---|---|---|")
+    print("| server | sessions | sessions/s | steps/s | p50 step | p99 step | peak RSS | peak charged |")
+    print("|---|---|---|---|---|---|---|---|")
     for name, n, r in rows:
-        print(f"| {name} | {n} | {r['sessions_per_s']:.1f} | {r['steps_per_s']:,.0f} | {r['p50_ms']:.2f} ms | {r['p99_ms']:.2f} ms |")
+        charged = f"{r['charged_mib']:,.0f} MiB" if r["charged_mib"] else "-"
+        print(f"| {name} | {n} | {r['sessions_per_s']:.1f} | {r['steps_per_s']:,.0f} | {r['p50_ms']:.2f} ms | {r['p99_ms']:.2f} ms "
+              f"| {r['rss_mib']:,.0f} MiB | {charged} |")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
-//! `spade eval`: win rate per skill on held-out environments.
-use std::path::PathBuf;
+//! `spade eval`: win rate per skill on held-out environments; with `--designer`, the
+//! designer's valid rate, failure causes and novelty over held-out design prompts.
+use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use clap::Args;
@@ -7,10 +8,12 @@ use spade_envtools::package::EnvSpec;
 use spade_model::checkpoint;
 use spade_model::model::{DecodeActivations, DecodeWeights};
 use spade_sandbox::{Config, Runtime};
+use spade_selfplay::corpus::HELDOUT_CORPUS;
+use spade_selfplay::designer::{self, DEFAULT_NOVELTY_THRESHOLD, DesignerReport};
 use spade_selfplay::eval::{EVAL_SEED_LIMIT, EvalEnv, PlaySettings, evaluate, load_envs};
 use spade_selfplay::prompts::AgentExample;
 use spade_selfplay::remote::{ClientConfig, RemotePolicy, api_key_from_env};
-use spade_selfplay::{CandlePolicy, Policy, TrainConfig};
+use spade_selfplay::{CandlePolicy, Corpus, Policy, Run, TrainConfig};
 
 use super::env_arg::spec_source;
 
@@ -24,7 +27,7 @@ pub struct EvalArgs {
     #[arg(long)]
     lora: Option<PathBuf>,
     /// Directory of held-out environments: <name>/env.py and <name>/skill.txt.
-    #[arg(long, required_unless_present = "env")]
+    #[arg(long, required_unless_present_any = ["env", "designer"])]
     envs: Option<PathBuf>,
     /// An environment to evaluate besides (or instead of) --envs: `rlve:NAME` or an
     /// environment file; repeat for more. Its skill is its name.
@@ -66,6 +69,35 @@ pub struct EvalArgs {
     /// server wants one, is read from $SPADE_INFERENCE_API_KEY.
     #[arg(long, value_name = "URL")]
     inference: Option<String>,
+    /// Measure the designer instead of the agent: sample --prompts design prompts over a
+    /// held-out corpus, check each through training's own design and validate phases, and
+    /// report the valid rates, the failure causes and novelty with 95% Wilson intervals
+    /// (docs/selfplay.md, "Measuring the designer").
+    #[arg(long, requires = "out", conflicts_with_all = ["envs", "env"])]
+    designer: bool,
+    /// With --designer: design prompts to sample.
+    #[arg(long, default_value_t = 64, value_name = "N", requires = "designer")]
+    prompts: usize,
+    /// With --designer: the corpus the prompts are grounded in (JSONL, `text` or `orig_doc`;
+    /// default: the bundled held-out corpus, 66 documents never in the training corpus).
+    #[arg(long, value_name = "FILE", requires = "designer")]
+    corpus: Option<PathBuf>,
+    /// With --designer: a `spade train` config whose designer settings apply (redraws,
+    /// repairs, the example environment, temperature, top-p, top-k, the design budget).
+    #[arg(long, value_name = "CONFIG", requires = "designer")]
+    config: Option<PathBuf>,
+    /// With --designer: where every design is kept (`designs/`, `rejected/`) with the report
+    /// (`report.json`); must not hold an earlier measurement.
+    #[arg(long, value_name = "DIR", requires = "designer")]
+    out: Option<PathBuf>,
+    /// With --designer: environments a novel design must not be a near-copy of (the training
+    /// library): `<name>/env.py` folders.
+    #[arg(long, value_name = "DIR", requires = "designer")]
+    reference_envs: Option<PathBuf>,
+    /// With --designer: 5-gram Jaccard similarity at or above which a valid design is a
+    /// near-copy.
+    #[arg(long, default_value_t = DEFAULT_NOVELTY_THRESHOLD, value_name = "J", requires = "designer")]
+    novelty_threshold: f64,
     /// The model name the inference server serves (each request's `model`).
     #[arg(long, value_name = "NAME", requires = "inference")]
     inference_model: Option<String>,
@@ -113,6 +145,16 @@ impl EvalArgs {
     /// The policy that plays: the model in-process, or the inference server (greedy either
     /// way, as evaluation is).
     fn policy(&self) -> anyhow::Result<Box<dyn Policy>> {
+        let cfg = TrainConfig {
+            lora: false,
+            temperature: 0.0,
+            ..TrainConfig::default()
+        };
+        self.policy_with(&cfg)
+    }
+
+    /// The policy, sampling as `cfg` says.
+    fn policy_with(&self, cfg: &TrainConfig) -> anyhow::Result<Box<dyn Policy>> {
         if self.inference.is_some() && self.lora.is_some() {
             anyhow::bail!(
                 "--lora with --inference: the server samples, so load the adapters into the \
@@ -120,11 +162,6 @@ impl EvalArgs {
             );
         }
         let mut loaded = super::load_model(self.model.as_deref())?;
-        let cfg = TrainConfig {
-            lora: false,
-            temperature: 0.0,
-            ..TrainConfig::default()
-        };
         if let Some(url) = &self.inference {
             let mut client = ClientConfig::new(
                 url.clone(),
@@ -156,6 +193,9 @@ impl EvalArgs {
 
     /// Runs the subcommand.
     pub fn execute(self) -> anyhow::Result<()> {
+        if self.designer {
+            return self.execute_designer();
+        }
         let envs = self.load_envs()?;
         let examples = self.agent_examples()?;
         let mut policy = self.policy()?;
@@ -207,4 +247,117 @@ impl EvalArgs {
         }
         Ok(())
     }
+}
+
+/// The `--designer` measurement's settings: `base` (the --config, or the defaults) with
+/// `prompts` design prompts of one completion each, in one design round.
+pub fn designer_config(base: TrainConfig, prompts: usize) -> anyhow::Result<TrainConfig> {
+    if prompts == 0 {
+        anyhow::bail!("--prompts must be at least 1");
+    }
+    Ok(TrainConfig {
+        designs_per_round: prompts,
+        designer_group: 1,
+        regen_interval: 1,
+        lora: false,
+        ..base
+    })
+}
+
+/// Refuses an --out that already holds a measurement's designs.
+fn check_out(out: &Path) -> anyhow::Result<()> {
+    for sub in ["designs", "rejected", "report.json"] {
+        if out.join(sub).exists() {
+            anyhow::bail!(
+                "--out {} already holds {sub} from an earlier measurement: give a new folder",
+                out.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The sources of the `<name>/env.py` folders in `dir`.
+fn reference_sources(dir: Option<&Path>) -> anyhow::Result<Vec<String>> {
+    let Some(dir) = dir else {
+        return Ok(Vec::new());
+    };
+    let envs =
+        load_envs(dir).with_context(|| format!("reading --reference-envs {}", dir.display()))?;
+    if envs.is_empty() {
+        anyhow::bail!(
+            "--reference-envs {} holds no <name>/env.py environment",
+            dir.display()
+        );
+    }
+    Ok(envs.into_iter().map(|e| e.source).collect())
+}
+
+impl EvalArgs {
+    /// `--designer`: one design round over the held-out corpus, then the report.
+    fn execute_designer(&self) -> anyhow::Result<()> {
+        let out = self.out.as_deref().context("--designer needs --out DIR")?;
+        check_out(out)?;
+        if !(self.novelty_threshold > 0.0 && self.novelty_threshold <= 1.0) {
+            anyhow::bail!(
+                "--novelty-threshold must be in (0, 1], not {}",
+                self.novelty_threshold
+            );
+        }
+        let base = match &self.config {
+            Some(p) => TrainConfig::from_file(p)
+                .with_context(|| format!("reading --config {}", p.display()))?,
+            None => TrainConfig::default(),
+        };
+        let cfg = designer_config(base, self.prompts)?;
+        cfg.validate().context("checking --config")?;
+        let references = reference_sources(self.reference_envs.as_deref())?;
+        let corpus_text = match &self.corpus {
+            Some(p) => std::fs::read_to_string(p)
+                .with_context(|| format!("reading --corpus {}", p.display()))?,
+            None => HELDOUT_CORPUS.to_string(),
+        };
+        let corpus =
+            Corpus::parse(&corpus_text, cfg.max_doc_words).context("reading the corpus")?;
+        let mut policy = self.policy_with(&cfg)?;
+        let runtime = Runtime::new(Config::default()).context("starting the sandbox runtime")?;
+        let executor = super::executor()?;
+        let threshold = self.novelty_threshold;
+        let report = executor.block_on(async {
+            let mut run = Run::for_designs(out, cfg, corpus, runtime, policy.as_mut())?;
+            let outcomes = run.design_round().await?;
+            anyhow::Ok(designer::report(&outcomes, &references, threshold))
+        })?;
+        let json = serde_json::to_string_pretty(&report)?;
+        let path = out.join("report.json");
+        std::fs::write(&path, &json).with_context(|| format!("writing {}", path.display()))?;
+        if self.json {
+            say!("{json}");
+        } else {
+            print_designer_report(&report);
+        }
+        Ok(())
+    }
+}
+
+/// The report as a table.
+fn print_designer_report(r: &DesignerReport) {
+    let row = |name: &str, x: &designer::Rate| {
+        say!(
+            "{name:<28} {:>4}/{:<4} {:.3} [{:.3}, {:.3}] 95% CI",
+            x.count,
+            x.total,
+            x.rate,
+            x.ci_low,
+            x.ci_high
+        );
+    };
+    say!("{} design prompts, {} draws", r.prompts, r.draws);
+    row("valid at the first attempt", &r.first_attempt);
+    row("valid within the budget", &r.within_budget);
+    say!("first attempts that failed, by cause:");
+    for (cause, x) in &r.failures {
+        row(&format!("  {cause}"), x);
+    }
+    row(&format!("novel (J < {})", r.novelty_threshold), &r.novel);
 }

@@ -13,6 +13,7 @@ pub mod actions;
 pub mod bench;
 pub mod check;
 pub mod common;
+pub mod convert;
 pub mod env_arg;
 #[cfg(feature = "train")]
 pub mod eval;

@@ -10,7 +10,8 @@ use clap::Args;
 use spade_envtools::check::CheckOptions;
 use spade_sandbox::{Caches, Config, MemoryAccount, Pool, Runtime};
 use spade_serve::admission::{
-    MAX_DEFAULT_SESSIONS, TYPICAL_GROWTH, default_budget, default_sessions, parse_size, show_bytes,
+    CALLS_AT_ONCE, MAX_DEFAULT_SESSIONS, PLANNING_SANDBOXES, SANDBOX_OVERHEAD, TYPICAL_SESSION,
+    default_budget, default_sessions, parse_size, show_bytes,
 };
 use spade_serve::{Registry, RegistryLimits, ServeConfig, Server};
 
@@ -127,10 +128,6 @@ pub struct ServeArgs {
 /// Pool slots beyond one per session: checks of registered sources and snapshot probes.
 const CHECK_SLOTS: u32 = 64;
 
-/// A lower bound of a fresh sandbox's memory (29.5 MiB with this guest), to size the pool for
-/// the default sessions before the runtime can measure it.
-const SMALLEST_SANDBOX: u64 = 16 << 20;
-
 /// Sandboxes one session can hold (see `spade_serve::admission`).
 const SANDBOXES_PER_SESSION: u64 = spade_serve::admission::SANDBOXES_PER_SESSION;
 
@@ -157,11 +154,11 @@ impl ServeArgs {
         let mut config = self.config()?;
         let budget = config.memory_budget.unwrap_or_default();
         let sources = self.sources()?;
-        // The most sessions there can be: the ones asked for, or as many fresh sandboxes as the
+        // The most sessions there can be: the ones asked for, or as many idle sessions as the
         // budget holds (the default is fewer: see `default_sessions`).
         let most_sessions = match self.max_sessions {
             Some(n) => n as u64,
-            None => (budget / SMALLEST_SANDBOX).min(MAX_DEFAULT_SESSIONS),
+            None => (budget / TYPICAL_SESSION).min(MAX_DEFAULT_SESSIONS),
         };
         // Two slots per session, and room for the short-lived sandboxes that check sources and
         // take snapshots.
@@ -174,7 +171,7 @@ impl ServeArgs {
         };
         let mut runtime = Runtime::new(Config {
             pool: Some(pool),
-            memory_account: Some(MemoryAccount::new(budget)),
+            memory_account: Some(MemoryAccount::with_overhead(budget, SANDBOX_OVERHEAD)),
             caches: self.caches()?,
             ..Config::default()
         })
@@ -204,13 +201,14 @@ impl ServeArgs {
                 let fit = default_sessions(budget, fresh, limits.check_workers);
                 if fit == 0 {
                     bail!(
-                        "not one session fits in the memory budget of {}: a session needs about {} (a fresh sandbox's memory, {}, plus {}), and {} are set aside for {} check workers and the planning of a new source; give a larger --memory-budget",
+                        "not one session fits in the memory budget of {}: an idle session needs about {}, and {} are set aside for {} whole sandbox memories ({} each with its overhead: {} check workers, the planning of a new source and {} calls running at once); give a larger --memory-budget",
                         show_bytes(budget),
-                        show_bytes(fresh + TYPICAL_GROWTH),
-                        show_bytes(fresh),
-                        show_bytes(TYPICAL_GROWTH),
-                        show_bytes(fresh * (limits.check_workers as u64 + 2)),
-                        limits.check_workers
+                        show_bytes(TYPICAL_SESSION),
+                        show_bytes((fresh + SANDBOX_OVERHEAD) * (limits.check_workers as u64 + PLANNING_SANDBOXES + CALLS_AT_ONCE)),
+                        limits.check_workers as u64 + PLANNING_SANDBOXES + CALLS_AT_ONCE,
+                        show_bytes(fresh + SANDBOX_OVERHEAD),
+                        limits.check_workers,
+                        CALLS_AT_ONCE
                     );
                 }
                 config.max_sessions = fit.min(most_sessions) as usize;

@@ -17,6 +17,7 @@ mod llama_server;
 mod model;
 mod model_cli;
 mod packages;
+mod packages_convert;
 mod peft;
 mod python_wheel;
 mod real_model;

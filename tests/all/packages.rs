@@ -214,7 +214,7 @@ fn package_errors_say_what_is_wrong() {
 }
 
 /// The directory holding the CI venv's `Gym` (RLVE).
-fn rlve_root() -> PathBuf {
+pub(crate) fn rlve_root() -> PathBuf {
     let out = Command::new(python())
         .args([
             "-c",

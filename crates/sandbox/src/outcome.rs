@@ -51,6 +51,20 @@ pub(crate) fn memory_limit(
     }
 }
 
+/// The error of a call that did not start: the shared account could not cover its sandbox's
+/// whole memory of `size` bytes within the call's deadline (see [`crate::MemoryAccount`]).
+pub(crate) fn memory_not_covered(limits: &Limits, size: u64, over: OverBudget) -> CallError {
+    CallError::MemoryLimit {
+        limit: limits.memory_limit,
+        detail: format!(
+            "the sandbox memory ({size} bytes) must be covered while a call runs, and that is \
+             {OVER_BUDGET} ({} of {} bytes in use, none given back within the call deadline \
+             of {:?})",
+            over.charged, over.budget, limits.call_deadline
+        ),
+    }
+}
+
 /// Whether a denied memory growth overrides `result`: it does unless fuel, the deadline or the
 /// stack ended the call first (those are more specific and equally fatal).
 pub(crate) fn memory_decides(result: &Result<Reply, CallError>) -> bool {

@@ -12,7 +12,7 @@ use crate::cache::snapshot::{CaptureRequest, Captured, LoadPlan, Snapshot, Snaps
 use crate::config::{Limits, Yields};
 use crate::deadline;
 use crate::error::{CallError, ErrorKind};
-use crate::memory::{Charge, MemoryAccount, OverBudget};
+use crate::memory::{Charge, Location, MemoryAccount, OverBudget};
 use crate::outcome;
 use crate::source::EnvSource;
 use crate::wasi::{CappedOutput, EntropyReads, EntropyStreams, VirtualClock, deterministic_ctx};
@@ -88,6 +88,13 @@ pub(crate) struct MemoryLimiter {
     pub(crate) over_budget: Option<OverBudget>,
     /// This sandbox's linear memory, charged to the shared account (none without one).
     charge: Option<Charge>,
+}
+
+impl MemoryLimiter {
+    /// Where a restore records the memory's place, when it is charged to an account.
+    pub(crate) fn location(&self) -> Option<Arc<Location>> {
+        self.charge.as_ref().map(Charge::location)
+    }
 }
 
 impl ResourceLimiter for MemoryLimiter {
@@ -576,6 +583,16 @@ impl Sandbox {
             | Call::Restore(_) => limits.load_fuel,
             _ => limits.fuel_per_call,
         };
+        // With a shared account, the whole memory is charged while the call runs (it can
+        // write every page): waiting, up to the call's deadline, for room to be given back.
+        if let Some(charge) = live.store.data_mut().limiter.charge.as_mut()
+            && let Err(over) = charge.arm(limits.call_deadline).await
+        {
+            self.last_fuel = 0;
+            self.last_output = CallOutput::default();
+            self.dead = Some(ErrorKind::MemoryLimit);
+            return Err(outcome::memory_not_covered(&limits, charge.size(), over));
+        }
         begin(&mut live.store, live.epochs, budget);
         // Capture and restore run only spade's own code on memory the load already sized;
         // they get a deadline of their own rather than the environment's.
@@ -607,6 +624,10 @@ impl Sandbox {
         match &result {
             Err(err) if err.kills_sandbox() => self.dead = Some(err.kind()),
             _ => {
+                // Between calls the charge is what the memory really holds.
+                if let Some(charge) = live.store.data_mut().limiter.charge.as_mut() {
+                    charge.settle();
+                }
                 self.dead = None;
                 self.live = Some(live);
             }

@@ -28,6 +28,9 @@ pub use super::remote::InferenceConfig;
 /// The designer reward's kinds, where they were before [`crate::rewards`] took them.
 pub use super::rewards::DesignerReward;
 
+/// The example environment `designer_example_env` shows the designer (written for spade).
+pub const DESIGNER_EXAMPLE_ENV: &str = include_str!("../assets/designer/example_env.py");
+
 /// A named set of settings that a config starts from; its own keys override the preset's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -72,6 +75,22 @@ pub struct TrainConfig {
     /// Repair prompts per invalid design before it is given up (reference: "a few"; CPU
     /// default 1: each repair is a full designer-length completion sampled alone).
     pub max_repair_attempts: usize,
+    /// Fresh draws of a design that is still rejected after its repairs: each redraw is a new
+    /// first attempt at the same skill, difficulty and variant, grounded in a corpus document
+    /// the design has not used yet (reference: up to 5, and no repairs, in its paper scripts).
+    /// Each draw gets its own `max_repair_attempts` repairs, so a design costs at most
+    /// `(1 + design_redraws) * (1 + max_repair_attempts)` completions; the reference's choice
+    /// is `design_redraws = 5` with `max_repair_attempts = 0`. Only the draw that validated
+    /// trains (its own first attempt, as the reference trains first attempts); failed draws
+    /// are kept in `rejected/` and never trained. CPU default 0: every draw is a full
+    /// designer-length completion, minutes each on the default model.
+    pub design_redraws: usize,
+    /// Show the designer one complete example environment (a multi-turn game written for
+    /// spade, `assets/designer/example_env.py`, 66 lines, which passes `spade check`) after
+    /// the contract (reference: its no-corpus and tool-use templates show one of about 80
+    /// lines). Default off: it adds about 600 prompt tokens to every design, and whether it
+    /// helps the default model is what `spade eval --designer` measures.
+    pub designer_example_env: bool,
     /// Train designs that never validated, with `invalid_design_reward` (reference: no, such a
     /// design is dropped, never trained: `spade/core/orchestrator.py`).
     pub train_invalid_designs: bool,
@@ -142,6 +161,19 @@ pub struct TrainConfig {
     pub agent_temperature: Option<f64>,
     /// Nucleus mass.
     pub top_p: f64,
+    /// The designer's (and repairs') nucleus mass (`None`: `top_p`; reference 0.95).
+    pub designer_top_p: Option<f64>,
+    /// The designer's (and repairs') top-k: only the k likeliest tokens are sampled (0: off,
+    /// every token the nucleus keeps; reference 20). Default 0, the sampling every earlier
+    /// run used; `spade eval --designer` measures 20.
+    pub designer_top_k: usize,
+    /// A design budget up to the model's context: a designer completion may use all the
+    /// context its prompt leaves (not just half of it), and the corpus document is trimmed
+    /// so that prompt and `designer_max_new_tokens` fit (`designer::design_budget`). Only an
+    /// in-process model can tell its context and token counts; on an inference server it
+    /// changes nothing. Default off: the budget every earlier run had (at most half the
+    /// context, 4,096 tokens on the default model); the reference's paper scripts ask 16,384.
+    pub designer_fill_context: bool,
     /// Validation (`spade check`) episodes per probe.
     pub check_seeds: u32,
     /// Validation steps per episode when the environment has no `max_turns`.
@@ -291,6 +323,8 @@ impl Default for TrainConfig {
             max_turns: 25,
             max_doc_words: 6000,
             max_repair_attempts: 1,
+            design_redraws: 0,
+            designer_example_env: false,
             train_invalid_designs: false,
             invalid_design_reward: -1.0,
             zero_repaired_first_attempts: true,
@@ -322,6 +356,9 @@ impl Default for TrainConfig {
             hint_temperature: None,
             agent_temperature: None,
             top_p: 0.95,
+            designer_top_p: None,
+            designer_top_k: 0,
+            designer_fill_context: false,
             check_seeds: 1,
             check_max_steps: 10,
             validation_fuel: 50_000_000_000,
@@ -494,6 +531,9 @@ impl TrainConfig {
                 agent: self.temperature_of(Role::Agent),
             },
             top_p: self.top_p,
+            designer_top_p: self.designer_top_p.unwrap_or(self.top_p),
+            designer_top_k: self.designer_top_k,
+            designer_fill_context: self.designer_fill_context,
         }
     }
 
@@ -559,6 +599,12 @@ impl TrainConfig {
         }
     }
 
+    /// The example environment the designer is shown, when `designer_example_env` is on.
+    pub fn designer_example_source(&self) -> Option<String> {
+        self.designer_example_env
+            .then(|| DESIGNER_EXAMPLE_ENV.to_string())
+    }
+
     /// The environment memory's settings.
     pub fn memory(&self) -> MemoryConfig {
         MemoryConfig {
@@ -604,6 +650,11 @@ impl TrainConfig {
         }
         if self.ppo_epochs == 0 {
             return bad("ppo_epochs must be at least 1");
+        }
+        if let Some(p) = self.designer_top_p
+            && !(p > 0.0 && p <= 1.0)
+        {
+            return bad("designer_top_p must be in (0, 1]");
         }
         check_agent_examples(&self.agent_examples).map_err(TrainError::InvalidParameter)?;
         if !(0.0..=1.0).contains(&self.agent_ema_decay) {

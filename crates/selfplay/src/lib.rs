@@ -8,6 +8,7 @@ pub mod config;
 pub mod corpus;
 pub mod credit;
 pub mod delay;
+pub mod designer;
 pub mod difficulty;
 pub mod error;
 pub mod eval;

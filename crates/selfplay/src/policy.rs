@@ -106,6 +106,12 @@ pub trait Policy {
     /// progress bars); `None` stops it.
     fn set_token_hook(&mut self, _hook: Option<TokenHook>) {}
 
+    /// The model's context length and the tokens of `messages` rendered as a prompt (for a
+    /// design budget up to the context); `None` for a policy that cannot tell.
+    fn measure(&self, _messages: &[Message]) -> Result<Option<(usize, usize)>> {
+        Ok(None)
+    }
+
     /// One GRPO update (its configured optimiser steps) on sequences whose advantages credit
     /// assignment set; `None` when the policy does not learn.
     fn update(&mut self, batch: &[GrpoSample]) -> Result<Option<UpdateStats>>;
@@ -144,8 +150,33 @@ impl Temperatures {
 pub struct SamplingConfig {
     /// Each role's temperature.
     pub temperatures: Temperatures,
-    /// Nucleus mass.
+    /// Nucleus mass of the hint and agent roles (and of the designer's without its own).
     pub top_p: f64,
+    /// The designer's (and repairs') nucleus mass.
+    pub designer_top_p: f64,
+    /// The designer's (and repairs') top-k (0: off).
+    pub designer_top_k: usize,
+    /// A designer completion may use all the context its prompt leaves (at least half of
+    /// it), not just half.
+    pub designer_fill_context: bool,
+}
+
+impl SamplingConfig {
+    /// The nucleus mass of `role`.
+    pub fn top_p(&self, role: Role) -> f64 {
+        match role {
+            Role::Designer | Role::Repair => self.designer_top_p,
+            Role::Hint | Role::Agent => self.top_p,
+        }
+    }
+
+    /// The top-k of `role` (0: off).
+    pub fn top_k(&self, role: Role) -> usize {
+        match role {
+            Role::Designer | Role::Repair => self.designer_top_k,
+            Role::Hint | Role::Agent => 0,
+        }
+    }
 }
 
 /// What [`CandlePolicy`] trains and how it samples (the config's LoRA, optimiser, GRPO,
@@ -180,7 +211,8 @@ pub struct CandlePolicy {
     grpo: GrpoConfig,
     /// Sampling temperature of each role (the config's per-role ones, else `temperature`).
     temperatures: Temperatures,
-    top_p: f64,
+    /// Each role's top-p and top-k.
+    sampling: SamplingConfig,
     prefixes: PrefixCache,
     token_hook: Option<TokenHook>,
     /// What sampling reads.
@@ -235,7 +267,7 @@ impl CandlePolicy {
             adam: cfg.adam,
             grpo: cfg.grpo.clone(),
             temperatures: cfg.sampling.temperatures,
-            top_p: cfg.sampling.top_p,
+            sampling: cfg.sampling,
             prefixes: PrefixCache::new(PREFIX_CACHE_TOKENS),
             token_hook: None,
             decode,
@@ -303,11 +335,22 @@ impl CandlePolicy {
 
     /// Renders and tokenizes a chat, cutting its middle when it would not leave
     /// `max_new_tokens` (at least 16) of context.
-    fn prompt_ids(&self, messages: &[Message], max_new_tokens: usize) -> Result<(Vec<u32>, usize)> {
+    fn prompt_ids(
+        &self,
+        messages: &[Message],
+        max_new_tokens: usize,
+        role: Option<Role>,
+    ) -> Result<(Vec<u32>, usize)> {
         let text = self.model.chat.render(messages, true);
         let ids = Sampler::from_loaded(&self.model).encode(&text)?;
         let ctx = self.model.config.max_position_embeddings;
-        let max_new = max_new_tokens.min(ctx / 2).max(1);
+        let fill = self.sampling.designer_fill_context && role == Some(Role::Designer);
+        let room = if fill {
+            ctx.saturating_sub(ids.len()).max(ctx / 2)
+        } else {
+            ctx / 2
+        };
+        let max_new = max_new_tokens.min(room).max(1);
         if ids.len() + max_new <= ctx {
             return Ok((ids, max_new));
         }
@@ -326,7 +369,7 @@ impl CandlePolicy {
         if tokens.is_empty() {
             tokens = self.model.eos_ids.first().copied().into_iter().collect();
         }
-        let (prompt, _) = self.prompt_ids(messages, tokens.len())?;
+        let (prompt, _) = self.prompt_ids(messages, tokens.len(), None)?;
         let lp = completion_logprobs(
             &self.model.model.without_grad(),
             &[Pair {
@@ -352,11 +395,11 @@ impl Policy for CandlePolicy {
         max_new_tokens: usize,
         seed: u64,
     ) -> Result<Vec<Sampled>> {
-        let (prompt, max_new) = self.prompt_ids(messages, max_new_tokens)?;
+        let (prompt, max_new) = self.prompt_ids(messages, max_new_tokens, Some(role))?;
         let params = SamplingParams {
             temperature: self.temperatures.get(role),
-            top_p: self.top_p,
-            top_k: 0,
+            top_p: self.sampling.top_p(role),
+            top_k: self.sampling.top_k(role),
             max_new_tokens: max_new,
             stop: Vec::new(),
             seed,
@@ -385,7 +428,7 @@ impl Policy for CandlePolicy {
         let mut rows = Vec::with_capacity(chats.len());
         let mut max_new = max_new_tokens;
         for (chat, &seed) in chats.iter().zip(seeds) {
-            let (prompt, n) = self.prompt_ids(chat, max_new_tokens)?;
+            let (prompt, n) = self.prompt_ids(chat, max_new_tokens, Some(role))?;
             max_new = n;
             let reuse = if keep {
                 self.prefixes.take(&prompt)
@@ -398,8 +441,8 @@ impl Policy for CandlePolicy {
         }
         let params = SamplingParams {
             temperature: self.temperatures.get(role),
-            top_p: self.top_p,
-            top_k: 0,
+            top_p: self.sampling.top_p(role),
+            top_k: self.sampling.top_k(role),
             max_new_tokens: max_new,
             stop: Vec::new(),
             seed: 0,
@@ -424,6 +467,12 @@ impl Policy for CandlePolicy {
 
     fn forget(&mut self) {
         self.prefixes.clear();
+    }
+
+    fn measure(&self, messages: &[Message]) -> Result<Option<(usize, usize)>> {
+        let text = self.model.chat.render(messages, true);
+        let ids = Sampler::from_loaded(&self.model).encode(&text)?;
+        Ok(Some((self.model.config.max_position_embeddings, ids.len())))
     }
 
     fn set_token_hook(&mut self, hook: Option<TokenHook>) {
@@ -587,6 +636,13 @@ impl Policy for Scripted {
     fn update(&mut self, batch: &[GrpoSample]) -> Result<Option<UpdateStats>> {
         match &mut self.model {
             Some(m) => m.update(batch),
+            None => Ok(None),
+        }
+    }
+
+    fn measure(&self, messages: &[Message]) -> Result<Option<(usize, usize)>> {
+        match &self.model {
+            Some(m) => m.measure(messages),
             None => Ok(None),
         }
     }

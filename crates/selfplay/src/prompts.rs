@@ -87,6 +87,17 @@ pub struct DesignSpec {
 
 /// The designer's user message.
 pub fn designer_prompt(spec: &DesignSpec, document: &str, examples: &DesignerExamples) -> String {
+    designer_prompt_with(spec, document, examples, None)
+}
+
+/// The designer's user message, with `example_env` (a complete environment in the contract's
+/// format) shown before the request when given.
+pub fn designer_prompt_with(
+    spec: &DesignSpec,
+    document: &str,
+    examples: &DesignerExamples,
+    example_env: Option<&str>,
+) -> String {
     let mut p = format!(
         "Design an interactive environment that trains the skill \"{}\" at {} difficulty.\n\n\
          Ground it in one concept from the document below; build a task around that concept \
@@ -116,6 +127,13 @@ pub fn designer_prompt(spec: &DesignSpec, document: &str, examples: &DesignerExa
         p.push_str(&format!(
             "\nAvoid games like these, which were too hard: {}.\n",
             examples.too_hard.join(", ")
+        ));
+    }
+    if let Some(env) = example_env {
+        p.push_str(&format!(
+            "\nA complete environment in this format, for another game (write your own game, \
+             not this one):\n```python\n{}\n```\n",
+            env.trim_end()
         ));
     }
     p.push_str("\nReply with the complete module in one ```python code block.");

@@ -9,11 +9,13 @@
 //!
 //! Memory is not reserved per slot: every sandbox of the server, sessions' and checks' alike,
 //! draws its linear memory from one [`spade_sandbox::MemoryAccount`] of `--memory-budget`
-//! bytes, so a session costs what its sandbox really holds (the interpreter's image, which an
-//! environment can write all of, plus whatever it grew by), and a sandbox that would take the
-//! server past the budget fails that call with `memory_limit` while the others go on. The
-//! session slots are then a plain cap; by default, as many as fit in the budget at a typical
-//! session's cost ([`default_sessions`]).
+//! bytes, so a session costs what its sandbox really holds: its whole linear memory while one
+//! of its calls runs (a call may write every page), and the pages it holds privately between
+//! calls (see [`spade_sandbox::MemoryAccount`]). A call waits, up to its deadline, for room for
+//! its whole memory; a sandbox that would take the server past the budget fails that call with
+//! `memory_limit` while the others go on. The session slots are then a plain cap; by default,
+//! as many as fit in the budget at a typical idle session's cost, with room kept for calls
+//! running at once ([`default_sessions`]).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -142,29 +144,43 @@ impl Admission {
     }
 }
 
-/// What a typical session's sandbox grows by beyond the fresh interpreter's image, allowed
-/// for when the default number of sessions is worked out: 2 MiB. A typical environment fits in
-/// the free space of the image (`tests/envs/grid_walk` grows by nothing).
-pub const TYPICAL_GROWTH: u64 = 2 << 20;
+/// What the memory account charges each sandbox of the server besides its linear memory, for
+/// the host's own state of it (its store, instances and tables, the stack its calls ran on):
+/// 4 MiB. Measured: 570 grid_walk sessions took the server's RSS to 2,872 MiB, 4.9 MiB a
+/// session, of which about 1.4 MiB is the sandbox's private linear memory (release build, the
+/// development VM; docs/serve.md).
+pub const SANDBOX_OVERHEAD: u64 = 4 << 20;
+
+/// What a typical idle session is charged, allowed for when the default number of sessions is
+/// worked out: 6 MiB, its sandbox's [`SANDBOX_OVERHEAD`] and 2 MiB of private linear memory
+/// (between calls a sandbox is charged the pages its memory holds privately: a grid_walk
+/// sandbox after its episode, 1.4 MiB).
+pub const TYPICAL_SESSION: u64 = SANDBOX_OVERHEAD + (2 << 20);
 
 /// Fresh sandboxes the budget keeps room for besides the sessions, per check worker: none, but
 /// a source's first sandbox is planned with two (the probe and a fresh interpreter it is
 /// compared with), so two are set aside once.
 pub const PLANNING_SANDBOXES: u64 = 2;
 
+/// Calls that can run at once, each charged its sandbox's whole memory, that the default number
+/// of sessions keeps room for: 64 (a GRPO group stepping together). More wait for room, up to
+/// their call deadline.
+pub const CALLS_AT_ONCE: u64 = 64;
+
 /// The most sessions the default allows, whatever the budget: each slot reserves address space
 /// for two sandboxes (about 6 GiB each), and 4,096 sessions keep that under a tenth of what a
 /// 64-bit process can map.
 pub const MAX_DEFAULT_SESSIONS: u64 = 4096;
 
-/// The default number of session slots: the sessions that fit in `budget` at a typical
-/// session's cost (`fresh`, a fresh sandbox's linear memory, plus [`TYPICAL_GROWTH`]) once the
-/// sandboxes of `check_workers` checks and of a source's planning ([`PLANNING_SANDBOXES`]) are
-/// set aside; at most [`MAX_DEFAULT_SESSIONS`].
+/// The default number of session slots: the sessions that fit in `budget` at a typical idle
+/// session's cost ([`TYPICAL_SESSION`]) once room is set aside for the sandboxes of
+/// `check_workers` checks, a source's planning ([`PLANNING_SANDBOXES`]) and [`CALLS_AT_ONCE`]
+/// calls, each a whole fresh memory of `fresh` bytes and its [`SANDBOX_OVERHEAD`]; at most
+/// [`MAX_DEFAULT_SESSIONS`].
 pub fn default_sessions(budget: u64, fresh: u64, check_workers: usize) -> u64 {
-    let set_aside = fresh.saturating_mul(check_workers as u64 + PLANNING_SANDBOXES);
-    let session = fresh.saturating_add(TYPICAL_GROWTH).max(1);
-    (budget.saturating_sub(set_aside) / session).min(MAX_DEFAULT_SESSIONS)
+    let whole = fresh.saturating_add(SANDBOX_OVERHEAD);
+    let set_aside = whole.saturating_mul(check_workers as u64 + PLANNING_SANDBOXES + CALLS_AT_ONCE);
+    (budget.saturating_sub(set_aside) / TYPICAL_SESSION).min(MAX_DEFAULT_SESSIONS)
 }
 
 /// The machine's memory, from `/proc/meminfo` (`MemTotal`); `None` where it cannot be read.
@@ -246,17 +262,20 @@ mod tests {
     }
 
     #[test]
-    fn the_default_sessions_divide_the_budget_by_a_typical_sessions_cost() {
-        // The figures of this guest: a fresh sandbox is 29.5 MiB; 2 check workers and the
-        // planning set aside 4 of them; each session costs 31.5 MiB.
+    fn the_default_sessions_divide_the_budget_by_an_idle_sessions_cost() {
+        // The figures of this guest: a fresh sandbox is 29.5 MiB, 33.5 MiB with its overhead;
+        // 2 check workers, the planning and 64 calls at once set aside 68 of them (2,278 MiB);
+        // each idle session costs 6 MiB.
         let fresh = 30_932_992;
-        let budget = 18 << 30;
-        let expected = (budget - 4 * fresh) / (fresh + (2 << 20));
-        assert_eq!(default_sessions(budget, fresh, 2), expected);
-        assert_eq!(expected, 581);
-        // 3/4 of a 24 GiB machine admits a GRPO group of 64 many times over.
-        assert!(default_sessions(18 << 30, fresh, 2) >= 64);
-        assert_eq!(default_sessions(4 * fresh, fresh, 2), 0);
+        let whole = fresh + (4 << 20);
+        assert_eq!(
+            default_sessions(8 << 30, fresh, 2),
+            ((8 << 30) - 68 * whole) / (6 << 20)
+        );
+        assert_eq!(default_sessions(8 << 30, fresh, 2), 985);
+        // 3/4 of this 24 GiB machine: the target of 1,000 sessions, and more.
+        assert_eq!(default_sessions(18 << 30, fresh, 2), 2692);
+        assert_eq!(default_sessions(68 * whole, fresh, 2), 0);
         assert_eq!(default_sessions(1 << 50, fresh, 2), MAX_DEFAULT_SESSIONS);
     }
 

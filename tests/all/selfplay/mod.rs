@@ -7,6 +7,7 @@ mod admission;
 mod configs;
 mod credit;
 mod delay;
+mod designs;
 mod fixed_envs;
 mod inference;
 mod learning;

@@ -84,19 +84,26 @@ fn bad_command_lines_are_clear_errors() {
         1,
         "refusing to serve on 0.0.0.0:0 without a token: anyone who can reach it could run code and fill its memory; give --token-file FILE, bind to 127.0.0.1, or pass --insecure-no-auth if the network is trusted",
     );
-    // The memory budget holds no session: 2 check workers and the planning of a source set
-    // aside 4 fresh sandboxes (4 x 29.5 MiB), more than 64 MiB.
+    // The memory budget holds no session: 2 check workers, the planning of a source and 64
+    // calls at once set aside 68 whole sandbox memories (68 x 33.5 MiB with the overhead), more
+    // than 1 GiB.
     fails_with(
-        &["serve", "--memory-budget", "64M"],
+        &["serve", "--memory-budget", "1G"],
         None,
         1,
-        "not one session fits in the memory budget of 64 MiB: a session needs about ",
+        "not one session fits in the memory budget of 1 GiB: an idle session needs about 6 MiB, and ",
     );
     fails_with(
-        &["serve", "--memory-budget", "64M"],
+        &["serve", "--memory-budget", "1G"],
         None,
         1,
-        "set aside for 2 check workers and the planning of a new source; give a larger --memory-budget",
+        " are set aside for 68 whole sandbox memories (",
+    );
+    fails_with(
+        &["serve", "--memory-budget", "1G"],
+        None,
+        1,
+        " each with its overhead: 2 check workers, the planning of a new source and 64 calls running at once); give a larger --memory-budget",
     );
     fails_with(
         &["serve", "--memory-limit", "1M"],

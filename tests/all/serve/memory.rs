@@ -1,6 +1,7 @@
 //! Admission by what sessions really use (issue 53, "Capacity"): every sandbox of the server
-//! draws from one memory account of `--memory-budget` bytes, so the default admits a GRPO
-//! group of 64 sessions at once, a session that grows past the budget ends its call with
+//! draws from one memory account of `--memory-budget` bytes, charged its whole memory while a
+//! call runs and its private pages between calls, so the default admits a GRPO group of 64
+//! sessions at once (and, on a 24 GiB machine, 2,692), a session that grows past the budget ends its call with
 //! `memory_limit` while the others play on, and its charge comes back when it ends.
 
 use std::time::Duration;
@@ -50,8 +51,14 @@ async fn the_default_admits_a_grpo_group_of_64_sessions_at_once() {
     let (_, health) = http_json(server.addr, "GET", "/health", &[], None);
     assert_eq!(health["sessions"]["active"], 64, "{health}");
     let held = health["memory"]["charged"].as_u64().unwrap();
-    // 64 sandboxes of at least the interpreter's image each, and within the budget.
-    assert!(held >= 64 * (16 << 20) && held <= budget, "{health}");
+    // Idle, 64 sandboxes are charged the pages they hold privately (the issue measured 1.57
+    // MiB a sandbox) and 4 MiB of overhead each, far less than the interpreter's 29.5 MiB
+    // image each.
+    let fresh = super::fresh_sandbox_bytes();
+    assert!(
+        held > 0 && held < 64 * fresh / 4 && held <= budget,
+        "{health}"
+    );
     let actions = crate::common::env_actions("grid_walk");
     for (seed, ws) in group.iter_mut().enumerate() {
         let step = ws_call(ws, json!({"type": "step", "data": {"message": actions[0]}})).await;

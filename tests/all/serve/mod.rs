@@ -51,9 +51,9 @@ pub fn env_path(name: &str) -> String {
 }
 
 /// The sessions `spade serve` allows by default, from the rule in docs/serve.md: a budget of
-/// 3/4 of the machine's memory, less a fresh sandbox for each of the 2 check workers and 2 for
-/// planning a new source, divided by a typical session's cost (a fresh sandbox plus 2 MiB), at
-/// most 4,096.
+/// 3/4 of the machine's memory, less a fresh sandbox's whole memory and 4 MiB of overhead for
+/// each of the 2 check workers, 2 for planning a new source and 64 for calls running at once,
+/// divided by an idle session's cost (6 MiB), at most 4,096.
 pub fn max_sessions_fitting() -> u64 {
     let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
     let kib: u64 = meminfo
@@ -64,7 +64,7 @@ pub fn max_sessions_fitting() -> u64 {
         .unwrap();
     let budget = kib * 1024 / 4 * 3;
     let fresh = fresh_sandbox_bytes();
-    (budget.saturating_sub(4 * fresh) / (fresh + (2 << 20))).min(4096)
+    (budget.saturating_sub(68 * (fresh + (4 << 20))) / (6 << 20)).min(4096)
 }
 
 /// A fresh sandbox's linear memory, as the sandbox runtime measures it (on a thread of its own,

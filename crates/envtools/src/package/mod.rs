@@ -4,10 +4,13 @@
 //! snapshots, records and replays as it does a single module.
 //!
 //! [`EnvSpec`] is what a user names on the command line; [`EnvSpec::resolve`] gives its name
-//! and source.
+//! and source. [`rlve_convert`] renders an RLVE environment the other way round: as one
+//! self-contained file in the contract's form (`spade convert`).
 
 mod bundle;
+mod pysource;
 pub mod rlve;
+pub mod rlve_convert;
 
 use std::path::{Path, PathBuf};
 
@@ -43,6 +46,8 @@ pub enum PackageError {
     NoEntryModule { module: String, available: String },
     #[error("{0}")]
     Rlve(String),
+    #[error("cannot convert rlve:{name} to one file: {why}")]
+    Convert { name: String, why: String },
 }
 
 impl PackageError {

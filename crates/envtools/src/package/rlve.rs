@@ -143,7 +143,7 @@ pub fn names(root: &Path) -> Result<Vec<String>, PackageError> {
 }
 
 /// The version of `rlve-gym` installed in `root`, from its `dist-info`, if it has one.
-fn version(root: &Path) -> Option<String> {
+pub(crate) fn version(root: &Path) -> Option<String> {
     std::fs::read_dir(root).ok()?.flatten().find_map(|e| {
         let name = e.file_name().to_string_lossy().into_owned();
         let rest = name.strip_prefix("rlve_gym-")?;
@@ -151,11 +151,15 @@ fn version(root: &Path) -> Option<String> {
     })
 }
 
-/// The source of `rlve:name`, bundled from the `Gym` package in `root`.
-pub fn source(root: &Path, name: &str) -> Result<String, PackageError> {
-    let gym = root.join("Gym");
-    let envs = read_table(&gym, "environments")?;
-    let ctrls = read_table(&gym, "parameter_controllers")?;
+/// Where `name`'s environment and controller are: (module below `Gym.environments`, class)
+/// and (module below `Gym.parameter_controllers`, class), from the tables in `gym`.
+pub(crate) type Located = ((String, String), (String, String));
+
+/// Looks `name` up in the `Gym` package directory `gym`, with a message that lists similar
+/// names when there is no such environment.
+pub(crate) fn lookup(gym: &Path, name: &str) -> Result<Located, PackageError> {
+    let envs = read_table(gym, "environments")?;
+    let ctrls = read_table(gym, "parameter_controllers")?;
     let Some((env_module, env_class)) = envs.get(name) else {
         let lower = name.to_lowercase();
         let similar: Vec<&str> = envs
@@ -179,6 +183,18 @@ pub fn source(root: &Path, name: &str) -> Result<String, PackageError> {
             "RLVE's '{name}' has no parameter controller, so it has no difficulty levels to play"
         )));
     };
+    Ok((
+        (env_module.clone(), env_class.clone()),
+        (ctrl_module.clone(), ctrl_class.clone()),
+    ))
+}
+
+/// The source of `rlve:name`, bundled from the `Gym` package in `root`.
+pub fn source(root: &Path, name: &str) -> Result<String, PackageError> {
+    let gym = root.join("Gym");
+    let ((env_module, env_class), (ctrl_module, ctrl_class)) = lookup(&gym, name)?;
+    let (env_module, env_class, ctrl_module, ctrl_class) =
+        (&env_module, &env_class, &ctrl_module, &ctrl_class);
     let mut bundle = Bundle::new();
     bundle.add_file(&gym.join("__init__.py"), "Gym", "Gym/__init__.py", true)?;
     for base in ["environment", "parameter_controller"] {

@@ -31,6 +31,7 @@ use wasmtime::StoreContextMut;
 use wasmtime::component::WasmList;
 
 use crate::cache::snapshot_restore::SnapshotWrite;
+use crate::memory::Location;
 use crate::sandbox::{EnvInfo, SandboxState};
 
 /// Bytes of one snapshot page.
@@ -300,7 +301,11 @@ pub(crate) struct SnapshotIo {
 
 impl SnapshotIo {
     /// The write of the snapshot being restored, done when the result is lowered.
-    fn write_snapshot(&mut self, skip: Vec<u32>) -> wasmtime::Result<SnapshotWrite> {
+    fn write_snapshot(
+        &mut self,
+        skip: Vec<u32>,
+        located: Option<Arc<Location>>,
+    ) -> wasmtime::Result<SnapshotWrite> {
         if !skip.len().is_multiple_of(2) {
             wasmtime::bail!("write-snapshot's skip list is not pairs of addresses");
         }
@@ -313,6 +318,7 @@ impl SnapshotIo {
                         .chunks_exact(2)
                         .map(|pair| pair[0] as usize..pair[1] as usize)
                         .collect(),
+                    located,
                 })
             }
             _ => wasmtime::bail!("write-snapshot called outside a restore"),
@@ -346,10 +352,11 @@ pub(crate) fn add_to_linker(
     host.func_wrap(
         "write-snapshot",
         |mut store: StoreContextMut<'_, SandboxState>, (skip,): (Vec<u32>,)| {
-            store
-                .data_mut()
+            let state = store.data_mut();
+            let located = state.limiter.location();
+            state
                 .snapshot
-                .write_snapshot(skip)
+                .write_snapshot(skip, located)
                 .map(|write| (write,))
         },
     )?;

@@ -26,6 +26,7 @@ use wasmtime::component::__internal::{
 use wasmtime::component::{ComponentType, Lower};
 
 use crate::cache::snapshot::{PAGE, RECORD, Snapshot};
+use crate::memory::Location;
 
 /// The result of `write-snapshot` (a `u32`: the pages written), whose lowering writes the
 /// snapshot into the calling guest's memory.
@@ -34,15 +35,22 @@ pub(crate) struct SnapshotWrite {
     pub snapshot: Arc<Snapshot>,
     /// Address ranges no page may overlap (the guest's shadow stack).
     pub skip: Vec<Range<usize>>,
+    /// Where to record the memory's place (its sandbox's [`Charge`](crate::memory::Charge)),
+    /// when it is charged to a memory account.
+    pub located: Option<Arc<Location>>,
 }
 
 impl SnapshotWrite {
     /// Writes the pages into the memory of `cx` and returns how many it wrote.
     fn write<T>(&self, cx: &mut LowerContext<'_, T>) -> wasmtime::Result<u32> {
+        let memory = cx.as_slice_mut();
+        if let Some(located) = &self.located {
+            located.set(memory.as_ptr() as usize, memory.len());
+        }
         write_pages(
             &self.snapshot.records,
             &self.snapshot.later_pages,
-            cx.as_slice_mut(),
+            memory,
             &self.skip,
             populate,
         )

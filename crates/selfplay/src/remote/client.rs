@@ -67,6 +67,8 @@ pub struct CompletionRequest {
     pub temperature: f64,
     /// Nucleus sampling mass.
     pub top_p: f64,
+    /// Top-k (0: not sent, the server's default).
+    pub top_k: usize,
     /// The request's seed (servers that honour it sample reproducibly).
     pub seed: u64,
     /// Stop strings (empty: the server's end of sequence only).
@@ -312,6 +314,9 @@ impl CompletionsClient {
             "logprobs": 1,
             "stream": false,
         });
+        if request.top_k > 0 {
+            body["top_k"] = json!(request.top_k);
+        }
         if !request.stop.is_empty() {
             body["stop"] = json!(request.stop);
         }

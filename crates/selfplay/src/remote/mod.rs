@@ -111,7 +111,8 @@ pub struct RemotePolicy {
     /// runtime can block on it from a scoped thread). Always `Some` but in `drop`.
     runtime: Option<tokio::runtime::Runtime>,
     temperatures: Temperatures,
-    top_p: f64,
+    /// Each role's top-p and top-k.
+    sampling: SamplingConfig,
 }
 
 impl std::fmt::Debug for RemotePolicy {
@@ -150,7 +151,7 @@ impl RemotePolicy {
             client,
             runtime: Some(runtime),
             temperatures: sampling.temperatures,
-            top_p: sampling.top_p,
+            sampling: *sampling,
         })
     }
 
@@ -234,7 +235,8 @@ impl Policy for RemotePolicy {
                 prompt: prompt.clone(),
                 max_tokens: max_new_tokens,
                 temperature: self.temperature(role),
-                top_p: self.top_p,
+                top_p: self.sampling.top_p(role),
+                top_k: self.sampling.top_k(role),
                 seed: crate::seeds::derive(seed, "remote", &[i]),
                 stop: Vec::new(),
             })
@@ -263,7 +265,8 @@ impl Policy for RemotePolicy {
                 prompt: prompt.clone(),
                 max_tokens: max_new_tokens,
                 temperature: self.temperature(role),
-                top_p: self.top_p,
+                top_p: self.sampling.top_p(role),
+                top_k: self.sampling.top_k(role),
                 seed,
                 stop: Vec::new(),
             })

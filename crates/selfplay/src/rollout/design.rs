@@ -5,7 +5,10 @@ use std::time::Instant;
 use spade_model::chat::Message;
 
 use super::{Metrics, Run};
-use crate::error::Result;
+use crate::corpus::truncate_words;
+use crate::designer;
+use crate::error::{Result, TrainError};
+use crate::memory::DesignerExamples;
 use crate::policy::{Role, Sampled};
 use crate::prompts::{self, DIFFICULTIES, DesignSpec, SKILLS, VARIANTS};
 
@@ -15,11 +18,72 @@ pub(super) struct Designed {
     pub spec: DesignSpec,
     /// The prompt's user message (kept in the design record).
     pub prompt: String,
+    /// The memory examples it showed (a redraw shows them again with a fresh document).
+    pub examples: DesignerExamples,
+    /// The completions' token budget.
+    pub max_new: usize,
     /// Its completions, first attempts.
     pub completions: Vec<Sampled>,
 }
 
 impl Run<'_> {
+    /// The designer's user message under the run's settings (the example environment when
+    /// `designer_example_env` is on).
+    pub(super) fn designer_prompt(
+        &self,
+        spec: &DesignSpec,
+        document: &str,
+        examples: &DesignerExamples,
+    ) -> String {
+        let example = self.cfg.designer_example_source();
+        prompts::designer_prompt_with(spec, document, examples, example.as_deref())
+    }
+
+    /// The designer's user message and completion budget. With `designer_fill_context` and
+    /// a policy that can count tokens, the budget reaches up to the context
+    /// ([`designer::design_budget`]) and the document keeps its first words that fit;
+    /// otherwise the whole document and `designer_max_new_tokens`.
+    pub(super) fn fit_design(
+        &self,
+        spec: &DesignSpec,
+        document: &str,
+        examples: &DesignerExamples,
+    ) -> Result<(String, usize)> {
+        let want = self.cfg.designer_max_new_tokens;
+        let prompt = self.designer_prompt(spec, document, examples);
+        if !self.cfg.designer_fill_context {
+            return Ok((prompt, want));
+        }
+        let measure = |p: &str| {
+            self.policy.measure(&[
+                Message::new("system", prompts::DESIGNER_SYSTEM),
+                Message::new("user", p),
+            ])
+        };
+        let Some((ctx, full)) = measure(&prompt)? else {
+            return Ok((prompt, want));
+        };
+        let bare = self.designer_prompt(spec, "", examples);
+        let fixed = measure(&bare)?.map_or(full, |(_, n)| n);
+        let doc_tokens = full.saturating_sub(fixed);
+        let budget = designer::design_budget(ctx, fixed, doc_tokens, want)
+            .map_err(TrainError::InvalidParameter)?;
+        if budget.doc_tokens >= doc_tokens {
+            return Ok((prompt, budget.max_new_tokens));
+        }
+        // Words in proportion to the tokens that fit, then fewer until the prompt fits.
+        let words = document.split_whitespace().count();
+        let mut keep = words * budget.doc_tokens / doc_tokens.max(1);
+        loop {
+            let p = self.designer_prompt(spec, truncate_words(document, keep), examples);
+            let n = measure(&p)?.map_or(0, |(_, n)| n);
+            if n + budget.max_new_tokens <= ctx || keep == 0 {
+                return Ok((p, budget.max_new_tokens));
+            }
+            keep = keep * 9 / 10;
+        }
+    }
+
     /// Samples the design phase when it is due (every `regen_interval` rollouts, or when the
     /// pool is below `min_games`); nothing otherwise.
     pub(super) fn design(&mut self, r: u64, m: &mut Metrics) -> Result<Vec<Designed>> {
@@ -44,7 +108,7 @@ impl Run<'_> {
                 .state
                 .memory
                 .examples(&cfg.memory(), self.seed("memory", &parts));
-            let prompt = prompts::designer_prompt(&spec, &doc.text, &examples);
+            let (prompt, max_new) = self.fit_design(&spec, &doc.text, &examples)?;
             let msgs = [
                 Message::new("system", prompts::DESIGNER_SYSTEM),
                 Message::new("user", prompt.clone()),
@@ -56,12 +120,12 @@ impl Run<'_> {
                 cfg.designs_per_round,
                 cfg.designer_group
             );
-            self.start_sampling(r, &phase, cfg.designer_group * cfg.designer_max_new_tokens);
+            self.start_sampling(r, &phase, cfg.designer_group * max_new);
             let completions = self.policy.sample(
                 Role::Designer,
                 &msgs,
                 cfg.designer_group,
-                cfg.designer_max_new_tokens,
+                max_new,
                 self.seed("design", &parts),
             );
             self.end_phase();
@@ -72,6 +136,8 @@ impl Run<'_> {
             out.push(Designed {
                 spec,
                 prompt,
+                examples,
+                max_new,
                 completions,
             });
         }

@@ -20,6 +20,8 @@ pub struct Metrics {
     pub repair_rate: f64,
     /// Repair prompts sent.
     pub repair_attempts: usize,
+    /// Fresh draws of designs rejected after their repairs (`design_redraws`).
+    pub redraws: usize,
     /// Playable pool size after the rollout.
     pub pool_size: usize,
     /// Environments played.

@@ -16,6 +16,7 @@ use spade_sandbox::Runtime;
 
 use super::config::TrainConfig;
 use super::corpus::Corpus;
+use super::designer::DesignOutcome;
 use super::error::{Result, TrainError};
 use super::policy::Policy;
 use super::progress::{Progress, Silent};
@@ -159,6 +160,41 @@ impl<'p> Run<'p> {
             progress: Arc::new(Silent),
             verdicts: HashMap::new(),
         })
+    }
+
+    /// A run that only designs (`spade eval --designer`): `dir` (created) receives
+    /// `designs/` and `rejected/`; no config, checkpoint or metrics are written, and the pool
+    /// and memory start empty.
+    pub fn for_designs(
+        dir: &Path,
+        cfg: TrainConfig,
+        corpus: Corpus,
+        runtime: Runtime,
+        policy: &'p mut dyn Policy,
+    ) -> Result<Self> {
+        cfg.validate()?;
+        std::fs::create_dir_all(dir).map_err(io_err("creating", dir))?;
+        Ok(Self {
+            cfg,
+            dir: dir.to_path_buf(),
+            corpus,
+            runtime,
+            policy,
+            state: RunState::default(),
+            progress: Arc::new(Silent),
+            verdicts: HashMap::new(),
+        })
+    }
+
+    /// One design round outside training, through the rollout's own design and validate
+    /// phases: `designs_per_round` prompts of `designer_group` completions, each checked,
+    /// repaired and redrawn as in a rollout, every design recorded in `designs/` or
+    /// `rejected/`. Returns what each completion came to, in order.
+    pub async fn design_round(&mut self) -> Result<Vec<DesignOutcome>> {
+        let mut m = Metrics::default();
+        let designed = self.design(0, &mut m)?;
+        let results = self.validate_designs(0, designed, &mut m).await?;
+        Ok(results.into_iter().map(|d| d.outcome).collect())
     }
 
     /// Sets where progress goes (phases with their size; tokens as they are sampled).
