@@ -6,8 +6,8 @@ use std::time::Instant;
 
 use anyhow::Context as _;
 use clap::Args;
-use spade_envtools::Severity;
 use spade_envtools::check::{CheckOptions, CheckReport, check};
+use spade_envtools::{Fix, Severity, autofix};
 use spade_sandbox::Config;
 
 use super::env_arg::EnvArg;
@@ -41,11 +41,33 @@ pub struct CheckArgs {
     /// the environment with `validation_fuel` (default: no total).
     #[arg(long, value_name = "FUEL")]
     pub total_fuel: Option<u64>,
+    /// Apply the automatic fixes first (f-string brace mistakes, standard-library names used
+    /// but never imported: docs/check-and-fuzz.md), list them, and check the fixed source.
+    #[arg(long)]
+    pub fix: bool,
+    /// With `--fix`: also write the fixed source to FILE (byte-identical when nothing was fixed).
+    #[arg(long, value_name = "FILE", requires = "fix")]
+    pub fix_out: Option<PathBuf>,
+    /// Keep the older judgement of a solution that does not win: an error only where the env is
+    /// single-answer by its behaviour, a warning in a multi-turn one (default: a solution must
+    /// win when played in every env).
+    #[arg(long)]
+    pub lenient_solution: bool,
 }
 
 impl CheckArgs {
     pub fn execute(self) -> anyhow::Result<ExitCode> {
-        let source = self.env.source()?;
+        let mut source = self.env.source()?;
+        let mut fixes = None;
+        if self.fix {
+            let fixed = autofix(&source);
+            if let Some(out) = &self.fix_out {
+                std::fs::write(out, &fixed.source)
+                    .with_context(|| format!("writing the fixed source '{}'", out.display()))?;
+            }
+            source = fixed.source;
+            fixes = Some(fixed.fixes);
+        }
         let started = Instant::now();
         let mut runtime = super::common::start_runtime(Config::default())?;
         if let Some(fuel) = self.fuel {
@@ -56,6 +78,7 @@ impl CheckArgs {
         let options = CheckOptions {
             seeds: self.seeds,
             fuel_budget: self.total_fuel,
+            require_winning_solution: !self.lenient_solution,
             ..CheckOptions::default()
         };
         let mut report = executor()?.block_on(check(&runtime, &source, &options));
@@ -65,9 +88,24 @@ impl CheckArgs {
         };
         let seconds = started.elapsed().as_secs_f64();
         if self.json {
-            say!("{}", serde_json::to_string(&report)?);
+            match &fixes {
+                Some(fixes) => {
+                    let mut json = serde_json::to_value(&report)?;
+                    if let Some(object) = json.as_object_mut() {
+                        object.insert("fixes".to_owned(), serde_json::to_value(fixes)?);
+                    }
+                    say!("{json}");
+                }
+                None => say!("{}", serde_json::to_string(&report)?),
+            }
         } else {
+            if let Some(fixes) = &fixes {
+                print_fixes(fixes);
+            }
             print_human(&self.env.env, &report, seconds);
+        }
+        if let Some(out) = &self.fix_out {
+            eprintln!("the fixed source is in {}", out.display());
         }
         if let Some(dir) = saved {
             // On stderr, so that `--json` output stays one object.
@@ -151,6 +189,18 @@ fn save_trajectories(report: &mut CheckReport, out: &Path) -> anyhow::Result<Opt
         wrote = true;
     }
     Ok(wrote.then(|| out.to_path_buf()))
+}
+
+/// The automatic fixes applied, before the report.
+fn print_fixes(fixes: &[Fix]) {
+    match fixes.len() {
+        0 => say!("no automatic fix applied"),
+        1 => say!("1 automatic fix applied:"),
+        n => say!("{n} automatic fixes applied:"),
+    }
+    for fix in fixes {
+        say!("  fixed: {}", fix.description);
+    }
 }
 
 fn print_human(env: &str, report: &CheckReport, seconds: f64) {

@@ -323,21 +323,22 @@ struct Verdict {
 }
 
 const VERDICTS: &[Verdict] = &[
+    // A solution must win when played (require_winning_solution, the default): a short plan
+    // in words is played as one answer and rejected. `--lenient-solution` keeps the older
+    // warning (the_lenient_judgement_keeps_a_plan_in_words_as_a_warning).
     Verdict {
         name: "plan_in_words",
-        accepted: true,
-        errors: &[],
-        warnings: &["solution_plan_does_not_win"],
-        says: &[
-            (
-                "solution_plan_does_not_win",
-                "solution() returned \"Toggle each lamp that is off, one per turn, from left to \
-                 right.\", which could not be played as given: played as 1 action in the env's \
-                 action format it did not end the episode (seed 1). The env is multi-turn by its \
-                 behaviour",
-            ),
-            ("solution_plan_does_not_win", "so this is a warning"),
-        ],
+        accepted: false,
+        errors: &["solution_does_not_win"],
+        warnings: &[],
+        says: &[(
+            "solution_does_not_win",
+            "solution() returned \"Toggle each lamp that is off, one per turn, from left to \
+             right.\"; played as 1 action in the env's action format it did not end the \
+             episode (seed 1). A solution must win when played (require_winning_solution): \
+             return the answer, or in a multi-turn env the winning actions (one \\boxed{...} \
+             or <tool_call>/<answer> element per step)",
+        )],
     },
     Verdict {
         name: "wrong_single_answer",
@@ -609,6 +610,8 @@ fn every_documented_finding_code_has_a_fixture_with_a_verdict() {
         "nondeterministic",
         // The kind of a `*_failed` finding (fault_infinite_loop's probe_step_failed).
         "out_of_fuel",
+        // tests/solutions/plan_in_lines.py (a_plan_in_lines_cannot_be_played_and_is_rejected).
+        "solution_plan_does_not_win",
     ];
     let covered: Vec<&str> = VERDICTS
         .iter()
@@ -717,5 +720,151 @@ fn an_unusable_out_directory_is_a_clear_error() {
             file.display()
         )),
         "{err}"
+    );
+}
+
+/// `tests/solutions/<name>.py`.
+fn solution_fixture(name: &str) -> (String, String) {
+    let path = crate::common::repo_root()
+        .join("tests")
+        .join("solutions")
+        .join(format!("{name}.py"));
+    let source = std::fs::read_to_string(&path).unwrap();
+    (path.display().to_string(), source)
+}
+
+fn lenient() -> CheckOptions {
+    CheckOptions {
+        require_winning_solution: false,
+        ..CheckOptions::default()
+    }
+}
+
+/// One finding of `report`: its code, severity and message.
+fn only_finding(report: &CheckReport) -> (&str, Severity, &str) {
+    assert_eq!(report.findings.len(), 1, "{:#?}", report.findings);
+    let f = &report.findings[0];
+    (f.code.as_str(), f.severity, f.message.as_str())
+}
+
+/// Issue 52, item 5: a multi-turn env whose `solution()` gives a single wrong answer passed
+/// `spade check` with a warning; under self-play's validation settings it is rejected.
+#[tokio::test]
+async fn self_play_rejects_a_multi_turn_env_whose_solution_gives_a_wrong_answer() {
+    let (_, source) = solution_fixture("multi_turn_wrong_answer");
+    let settings = spade_selfplay::TrainConfig::default().admission();
+    let report = check(
+        &check_runtime(),
+        &source,
+        &spade_selfplay::admission::check_options(&settings),
+    )
+    .await;
+    assert!(!report.accepted);
+    let (code, severity, message) = only_finding(&report);
+    assert_eq!((code, severity), ("solution_does_not_win", Severity::Error));
+    assert_eq!(
+        message,
+        "solution() returned \"12\"; played as 1 action in the env's action format it did not \
+         end the episode (seed 1). A solution must win when played (require_winning_solution): \
+         return the answer, or in a multi-turn env the winning actions (one \\boxed{...} or \
+         <tool_call>/<answer> element per step)"
+    );
+    assert_eq!(report.stats.single_answer, Some(false));
+
+    // The same under plain `spade check`'s default; the lenient judgement (the behaviour
+    // before) only warns.
+    let default = check(&check_runtime(), &source, &CheckOptions::default()).await;
+    assert_eq!(default.codes(), vec!["solution_does_not_win"]);
+    let before = check(&check_runtime(), &source, &lenient()).await;
+    assert!(before.accepted);
+    let (code, severity, _) = only_finding(&before);
+    assert_eq!(
+        (code, severity),
+        ("solution_plan_does_not_win", Severity::Warning)
+    );
+}
+
+#[tokio::test]
+async fn a_plan_in_lines_cannot_be_played_and_is_rejected() {
+    let (_, source) = solution_fixture("plan_in_lines");
+    let report = check(&check_runtime(), &source, &CheckOptions::default()).await;
+    assert!(!report.accepted);
+    let (code, severity, message) = only_finding(&report);
+    assert_eq!(
+        (code, severity),
+        ("solution_plan_does_not_win", Severity::Error)
+    );
+    assert_eq!(
+        message,
+        "solution() returned \"Climb 3 steps per turn\\nuntil fewer than 3 of the 12 remain,\\nthen \
+         climb the rest.\", which is not one short answer (several lines or over 100 characters, \
+         with no \\boxed{}, <tool_call> or <answer> in it), so it could not be played as given; \
+         played as 1 action in the env's action format it did not end the episode (seed 1). \
+         Whether a plan in words wins cannot be decided by playing it. A solution must win when \
+         played (require_winning_solution): return the answer, or in a multi-turn env the \
+         winning actions (one \\boxed{...} or <tool_call>/<answer> element per step)"
+    );
+    let before = check(&check_runtime(), &source, &lenient()).await;
+    assert!(before.accepted);
+    assert_eq!(
+        only_finding(&before).1,
+        Severity::Warning,
+        "{:?}",
+        before.codes()
+    );
+}
+
+#[tokio::test]
+async fn the_lenient_judgement_keeps_a_plan_in_words_as_a_warning() {
+    let report = check(&check_runtime(), &env_source("plan_in_words"), &lenient()).await;
+    assert!(report.accepted);
+    let (code, severity, message) = only_finding(&report);
+    assert_eq!(
+        (code, severity),
+        ("solution_plan_does_not_win", Severity::Warning)
+    );
+    assert!(
+        message.contains(
+            "which could not be played as given: played as 1 action in the env's action format \
+             it did not end the episode (seed 1). The env is multi-turn by its behaviour"
+        ) && message.ends_with("so this is a warning"),
+        "{message}"
+    );
+    // A wrong answer in a single-answer env is an error either way.
+    let wrong = check(
+        &check_runtime(),
+        &env_source("wrong_single_answer"),
+        &lenient(),
+    )
+    .await;
+    assert_eq!(wrong.codes(), vec!["solution_does_not_win"]);
+}
+
+#[test]
+fn cli_is_strict_about_solutions_unless_told_to_be_lenient() {
+    let (path, _) = solution_fixture("multi_turn_wrong_answer");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().to_str().unwrap();
+    let strict = spade(&["check", &path, "--seeds", "2", "--out", out]);
+    assert_eq!(strict.status.code(), Some(2));
+    assert!(
+        stdout(&strict).contains("error [solution_does_not_win] solution() returned \"12\""),
+        "{}",
+        stdout(&strict)
+    );
+    let lenient = spade(&[
+        "check",
+        &path,
+        "--seeds",
+        "2",
+        "--out",
+        out,
+        "--lenient-solution",
+    ]);
+    assert_eq!(lenient.status.code(), Some(0));
+    assert!(
+        stdout(&lenient).contains("warning [solution_plan_does_not_win]"),
+        "{}",
+        stdout(&lenient)
     );
 }

@@ -3,6 +3,7 @@
 //! actions to play, the expected outcome beside them). The sandbox's own tests (limits, escape
 //! corpus, faults, guest memory, yields) are in `crates/sandbox/tests/all`.
 
+mod autofix;
 mod check;
 mod cli;
 mod common;

@@ -6,6 +6,8 @@
 //! - [`trajectory`]: every episode recorded as a hash-chained JSON Lines file, read back,
 //!   verified, and replayed bit for bit (`spade replay`);
 //! - [`check`]: whether an environment may enter training (`spade check`);
+//! - [`autofix`]: the automatic fixes applied before validation (f-string brace mistakes,
+//!   standard-library names never imported: `spade check --fix`, self-play's `auto_fix`);
 //! - [`fuzz`]: crash, reward-hack and nondeterminism hunting with generated actions
 //!   (`spade fuzz`, and the cargo-fuzz targets in `fuzz/`).
 //!
@@ -16,6 +18,7 @@
 //! trace) and [`rng`] (the generators' deterministic stream).
 
 pub mod actions;
+pub mod autofix;
 pub mod check;
 pub mod episode;
 pub mod fuzz;
@@ -25,6 +28,7 @@ pub mod rng;
 pub mod trajectory;
 
 pub use actions::{ActionGen, MAX_ACTION_CHARS, Style, ToolSpec, parse_tools};
+pub use autofix::{Fix, FixKind, Fixed, autofix};
 pub use episode::{
     Branch, Cost, Costed, Episode, EpisodeError, Finished, Record, Source, Spent, check_replay,
 };

@@ -182,6 +182,12 @@ pub struct TrainConfig {
     /// `validation_fuel` error. Fuel, unlike the reference's 60 s of wall clock, gives the same
     /// verdict on every machine, and 5*10^10 is about 20 s of guest work on two cores.
     pub validation_fuel: u64,
+    /// Apply the automatic fixes (f-string brace mistakes, standard-library names used but
+    /// never imported: `spade_envtools::autofix`) to a design before validating it; the fixed
+    /// source is the one admitted, and its design record lists the fixes. Default `true`: the
+    /// reference fixes both automatically, and a fix never changes a source that already
+    /// parses and runs (docs/check-and-fuzz.md says what is fixed and what is not).
+    pub auto_fix: bool,
     /// Learning rate (AdamW). 3e-4 is a LoRA rate (10-100x a full fine-tune's) at which the
     /// default model's adapters gain held-out wins while staying close to the base.
     pub lr: f64,
@@ -356,6 +362,7 @@ impl Default for TrainConfig {
             check_seeds: 1,
             check_max_steps: 10,
             validation_fuel: 50_000_000_000,
+            auto_fix: true,
             lr: 3e-4,
             lora: true,
             lora_rank: 8,
@@ -579,6 +586,16 @@ impl TrainConfig {
                 plateau_high: self.plateau_high,
                 plateau_ramp: self.plateau_ramp,
             },
+        }
+    }
+
+    /// The admission settings of a design: automatic fixes and validation.
+    pub fn admission(&self) -> crate::admission::AdmissionSettings {
+        crate::admission::AdmissionSettings {
+            auto_fix: self.auto_fix,
+            check_seeds: self.check_seeds,
+            check_max_steps: self.check_max_steps,
+            validation_fuel: self.validation_fuel,
         }
     }
 

@@ -3,6 +3,7 @@
 //! regret rewards the designer, and one GRPO step updates the one policy. [`report`] turns a
 //! run's files into charts and tables (`spade report`). Failures are [`TrainError`]s.
 #![warn(missing_docs)]
+pub mod admission;
 pub mod config;
 pub mod corpus;
 pub mod credit;

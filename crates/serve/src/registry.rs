@@ -566,11 +566,19 @@ impl Registry {
     fn verdict_key(&self, sha256: &str) -> String {
         let o = &self.options;
         format!(
-            "source {sha256}; seeds {} max_steps {} random_win_warning {} fuel_budget {:?}; limits {:?}",
+            "source {sha256}; seeds {} max_steps {} random_win_warning {} fuel_budget {:?}{}; \
+             limits {:?}",
             o.seeds,
             o.max_steps,
             o.random_win_warning,
             o.fuel_budget,
+            // Only in the key when set, so that the verdicts cached before the option existed
+            // (all lenient) keep their keys.
+            if o.require_winning_solution {
+                " require_winning_solution"
+            } else {
+                ""
+            },
             self.runtime.limits()
         )
     }

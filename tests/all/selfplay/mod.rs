@@ -3,6 +3,7 @@
 //! hand-computed examples, learning, fixed-environment training, sampling on an inference
 //! server, the shipped configs, and reports.
 mod adapter_sync;
+mod admission;
 mod configs;
 mod credit;
 mod delay;

@@ -41,6 +41,14 @@ pub struct CheckOptions {
     /// `None`: no total (each call still has the runtime's per-call fuel). A fuel total keeps
     /// the verdict reproducible where a wall-clock budget would not.
     pub fuel_budget: Option<u64>,
+    /// A solution must be seen to win when played, in every kind of game. Default `true`:
+    /// an environment admitted for training whose `solution()` gives a wrong answer, or a plan
+    /// that cannot be played, is a reward loophole (issue 52), so `spade check` and self-play's
+    /// validation reject it. `false` (`spade check --lenient-solution`; `spade serve`, which
+    /// plays what a client registers) keeps the older judgement: a solution that does not win
+    /// is an error only in a single-answer game, a warning in a multi-turn one, where
+    /// `solution()` may be a plan in words. See [`solution`] for what is decided how.
+    pub require_winning_solution: bool,
 }
 
 impl Default for CheckOptions {
@@ -50,6 +58,7 @@ impl Default for CheckOptions {
             max_steps: 30,
             random_win_warning: 0.5,
             fuel_budget: None,
+            require_winning_solution: true,
         }
     }
 }

@@ -6,6 +6,15 @@
 //! step) the solution is the answer and must win. In a multi-turn game `solution()` may be a
 //! plan in words (the contract allows "a reference action sequence / plan"), which cannot
 //! always be played as given, so a solution that does not win is a warning that says so.
+//!
+//! With [`CheckOptions::require_winning_solution`](super::CheckOptions) (the default) a
+//! solution must win when played in every game: one that is played and does not win is a
+//! `solution_does_not_win` error, and one that cannot be played as given (several lines or
+//! over 100 characters with no `\boxed{}`, `<tool_call>` or `<answer>` in it) is a
+//! `solution_plan_does_not_win` error, because whether a plan in words wins cannot be decided
+//! without a reader that turns it into actions: a rejection is the only verdict that leaves no
+//! loophole. A short one-line plan in words (`"Toggle each lamp that is off"`) cannot be told
+//! from a wrong short answer, so it is played as one, and rejected when it does not win.
 
 use spade_sandbox::EnvInfo;
 
@@ -207,6 +216,10 @@ impl Checker<'_> {
             play.steps,
             if play.steps == 1 { "" } else { "s" }
         );
+        let single_answer_error = self.single_answer.is_some() && plan.machine_readable;
+        if self.options.require_winning_solution && !single_answer_error {
+            return (Severity::Error, strict_verdict(&shown, &played, plan));
+        }
         match (&self.single_answer, plan.machine_readable) {
             (Some(evidence), true) => (
                 Severity::Error,
@@ -243,6 +256,30 @@ impl Checker<'_> {
                 ),
             ),
         }
+    }
+}
+
+/// The finding for a solution that did not win under `require_winning_solution`, where the
+/// lenient judgement would only warn (a multi-turn game, or a plan that cannot be played).
+fn strict_verdict(shown: &str, played: &str, plan: &SolutionPlan) -> Violation {
+    const WHY: &str = "A solution must win when played (require_winning_solution): return the \
+                       answer, or in a multi-turn env the winning actions (one \\boxed{...} or \
+                       <tool_call>/<answer> element per step)";
+    if plan.machine_readable {
+        Violation::new(
+            "solution_does_not_win",
+            format!("solution() returned {shown}; {played}. {WHY}"),
+        )
+    } else {
+        Violation::new(
+            "solution_plan_does_not_win",
+            format!(
+                "solution() returned {shown}, which is not one short answer (several lines or \
+                 over 100 characters, with no \\boxed{{}}, <tool_call> or <answer> in it), so \
+                 it could not be played as given; {played}. Whether a plan in words wins cannot \
+                 be decided by playing it. {WHY}"
+            ),
+        )
     }
 }
 

@@ -1,17 +1,19 @@
-//! Phase 2, validate, repair and redraw: each design's code is checked (`spade check` under
-//! the validation fuel budget, in [`Run::verdict`], the one place a design source is
+//! Phase 2, validate, repair and redraw: each design's code, after the automatic fixes
+//! (`auto_fix`), is checked (`spade check` under the validation fuel budget, its solution
+//! required to win: [`admission`], in [`Run::verdict`], the one place a design source is
 //! checked); a rejected one gets up to `max_repair_attempts` repair prompts with the errors
 //! fed back, and one still rejected is redrawn from scratch with a fresh corpus document, up
 //! to `design_redraws` times. Accepted designs join the pool with a design record in
 //! `designs/`; every draw that failed leaves a record with its check codes in `rejected/`.
 use std::time::Instant;
 
-use spade_envtools::check::{CheckOptions, check};
+use spade_envtools::check::check;
 use spade_envtools::oracles::Severity;
 use spade_model::chat::Message;
 
 use super::design::Designed;
 use super::{Metrics, Run, io_err};
+use crate::admission;
 use crate::designer::{Cause, DesignOutcome, Finding, Rejection, classify};
 use crate::error::{Result, TrainError};
 use crate::extract;
@@ -82,12 +84,7 @@ impl Run<'_> {
         if let Some(v) = self.verdicts.get(source) {
             return v.clone();
         }
-        let opts = CheckOptions {
-            seeds: self.cfg.check_seeds,
-            max_steps: self.cfg.check_max_steps,
-            fuel_budget: Some(self.cfg.validation_fuel),
-            ..CheckOptions::default()
-        };
+        let opts = admission::check_options(&self.cfg.admission());
         let report = check(&self.runtime, source, &opts).await;
         let v = if report.accepted {
             Ok((report.class_name.unwrap_or_default(), report.tool_use))
@@ -220,6 +217,9 @@ impl Run<'_> {
             for (i, p) in pending.iter_mut().enumerate() {
                 if p.outcome.is_some() {
                     continue;
+                }
+                if let Some(fixes) = admission::auto_fix(self.cfg.auto_fix, &mut p.code) {
+                    p.log.push(fixes);
                 }
                 let verdict = self.validate_code(r, p.g, p.code.as_deref(), m).await;
                 if p.draw == 0 && p.repairs.is_empty() {
