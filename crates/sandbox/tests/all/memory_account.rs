@@ -186,9 +186,9 @@ async fn a_call_waits_for_room_for_its_whole_memory_and_fails_at_its_deadline() 
     assert_eq!(err.kind(), ErrorKind::MemoryLimit, "{err}");
     let message = err.to_string();
     assert!(
-        message.contains(&format!(
+        message.contains(
             "must be covered while a call runs, and that is more than is left of the memory budget shared by all sandboxes ("
-        )) && message.contains(&format!(" of {budget} bytes in use, none given back within the call deadline of 100ms)")),
+        ) && message.contains(&format!(" of {budget} bytes in use, none given back within the call deadline of 100ms)")),
         "{message}"
     );
     assert_eq!(a.dead(), Some(ErrorKind::MemoryLimit));
