@@ -9,7 +9,7 @@ source by exec() (no sandbox), over loopback WebSocket sessions, in the same run
 Each of N concurrent sessions (one client process, asyncio, OpenEnv's GenericEnvClient) loops:
 connect, reset(seed), play the actions until the episode ends, close. Printed per server and N:
 sessions/s (episodes completed per second), steps/s, p50/p99 step latency (client-side,
-send to answer), and the server's peak RSS while it ran (and, for spade, the peak of what its
+send to answer), and the server's peak private memory (RssAnon) while it ran (and, for spade, the peak of what its
 memory account charged, from /health). spade serve runs with its default memory budget.
 """
 
@@ -69,7 +69,7 @@ async def session_loop(url, actions, deadline, seed, latencies, counts):
 
 
 class Peak:
-    """Samples a server's RSS (and spade's charged bytes) every 0.2 s while a measurement runs."""
+    """Samples a server's private memory (RssAnon) and spade's charged bytes every 0.2 s."""
 
     def __init__(self, pid, health_url=None):
         self.pid, self.health_url = pid, health_url
@@ -81,7 +81,9 @@ class Peak:
         while not self.stop.wait(0.2):
             with open(f"/proc/{self.pid}/status") as f:
                 for line in f:
-                    if line.startswith("VmRSS:"):
+                    # Private memory: RSS also counts every mapping of the same page-cache
+                    # page (the guest's image, mapped by each sandbox) once per mapping.
+                    if line.startswith("RssAnon:"):
                         self.rss = max(self.rss, int(line.split()[1]) * 1024)
             if self.health_url:
                 with urllib.request.urlopen(self.health_url) as r:
@@ -144,13 +146,13 @@ def main():
                 r["rss_mib"], r["charged_mib"] = peak.rss / 2**20, peak.charged / 2**20
                 rows.append((name, n, r))
                 print(f"{name:30} {n:4} sessions: {r['sessions_per_s']:8.1f} sessions/s {r['steps_per_s']:8.0f} steps/s "
-                      f"p50 {r['p50_ms']:6.2f} ms p99 {r['p99_ms']:7.2f} ms peak RSS {r['rss_mib']:.0f} MiB", flush=True)
+                      f"p50 {r['p50_ms']:6.2f} ms p99 {r['p99_ms']:7.2f} ms peak RssAnon {r['rss_mib']:.0f} MiB", flush=True)
     finally:
         for p in (spade, openenv):
             p.terminate()
             p.wait(timeout=60)
     print()
-    print("| server | sessions | sessions/s | steps/s | p50 step | p99 step | peak RSS | peak charged |")
+    print("| server | sessions | sessions/s | steps/s | p50 step | p99 step | peak RssAnon | peak charged |")
     print("|---|---|---|---|---|---|---|---|")
     for name, n, r in rows:
         charged = f"{r['charged_mib']:,.0f} MiB" if r["charged_mib"] else "-"

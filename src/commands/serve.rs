@@ -11,7 +11,7 @@ use spade_envtools::check::CheckOptions;
 use spade_sandbox::{Caches, Config, MemoryAccount, Pool, Runtime};
 use spade_serve::admission::{
     CALLS_AT_ONCE, MAX_DEFAULT_SESSIONS, PLANNING_SANDBOXES, SANDBOX_OVERHEAD, TYPICAL_SESSION,
-    default_budget, default_sessions, parse_size, show_bytes,
+    default_budget, default_sessions, keep_resident, machine_memory, parse_size, show_bytes,
 };
 use spade_serve::{Registry, RegistryLimits, ServeConfig, Server};
 
@@ -162,11 +162,18 @@ impl ServeArgs {
         };
         // Two slots per session, and room for the short-lived sandboxes that check sources and
         // take snapshots.
+        let sandboxes = u32::try_from(most_sessions.saturating_mul(SANDBOXES_PER_SESSION))
+            .unwrap_or(u32::MAX)
+            .saturating_add(CHECK_SLOTS)
+            .max(Pool::default().sandboxes);
         let pool = Pool {
-            sandboxes: u32::try_from(most_sessions.saturating_mul(SANDBOXES_PER_SESSION))
-                .unwrap_or(u32::MAX)
-                .saturating_add(CHECK_SLOTS)
-                .max(Pool::default().sandboxes),
+            sandboxes,
+            keep_resident: keep_resident(
+                machine_memory(),
+                budget,
+                sandboxes,
+                Pool::default().keep_resident,
+            ),
             ..Pool::default()
         };
         let mut runtime = Runtime::new(Config {
