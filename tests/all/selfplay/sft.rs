@@ -304,9 +304,13 @@ fn spade_sft_checks_the_library_holds_out_a_fifth_and_writes_an_adapter() {
     let broken = root.join("broken");
     std::fs::create_dir_all(broken.join("no_class")).unwrap();
     std::fs::write(broken.join("no_class/env.py"), "x = 1\n").unwrap();
+    let corpus = root.join("corpus.jsonl");
+    std::fs::write(&corpus, "{\"text\": \"Digits add up.\"}\n").unwrap();
     let out = root.join("run");
     let args = [
         "sft",
+        "--corpus",
+        corpus.to_str().unwrap(),
         "--model",
         model.to_str().unwrap(),
         "--no-starter-envs",
