@@ -400,7 +400,10 @@ impl<'p> SftRun<'p> {
             .map_err(|e| TrainError::file("writing", &metrics, e))?;
         self.state.step += 1;
         self.state.metrics_len += line.len() as u64;
-        if self.state.step % self.settings.checkpoint_every == 0
+        if self
+            .state
+            .step
+            .is_multiple_of(self.settings.checkpoint_every)
             || self.state.step == self.total_steps()
         {
             self.checkpoint()?;
