@@ -53,6 +53,9 @@ enum Command {
     /// Self-play training: design, validate, hint, play, regret, GRPO, checkpoint.
     #[cfg(feature = "train")]
     Train(commands::train::TrainArgs),
+    /// Supervised warm start of the designer on the environment library's design pairs.
+    #[cfg(feature = "train")]
+    Sft(commands::sft::SftArgs),
     /// Win rate per skill on held-out environments.
     #[cfg(feature = "train")]
     Eval(commands::eval::EvalArgs),
@@ -64,11 +67,12 @@ enum Command {
 }
 
 /// The subcommands that need the `train` feature.
-const TRAIN_COMMANDS: [&str; 6] = [
+const TRAIN_COMMANDS: [&str; 7] = [
     "generate",
     "model",
     "bench-model",
     "train",
+    "sft",
     "eval",
     "report",
 ];
@@ -125,6 +129,8 @@ fn main() -> ExitCode {
         Command::Convert(args) => args.execute(),
         #[cfg(feature = "train")]
         Command::Train(args) => done(args.execute()),
+        #[cfg(feature = "train")]
+        Command::Sft(args) => done(args.execute()),
         #[cfg(feature = "train")]
         Command::Eval(args) => done(args.execute()),
         #[cfg(feature = "train")]

@@ -32,6 +32,8 @@ pub mod report;
 pub mod run;
 pub mod serve;
 #[cfg(feature = "train")]
+pub mod sft;
+#[cfg(feature = "train")]
 pub mod train;
 
 use std::path::Path;

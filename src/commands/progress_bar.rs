@@ -1,4 +1,5 @@
-//! `spade train`'s progress on a terminal: one bar per phase with its rate and ETA.
+//! Progress on a terminal: `spade train`'s bar per phase with its rate and ETA, and
+//! `spade sft`'s bar over its steps.
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -42,4 +43,20 @@ impl Progress for Bars {
             bar.finish();
         }
     }
+}
+
+/// `spade sft`'s bar: optimiser steps of the run, starting at `done` (a resumed run), with
+/// the last step's loss as its message.
+pub fn step_bar(total: u64, done: u64) -> ProgressBar {
+    let style = ProgressStyle::with_template(
+        "{prefix:.bold} [{bar:30.cyan/blue}] {pos}/{len} steps {msg} elapsed {elapsed} ETA {eta}",
+    )
+    .unwrap_or_else(|_| ProgressStyle::default_bar())
+    .progress_chars("=> ");
+    let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr())
+        .with_style(style)
+        .with_prefix("sft");
+    bar.set_position(done);
+    bar.enable_steady_tick(Duration::from_millis(500));
+    bar
 }

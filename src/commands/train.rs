@@ -60,6 +60,11 @@ pub struct TrainArgs {
         conflicts_with_all = ["starter_envs", "no_starter_envs", "resume"]
     )]
     fixed_envs: Option<String>,
+    /// Start the policy's LoRA adapters from the adapter in DIR (`spade sft`'s adapter/, or a
+    /// run's checkpoints/*/policy/) instead of fresh ones: a warm start (docs/warm-start.md).
+    /// Its rank, alpha and modules must be the config's; a new run only.
+    #[arg(long, value_name = "DIR", conflicts_with = "resume")]
+    init_adapter: Option<PathBuf>,
     #[command(flatten)]
     inference: super::inference::InferenceArgs,
 }
@@ -182,7 +187,18 @@ impl TrainArgs {
         }
         let loaded = super::load_model(self.model.as_deref())?;
         let mut policy: Box<dyn Policy> = match &cfg.inference {
-            None => Box::new(CandlePolicy::new(loaded, &cfg.policy())?),
+            None => {
+                let mut p = CandlePolicy::new(loaded, &cfg.policy())?;
+                if let Some(dir) = &self.init_adapter {
+                    p.init_adapter(dir)?;
+                    say!("spade train: adapters start from {}", dir.display());
+                }
+                Box::new(p)
+            }
+            Some(_) if self.init_adapter.is_some() => bail!(
+                "--init-adapter works with in-process sampling; this config samples on an \
+                 inference server ([inference]), which does not take it yet"
+            ),
             Some(section) => Box::new(super::inference::server_policy(
                 loaded,
                 &cfg,

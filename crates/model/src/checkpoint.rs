@@ -126,3 +126,141 @@ pub fn load_lora(dir: &Path, model: &mut Decoder) -> Result<(LoraConfig, VarMap)
 pub fn load_full(dir: &Path, device: &candle_core::Device) -> Result<LoadedModel> {
     hf::load_hf_dir(dir, device)
 }
+
+/// Why an adapter directory cannot initialise a policy's adapters ([`assign_lora`]).
+#[derive(Debug, thiserror::Error)]
+pub enum AdapterInitError {
+    /// The directory does not exist, or lacks one of the adapter's two files.
+    #[error(
+        "{} is not an adapter directory: {} is missing (an adapter is adapter_config.json + adapter_model.safetensors, as `spade sft` and `spade train` checkpoints write them)",
+        dir.display(),
+        missing
+    )]
+    Missing {
+        /// The directory named.
+        dir: std::path::PathBuf,
+        /// The file (or the directory itself) that is not there.
+        missing: String,
+    },
+    /// The adapter's rank, scaling or target modules differ from the policy's.
+    #[error(
+        "the adapter in {} has LoRA rank {} (alpha {}, modules {}), but this run trains rank {} (alpha {}, modules {}): set lora_rank / lora_alpha to match",
+        dir.display(),
+        found.r,
+        found.lora_alpha,
+        found.target_modules.join(","),
+        expected.r,
+        expected.lora_alpha,
+        expected.target_modules.join(",")
+    )]
+    ConfigMismatch {
+        /// The directory named.
+        dir: std::path::PathBuf,
+        /// The policy's adapter configuration.
+        expected: LoraConfig,
+        /// The directory's.
+        found: LoraConfig,
+    },
+    /// The adapter's tensors do not fit this model: it was trained on another one.
+    #[error("the adapter in {} was made for another model: {why}", dir.display())]
+    OtherModel {
+        /// The directory named.
+        dir: std::path::PathBuf,
+        /// The first tensor that does not fit, and how.
+        why: String,
+    },
+    /// Reading or parsing the adapter failed.
+    #[error(transparent)]
+    Model(#[from] ModelError),
+}
+
+/// Sets the adapters in `varmap` (attached to a model with `cfg`) to the ones saved in `dir`
+/// by [`save_lora`], bit for bit, keeping the variables themselves (an optimiser built over
+/// them stays valid). The directory's configuration must equal `cfg`, and its tensors must be
+/// exactly `varmap`'s names with their shapes; anything else is an error that says which.
+pub fn assign_lora(
+    dir: &Path,
+    cfg: &LoraConfig,
+    varmap: &VarMap,
+) -> std::result::Result<(), AdapterInitError> {
+    if !dir.is_dir() {
+        return Err(AdapterInitError::Missing {
+            dir: dir.to_path_buf(),
+            missing: "the directory".into(),
+        });
+    }
+    for file in [ADAPTER_CONFIG, ADAPTER_WEIGHTS] {
+        if !dir.join(file).is_file() {
+            return Err(AdapterInitError::Missing {
+                dir: dir.to_path_buf(),
+                missing: file.into(),
+            });
+        }
+    }
+    let cfg_path = dir.join(ADAPTER_CONFIG);
+    let text = std::fs::read_to_string(&cfg_path)
+        .map_err(|e| ModelError::io(format!("reading {}", cfg_path.display()), e))?;
+    let found: LoraConfig = serde_json::from_str(&text).map_err(|source| ModelError::Json {
+        context: format!("parsing {}", cfg_path.display()),
+        source,
+    })?;
+    let same_modules = {
+        let mut a = found.target_modules.clone();
+        let mut b = cfg.target_modules.clone();
+        a.sort();
+        b.sort();
+        a == b
+    };
+    if found.r != cfg.r || found.lora_alpha != cfg.lora_alpha || !same_modules {
+        return Err(AdapterInitError::ConfigMismatch {
+            dir: dir.to_path_buf(),
+            expected: cfg.clone(),
+            found,
+        });
+    }
+    let mut tensors: std::collections::HashMap<String, candle_core::Tensor> =
+        candle_core::safetensors::load(dir.join(ADAPTER_WEIGHTS), &candle_core::Device::Cpu)
+            .map_err(ModelError::from)?
+            .into_iter()
+            .map(|(k, v)| (k.strip_prefix(PEFT_PREFIX).unwrap_or(&k).to_string(), v))
+            .collect();
+    let other = |why: String| AdapterInitError::OtherModel {
+        dir: dir.to_path_buf(),
+        why,
+    };
+    let data = varmap
+        .data()
+        .lock()
+        .map_err(|_| ModelError::InvalidParameter("the adapters' lock is poisoned".into()))?;
+    let mut names: Vec<&String> = data.keys().collect();
+    names.sort();
+    let mut assigned = Vec::with_capacity(names.len());
+    for name in names {
+        let var = &data[name];
+        let t = tensors
+            .remove(name.as_str())
+            .ok_or_else(|| other(format!("it has no tensor `{name}`")))?;
+        if t.dims() != var.dims() {
+            return Err(other(format!(
+                "tensor `{name}` has shape {:?}, this model's is {:?}",
+                t.dims(),
+                var.dims()
+            )));
+        }
+        assigned.push((var, t));
+    }
+    if let Some(extra) = tensors.keys().min() {
+        return Err(other(format!(
+            "it has tensor `{extra}`, which this model has no place for ({} such)",
+            tensors.len()
+        )));
+    }
+    for (var, t) in assigned {
+        let t = t
+            .to_dtype(var.dtype())
+            .and_then(|t| t.to_device(var.device()))
+            .map_err(ModelError::from)?;
+        var.set(&t).map_err(ModelError::from)?;
+    }
+    Ok(())
+}

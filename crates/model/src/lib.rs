@@ -17,5 +17,6 @@ pub mod optim;
 pub mod prefix_cache;
 pub mod sample;
 pub mod schedule;
+pub mod sft;
 
 pub use error::{ModelError, Result};

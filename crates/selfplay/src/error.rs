@@ -16,6 +16,10 @@ pub enum TrainError {
     /// and adapters.
     #[error(transparent)]
     Model(#[from] ModelError),
+    /// `--init-adapter` names no adapter, or one that does not fit the run's LoRA settings or
+    /// its model.
+    #[error("--init-adapter: {0}")]
+    InitAdapter(#[from] spade_model::checkpoint::AdapterInitError),
     /// A setting is out of range or contradicts another one (`regen_interval = 0`, `kl_coef`
     /// without `lora`, ...): change it in the config or on the command line.
     #[error("invalid parameter: {0}")]

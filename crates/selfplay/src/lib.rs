@@ -13,6 +13,7 @@ pub mod difficulty;
 pub mod error;
 pub mod eval;
 pub mod extract;
+pub mod library;
 pub mod lockstep;
 pub mod memory;
 pub mod policy;
@@ -23,6 +24,7 @@ pub mod report;
 pub mod rewards;
 pub mod rollout;
 pub mod seeds;
+pub mod sft;
 pub mod starter_envs;
 pub mod state;
 

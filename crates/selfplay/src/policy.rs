@@ -15,6 +15,7 @@ use spade_model::model::{DecodeActivations, DecodePath, DecodeWeights, LoraConfi
 use spade_model::optim::{AdamW, AdamWConfig};
 use spade_model::prefix_cache::PrefixCache;
 use spade_model::sample::{Sampler, SamplingParams};
+use spade_model::sft::{self, SftConfig, SftStats};
 
 use super::error::{Result, TrainError};
 
@@ -360,6 +361,66 @@ impl CandlePolicy {
         let mut cut = ids[..head].to_vec();
         cut.extend_from_slice(&ids[ids.len() - tail..]);
         Ok((cut, max_new))
+    }
+
+    /// A supervised sample: `messages` rendered and tokenized as sampling renders them (the
+    /// middle of the prompt cut as [`Policy::sample`] cuts it when the pair would not fit),
+    /// and `completion`'s tokens followed by the model's first end-of-sequence id (so the
+    /// model learns to stop where the reply ends; none when the model names no EOS). Only the
+    /// completion is scored. A completion longer than half the context is an error, as the
+    /// sampler could never write it.
+    pub fn sft_sample(&self, messages: &[Message], completion: &str) -> Result<GrpoSample> {
+        let sampler = Sampler::from_loaded(&self.model);
+        let mut tokens = sampler.encode(completion)?;
+        tokens.extend(self.model.eos_ids.first().copied());
+        let ctx = self.model.config.max_position_embeddings;
+        if tokens.len() > ctx / 2 {
+            return Err(TrainError::InvalidParameter(format!(
+                "a completion of {} tokens does not fit: the sampler writes at most half the \
+                 model's context of {ctx} tokens",
+                tokens.len()
+            )));
+        }
+        let (prompt, _) = self.prompt_ids(messages, tokens.len())?;
+        let n = tokens.len();
+        Ok(GrpoSample::new(prompt, tokens, vec![0.0; n], 1.0))
+    }
+
+    /// One supervised step on `batch` (see [`spade_model::sft`]): mean token NLL of the
+    /// completions, this policy's optimiser over its trainable weights (adapters or all).
+    pub fn sft_step(&mut self, batch: &[GrpoSample], cfg: &SftConfig) -> Result<SftStats> {
+        self.prefixes.clear();
+        let mut opt = match self.optimizer.take() {
+            Some(o) => o,
+            None => self.new_optimizer()?,
+        };
+        let stats = sft::sft_step(&self.model.model, &mut opt, batch, cfg);
+        self.optimizer = Some(opt);
+        Ok(stats?)
+    }
+
+    /// The mean token NLL of `batch`'s completions under the current weights (no update).
+    pub fn sft_loss(&self, batch: &[GrpoSample], cfg: &SftConfig) -> Result<f64> {
+        Ok(sft::sft_loss(&self.model.model, batch, cfg)?)
+    }
+
+    /// Sets this policy's LoRA adapters to the ones saved in `dir` (by `spade sft` or a
+    /// `spade train` checkpoint's `policy/`), bit for bit: a warm start. The adapter must
+    /// have this policy's rank, alpha and target modules and fit this model's shapes; a
+    /// policy that trains every weight has no adapters to set.
+    pub fn init_adapter(&mut self, dir: &Path) -> Result<()> {
+        let Some((cfg, vm)) = &self.lora else {
+            return Err(TrainError::InvalidParameter(format!(
+                "--init-adapter {}: this run trains every weight (lora = false), so it has no \
+                 adapters to start from; train with LoRA, or pass a full model with --model",
+                dir.display()
+            )));
+        };
+        checkpoint::assign_lora(dir, cfg, vm)?;
+        self.prefixes.clear();
+        // Fresh moments: the warm start's weights, an optimiser that has taken no step.
+        self.optimizer = Some(self.new_optimizer()?);
+        Ok(())
     }
 
     /// Log-probs of `completion` after `messages` under the current model (no graph).

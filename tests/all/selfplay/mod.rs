@@ -12,4 +12,5 @@ mod fixed_envs;
 mod inference;
 mod learning;
 mod report;
+mod sft;
 mod train;
