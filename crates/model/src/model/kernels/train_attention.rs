@@ -605,8 +605,9 @@ mod tests {
 
     #[test]
     fn matches_the_plain_path_with_grouped_heads_at_every_length() {
-        // SmolLM2's 9 query heads over 3 key/value heads; lengths around and past a block.
-        assert!(65 > BLOCK && 300 > 4 * BLOCK);
+        // SmolLM2's 9 query heads over 3 key/value heads; lengths around and past a block
+        // (65 is one past it, 300 spans five).
+        const { assert!(65 == BLOCK + 1 && 300 > 4 * BLOCK) };
         for len in [1, 7, 64, 65, 300] {
             compare(2, 9, 3, len, 16);
         }
