@@ -9,7 +9,7 @@ use spade_model::fetch;
 use spade_model::grpo::{GrpoConfig, GrpoSample, GrpoTrainer};
 use spade_model::logprob::{Pair, completion_logprobs};
 use spade_model::model::kernels::decode_quant_matmul::{self as quant_matmul, Kernel};
-use spade_model::model::{DecodeWeights, Decoder, LoraConfig, ModelConfig, lora};
+use spade_model::model::{DecodeWeights, Decoder, LoraConfig, ModelConfig, TrainAttention, lora};
 
 use super::variant::DecodeVariant;
 use spade_model::optim::{AdamW, AdamWConfig};
@@ -51,6 +51,10 @@ pub struct BenchModel {
     /// Also time one full fine-tuning update.
     #[arg(long)]
     full: bool,
+    /// How the update computes attention: `blockwise` (the default: memory linear in the
+    /// sequence length) or `plain` (every head's full score matrix; for comparison).
+    #[arg(long, value_enum, default_value_t = AttentionArg::Blockwise)]
+    train_attention: AttentionArg,
     /// Decode variants to measure, in order, each compared with the first: `f32`, or
     /// quantised weights (`q8_0`, `gguf`) with f32 or 8-bit inputs (`gguf:f32`, `gguf:q8`).
     #[arg(
@@ -329,11 +333,16 @@ impl BenchModel {
             micro_batch: self.batch,
             ..GrpoConfig::default()
         };
+        let attention = self.train_attention.get();
+        lora_model.set_train_attention(attention);
         let opt = AdamW::new(adapters.all_vars(), AdamWConfig::default())?;
         let mut trainer = GrpoTrainer::new(&lora_model, None, opt, grpo.clone())?;
         let label = format!(
-            "GRPO update, LoRA r={} ({}x{})",
-            self.rank, self.batch, self.seq
+            "GRPO update, LoRA r={} ({}x{}, {} attention)",
+            self.rank,
+            self.batch,
+            self.seq,
+            self.train_attention.name()
         );
         say!("| measurement | tokens | seconds | tokens/s |");
         say!("|---|---|---|---|");
@@ -344,10 +353,16 @@ impl BenchModel {
         if self.full {
             drop(trainer);
             drop(model);
-            let (full_model, varmap) = model_vars(&path)?;
+            let (mut full_model, varmap) = model_vars(&path)?;
+            full_model.set_train_attention(attention);
             let opt = AdamW::new(varmap.all_vars(), AdamWConfig::default())?;
             let mut trainer = GrpoTrainer::new(&full_model, None, opt, grpo)?;
-            let label = format!("GRPO update, full ({}x{})", self.batch, self.seq);
+            let label = format!(
+                "GRPO update, full ({}x{}, {} attention)",
+                self.batch,
+                self.seq,
+                self.train_attention.name()
+            );
             time_updates(&label, total_tokens, || {
                 Ok(trainer.step(&samples).map(|_| ())?)
             })?;
@@ -360,6 +375,31 @@ impl BenchModel {
         say!("peak RSS: {:.0} MiB", peak_rss_mib());
         say!("load average: {}", load_average());
         Ok(())
+    }
+}
+
+/// `--train-attention`: the training path's [`TrainAttention`].
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum AttentionArg {
+    /// [`TrainAttention::Blockwise`].
+    Blockwise,
+    /// [`TrainAttention::Plain`].
+    Plain,
+}
+
+impl AttentionArg {
+    fn get(self) -> TrainAttention {
+        match self {
+            Self::Blockwise => TrainAttention::Blockwise,
+            Self::Plain => TrainAttention::Plain,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::Blockwise => "blockwise",
+            Self::Plain => "plain",
+        }
     }
 }
 

@@ -1,7 +1,7 @@
 //! Gradient flow, finite differences, and training-path vs inference-path logits.
 use candle_core::{D, DType, Device, IndexOp, Tensor};
 use candle_nn::{VarBuilder, VarMap};
-use spade_model::model::{Decoder, KvCache, PREFILL_CHUNK, init, train_ops};
+use spade_model::model::{Decoder, KvCache, PREFILL_CHUNK, TrainAttention, init, train_ops};
 
 use super::common::{FAMILIES, ids, max_diff, model, tiny};
 
@@ -53,6 +53,47 @@ fn every_trainable_tensor_gets_a_nonzero_gradient() {
             assert!(
                 norm > 0.0 && norm.is_finite(),
                 "{family}: gradient of {name} is {norm}"
+            );
+        }
+    }
+}
+
+#[test]
+fn blockwise_attention_gives_the_plain_paths_loss_and_gradients() {
+    // 70 positions: past one 64-position block, so the online softmax spans two blocks.
+    for family in FAMILIES {
+        let cfg = tiny(family);
+        let (mut model, varmap) = model(&cfg, 11);
+        let ids = ids(2, 70, cfg.vocab_size, 4);
+        let run = |model: &Decoder| {
+            let loss = nll(model, &ids);
+            let grads = loss.backward().unwrap();
+            let data = varmap.data().lock().unwrap();
+            let grads: Vec<(String, Tensor)> = data
+                .iter()
+                .map(|(name, var)| (name.clone(), grads.get(var.as_tensor()).unwrap().clone()))
+                .collect();
+            (loss.to_scalar::<f32>().unwrap(), grads)
+        };
+        let (blockwise_loss, blockwise) = run(&model);
+        model.set_train_attention(TrainAttention::Plain);
+        let (plain_loss, plain) = run(&model);
+        assert!(
+            (blockwise_loss - plain_loss).abs() < 1e-5,
+            "{family}: loss {blockwise_loss} vs {plain_loss}"
+        );
+        for ((name, b), (_, p)) in blockwise.iter().zip(&plain) {
+            let size = p
+                .abs()
+                .unwrap()
+                .max_all()
+                .unwrap()
+                .to_scalar::<f32>()
+                .unwrap();
+            let diff = max_diff(b, p);
+            assert!(
+                diff <= 1e-4 * size.max(1e-3),
+                "{family}: gradient of {name} differs by {diff} (size {size})"
             );
         }
     }

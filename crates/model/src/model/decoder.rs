@@ -39,6 +39,19 @@ impl RmsNorm {
     }
 }
 
+/// How the training path computes attention.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum TrainAttention {
+    /// Block by block with an online softmax, keeping only each query row's log-sum-exp for
+    /// the backward pass, which recomputes the probabilities (FlashAttention-2): memory
+    /// linear in the length. The default, on f32 CPU tensors (elsewhere [`Self::Plain`]).
+    #[default]
+    Blockwise,
+    /// `causal_softmax(q kᵀ) v` through candle's autograd, keeping every head's `t x t`
+    /// scores and probabilities: memory quadratic in the length. For comparison.
+    Plain,
+}
+
 #[derive(Debug, Clone)]
 struct Attention {
     q_proj: Linear,
@@ -50,6 +63,7 @@ struct Attention {
     heads: usize,
     kv_heads: usize,
     head_dim: usize,
+    train_attention: TrainAttention,
 }
 
 impl Attention {
@@ -74,6 +88,7 @@ impl Attention {
             heads: h,
             kv_heads: kv,
             head_dim: d,
+            train_attention: TrainAttention::default(),
         })
     }
 
@@ -106,11 +121,18 @@ impl Attention {
                     train_ops::rope(&q, cos, sin)?,
                     train_ops::rope(&k, cos, sin)?,
                 );
-                let n_rep = self.heads / self.kv_heads;
-                let k = train_ops::repeat_kv(&k, n_rep)?.contiguous()?;
-                let v = train_ops::repeat_kv(&v, n_rep)?.contiguous()?;
-                let scores = (q * scale)?.matmul(&k.t()?)?;
-                train_ops::causal_softmax(&scores)?.matmul(&v)?
+                let blockwise = self.train_attention == TrainAttention::Blockwise
+                    && q.device().is_cpu()
+                    && q.dtype() == DType::F32;
+                if blockwise {
+                    super::kernels::train_attention::attention(&q, &k, &v, scale)?
+                } else {
+                    let n_rep = self.heads / self.kv_heads;
+                    let k = train_ops::repeat_kv(&k, n_rep)?.contiguous()?;
+                    let v = train_ops::repeat_kv(&v, n_rep)?.contiguous()?;
+                    let scores = (q * scale)?.matmul(&k.t()?)?;
+                    train_ops::causal_softmax(&scores)?.matmul(&v)?
+                }
             }
             Some((cache, layer)) => {
                 let q = decode_ops::rope(&q, cos, sin)?;
@@ -453,6 +475,14 @@ impl Decoder {
             formats,
             weight_bytes,
             kernel: kernels.join("+"),
+        }
+    }
+
+    /// Chooses how the training path computes attention (default
+    /// [`TrainAttention::Blockwise`]); the inference path is unaffected.
+    pub fn set_train_attention(&mut self, attention: TrainAttention) {
+        for layer in &mut self.layers {
+            layer.self_attn.train_attention = attention;
         }
     }
 

@@ -3,6 +3,8 @@
 //! Training path:
 //! - [`train_matmul`]: `x Wᵀ` for a frozen base weight, with a backward pass that computes
 //!   only the input's gradient.
+//! - [`train_attention`]: causal attention computed block by block with an online softmax,
+//!   keeping only each row's log-sum-exp for its backward pass (FlashAttention-2).
 //!
 //! Inference (decode) path, each with a portable loop and an AVX2 (and, where it pays,
 //! AVX-512) loop chosen at run time:
@@ -18,4 +20,5 @@ pub mod decode_matmul;
 pub mod decode_ops;
 pub mod decode_pool;
 pub mod decode_quant_matmul;
+pub mod train_attention;
 pub mod train_matmul;
