@@ -363,8 +363,9 @@ impl CandlePolicy {
         Ok((cut, max_new))
     }
 
-    /// A supervised sample: `messages` rendered and tokenized as sampling renders them (the
-    /// middle of the prompt cut as [`Policy::sample`] cuts it when the pair would not fit),
+    /// A supervised sample of the designer: `messages` rendered and tokenized as the
+    /// designer's sampling renders them (the middle of the prompt cut as [`Policy::sample`]
+    /// cuts it for [`Role::Designer`] when the pair would not fit),
     /// and `completion`'s tokens followed by the model's first end-of-sequence id (so the
     /// model learns to stop where the reply ends; none when the model names no EOS). Only the
     /// completion is scored. A completion longer than half the context is an error, as the
@@ -381,7 +382,7 @@ impl CandlePolicy {
                 tokens.len()
             )));
         }
-        let (prompt, _) = self.prompt_ids(messages, tokens.len())?;
+        let (prompt, _) = self.prompt_ids(messages, tokens.len(), Some(Role::Designer))?;
         let n = tokens.len();
         Ok(GrpoSample::new(prompt, tokens, vec![0.0; n], 1.0))
     }
