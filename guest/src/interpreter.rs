@@ -424,12 +424,18 @@ fn split_fields(
             .map(|t| t.as_slice().to_vec())
             .ok_or_else(odd)
     };
-    let keys: serde_json::Map<String, serde_json::Value> = serde_json::from_str(fields)
-        .map_err(|err| EnvError::Usage(format!("reset fields are not a JSON object: {err}")))?;
+    // Only the names: a value is skipped unread, so an integer of any size (Python's
+    // `json.loads` gives it exactly) is not refused here as out of `f64`'s range.
+    let keys: std::collections::BTreeMap<String, serde::de::IgnoredAny> =
+        serde_json::from_str(fields)
+            .map_err(|err| EnvError::Usage(format!("reset fields are not a JSON object: {err}")))?;
     // Each name is looked up before it is copied, so at most the fields' own names are.
     let mut seen = std::collections::HashSet::new();
     let mut field = |value: &PyObjectRef| {
-        let name = value.downcast_ref::<PyStr>().ok_or_else(odd)?.to_string_lossy();
+        let name = value
+            .downcast_ref::<PyStr>()
+            .ok_or_else(odd)?
+            .to_string_lossy();
         match keys.get_key_value(name.as_ref()) {
             Some((key, _)) if seen.insert(key.as_str()) => Ok(key.clone()),
             _ => Err(EnvError::Contract(format!(

@@ -289,6 +289,7 @@ async fn rlve_problems_and_verdicts_match_rlve_under_cpython() {
         let source = rlve::source(&root, name).unwrap();
         let mut fields = serde_json::Map::new();
         fields.insert("difficulty".into(), (*difficulty).into());
+        let fields = spade_sandbox::ExtraFields::from_map(&fields);
         let play = |action: String| {
             let (runtime, source, fields) = (&runtime, &source, &fields);
             async move {
@@ -429,7 +430,7 @@ async fn rlve_adapter_refuses_a_bad_difficulty_and_names_numpy_when_an_env_needs
     let mut fields = serde_json::Map::new();
     fields.insert("difficulty".into(), (-1).into());
     let e = sb
-        .reset_with(Some(1), &fields)
+        .reset_with(Some(1), &spade_sandbox::ExtraFields::from_map(&fields))
         .await
         .unwrap_err()
         .to_string();

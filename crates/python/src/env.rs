@@ -125,12 +125,13 @@ impl Env {
     ) -> PyResult<(String, String, Vec<String>)> {
         let fields = match fields_json {
             None => None,
-            Some(text) => match serde_json::from_str::<serde_json::Value>(&text) {
-                Ok(serde_json::Value::Object(map)) => Some(map),
-                _ => {
+            // Kept as text, so integers of any size reach `reset` as Python ints.
+            Some(text) => match spade_sandbox::ExtraFields::parse(&text) {
+                Ok(fields) => Some(fields),
+                Err(err) => {
                     return Err(errors::usage(
                         py,
-                        "reset fields must be a JSON object".into(),
+                        format!("reset fields must be a JSON object: {err}"),
                     ));
                 }
             },

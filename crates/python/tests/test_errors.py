@@ -127,6 +127,15 @@ def test_reset_fields_are_passed_and_unknown_ones_refused(runtime):
         env.reset(seed=1, level=2)
 
 
+def test_integer_reset_fields_of_any_size_arrive_exactly(runtime):
+    # Issue 53 (Low): fields reach reset as json.loads gives them; 2**64 + 1 was a float once.
+    env = runtime.load(GOOD)
+    assert env.reset(seed=1, difficulty=2**64 + 1) == (
+        "at 18446744073709551617", {"n": 2**64 + 1})
+    obs, _ = env.reset(seed=1, difficulty=10**400)
+    assert obs == "at 1" + "0" * 400
+
+
 def test_calls_after_close_are_usage_errors(runtime):
     with runtime.load(GOOD) as env:
         env.reset(seed=1)

@@ -45,6 +45,7 @@ mod cache;
 mod config;
 mod deadline;
 mod error;
+mod fields;
 mod fork;
 mod guest_layout;
 mod memory;
@@ -56,6 +57,7 @@ mod wasi;
 
 pub use config::{Caches, Config, Limits, Pool, Yields, default_cache_dir};
 pub use error::{CallError, ErrorKind, ForkError, RuntimeError};
+pub use fields::{ExtraFields, object_members};
 pub use memory::{MemoryAccount, OVER_BUDGET};
 pub use runtime::{CacheStats, Runtime};
 pub use sandbox::{CallOutput, EnvInfo, Reset, Sandbox, SandboxOptions, Step};

@@ -12,6 +12,7 @@ use crate::cache::snapshot::{CaptureRequest, Captured, LoadPlan, Snapshot, Snaps
 use crate::config::{Limits, Yields};
 use crate::deadline;
 use crate::error::{CallError, ErrorKind};
+use crate::fields::ExtraFields;
 use crate::memory::{Charge, Location, MemoryAccount, OverBudget};
 use crate::outcome;
 use crate::source::EnvSource;
@@ -521,13 +522,14 @@ impl Sandbox {
     /// OpenEnv's server passes a reset request's fields. Returns the reset and the names of the
     /// fields it dropped, in their order in `fields`. `seed` is never a field: one named so is
     /// dropped.
+    /// The fields reach `json.loads` as their text ([`ExtraFields`]), so integers of any size
+    /// arrive as Python ints.
     pub async fn reset_with(
         &mut self,
         seed: Option<u64>,
-        fields: &serde_json::Map<String, serde_json::Value>,
+        fields: &ExtraFields,
     ) -> Result<(Reset, Vec<String>), CallError> {
-        let json = serde_json::Value::Object(fields.clone()).to_string();
-        match self.call(Call::Reset(seed, Some(&json))).await? {
+        match self.call(Call::Reset(seed, Some(fields.json()))).await? {
             Reply::Reset(reset, dropped) => {
                 check_dropped(&dropped, fields)?;
                 Ok((reset, dropped))
@@ -791,13 +793,10 @@ async fn dispatch(
 /// The host's own check of a reset's dropped names: each a distinct key of the `fields` it
 /// sent, so the list is never larger than the request. The guest checks the same before the
 /// names leave it; this only trips for a guest that does not keep the contract.
-fn check_dropped(
-    dropped: &[String],
-    fields: &serde_json::Map<String, serde_json::Value>,
-) -> Result<(), CallError> {
+fn check_dropped(dropped: &[String], fields: &ExtraFields) -> Result<(), CallError> {
     let mut seen = std::collections::HashSet::new();
     for name in dropped {
-        if !fields.contains_key(name) || !seen.insert(name.as_str()) {
+        if !fields.contains(name) || !seen.insert(name.as_str()) {
             let mut end = name.len().min(64);
             while !name.is_char_boundary(end) {
                 end -= 1;
@@ -817,8 +816,7 @@ mod dropped_tests {
 
     #[test]
     fn dropped_names_must_be_distinct_fields() {
-        let fields = serde_json::json!({"a": 1, "b": 2});
-        let fields = fields.as_object().unwrap();
+        let fields = &ExtraFields::parse(r#"{"a": 1, "b": 2}"#).unwrap();
         assert!(check_dropped(&["a".into(), "b".into()], fields).is_ok());
         assert!(check_dropped(&[], fields).is_ok());
         let unknown = check_dropped(&["c".into()], fields).unwrap_err();

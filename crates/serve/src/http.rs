@@ -9,11 +9,12 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{Extension, Path, Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
 use crate::admission::AtCapacity;
 use crate::fork::{ForkFailure, ForkRequest, Forked};
-use crate::protocol::{FieldError, ResetFields, SpadeAction, check_id, type_name};
+use crate::protocol::{FieldError, RawObject, ResetFields, SpadeAction, check_id, type_name};
 use crate::registry::{RegistryError, Tenant};
 use crate::server::AppState;
 use crate::session::{Outcome, Session, SessionError, stateless_step};
@@ -177,23 +178,48 @@ pub async fn state() -> Response {
 }
 
 /// Parses a request body as a JSON object (empty body: `{}` when `empty_ok`).
+/// The request body's bytes, or the answer to a body that could not be read.
+fn body_bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, Box<Response>> {
+    body.map_err(|rejection| {
+        let status = rejection.status();
+        if status == StatusCode::PAYLOAD_TOO_LARGE {
+            plain_error(
+                status,
+                "request body is over the size limit (--max-message-bytes)",
+            )
+        } else {
+            plain_error(status, format!("cannot read the request body: {rejection}"))
+        }
+    })
+    .map_err(Box::new)
+}
+
+/// The request body as a JSON object whose values keep their text (a reset's extra fields
+/// reach the environment as the client wrote them); an empty body is `{}` when `empty_ok`.
+fn body_raw_object(
+    body: Result<Bytes, BytesRejection>,
+    empty_ok: bool,
+) -> Result<RawObject, Box<Response>> {
+    let bytes = body_bytes(body)?;
+    if empty_ok && bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(RawObject::empty());
+    }
+    let raw: Box<RawValue> = serde_json::from_slice(&bytes)
+        .map_err(|err| invalid_body(FieldError::at(&[], format!("Invalid JSON: {err}"))))?;
+    RawObject::from_raw(&raw).map_err(|kind| {
+        Box::new(invalid_body(FieldError::at(
+            &[],
+            format!("the request body must be a JSON object, not {kind}"),
+        )))
+    })
+}
+
+/// The request body as a parsed JSON object; an empty body is `{}` when `empty_ok`.
 fn body_object(
     body: Result<Bytes, BytesRejection>,
     empty_ok: bool,
 ) -> Result<Map<String, Value>, Box<Response>> {
-    let bytes = body
-        .map_err(|rejection| {
-            let status = rejection.status();
-            if status == StatusCode::PAYLOAD_TOO_LARGE {
-                plain_error(
-                    status,
-                    "request body is over the size limit (--max-message-bytes)",
-                )
-            } else {
-                plain_error(status, format!("cannot read the request body: {rejection}"))
-            }
-        })
-        .map_err(Box::new)?;
+    let bytes = body_bytes(body)?;
     if empty_ok && bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok(Map::new());
     }
@@ -245,7 +271,7 @@ pub async fn reset(
         Ok(slot) => slot,
         Err(full) => return at_capacity(full),
     };
-    let object = match body_object(body, true) {
+    let object = match body_raw_object(body, true) {
         Ok(object) => object,
         Err(response) => return *response,
     };

@@ -13,6 +13,7 @@
 use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
+use spade_sandbox::ExtraFields;
 
 use crate::tools::ToolCall;
 
@@ -177,8 +178,10 @@ pub struct ResetFields {
     /// Every other field: passed to the environment's `reset` as a keyword argument when its
     /// signature takes it (by name, or with `**kwargs`), dropped otherwise, as OpenEnv's
     /// server does (dataset rows carry extra columns). The dropped ones are named in the
-    /// reset's metadata (`ignored_reset_fields`), so a typo is visible.
-    pub extra: Map<String, Value>,
+    /// reset's metadata (`ignored_reset_fields`), so a typo is visible. Kept as the client's
+    /// JSON text, so integers of any size reach `reset` as Python ints (as OpenEnv's server
+    /// passes what `json.loads` gives).
+    pub extra: ExtraFields,
 }
 
 /// The reset fields a client may send.
@@ -186,11 +189,27 @@ pub const RESET_FIELDS: &[&str] = &["seed", "episode_id", "env_id", "hint", "max
 
 impl ResetFields {
     /// Reads reset fields from a JSON object; mistyped fields are errors, the others are kept
-    /// in [`ResetFields::extra`].
-    pub fn parse(data: &Map<String, Value>) -> Result<ResetFields, FieldError> {
+    /// in [`ResetFields::extra`], as the client wrote them. A field given twice counts once,
+    /// with its last value, as in a parsed JSON object.
+    pub fn parse(data: &RawObject) -> Result<ResetFields, FieldError> {
         let mut fields = ResetFields::default();
-        for (key, value) in data {
-            match key.as_str() {
+        let mut extra = Vec::new();
+        for (key, raw) in data.members() {
+            if !RESET_FIELDS.contains(&key) {
+                extra.push((key.to_owned(), raw));
+                continue;
+            }
+            // spade's own fields are small values; a number beyond `f64` is none of them.
+            let value = &serde_json::from_str::<Value>(raw.get()).map_err(|_| {
+                FieldError::at(
+                    &[key],
+                    format!(
+                        "reset field '{key}' is a number out of range: {}",
+                        truncate(raw.get(), 60)
+                    ),
+                )
+            })?;
+            match key {
                 "seed" => {
                     fields.seed = optional(value, key, Value::as_u64, "a non-negative integer")?
                 }
@@ -210,12 +229,86 @@ impl ResetFields {
                         "an integer from 0 to 4294967295",
                     )?
                 }
-                other => {
-                    fields.extra.insert(other.to_owned(), value.clone());
-                }
+                _ => unreachable!("one of RESET_FIELDS"),
             }
         }
+        fields.extra = ExtraFields::from_raw(extra);
         Ok(fields)
+    }
+}
+
+/// A JSON object whose members keep their values' text: a message or request body read so that
+/// a reset's extra fields reach the environment as the client wrote them
+/// ([`ResetFields::extra`]). Every other value is parsed from its text where it is used.
+#[derive(Debug)]
+pub struct RawObject {
+    members: Vec<(String, Box<RawValue>)>,
+}
+
+/// Why a text is not a [`RawObject`].
+#[derive(Debug)]
+pub enum NotAnObject {
+    /// The text is not JSON.
+    Json(serde_json::Error),
+    /// The text is JSON of another type (its name, as [`type_name`] gives it).
+    Other(&'static str),
+}
+
+impl RawObject {
+    /// Reads a JSON text that should be an object.
+    pub fn parse(text: &str) -> Result<RawObject, NotAnObject> {
+        let raw: Box<RawValue> = serde_json::from_str(text).map_err(NotAnObject::Json)?;
+        RawObject::from_raw(&raw).map_err(NotAnObject::Other)
+    }
+
+    /// Reads a JSON value's text that should be an object; else the name of its type.
+    pub fn from_raw(raw: &RawValue) -> Result<RawObject, &'static str> {
+        match raw_type_name(raw) {
+            "an object" => spade_sandbox::object_members(raw.get())
+                .map(|members| RawObject { members })
+                .map_err(|_| "an object"),
+            other => Err(other),
+        }
+    }
+
+    /// An empty object.
+    pub fn empty() -> RawObject {
+        RawObject {
+            members: Vec::new(),
+        }
+    }
+
+    /// The members in order, a name given twice at each place.
+    pub fn members(&self) -> impl Iterator<Item = (&str, &RawValue)> {
+        self.members
+            .iter()
+            .map(|(name, raw)| (name.as_str(), raw.as_ref()))
+    }
+
+    /// The names in order (a name given twice, twice).
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.members.iter().map(|(name, _)| name.as_str())
+    }
+
+    /// The value's text of the member named `key` (the last one, if it is given twice).
+    pub fn get(&self, key: &str) -> Option<&RawValue> {
+        self.members
+            .iter()
+            .rev()
+            .find(|(name, _)| name == key)
+            .map(|(_, raw)| raw.as_ref())
+    }
+}
+
+/// The type of a JSON value's text, named as [`type_name`] names a parsed one.
+pub fn raw_type_name(raw: &RawValue) -> &'static str {
+    match raw.get().trim_start().as_bytes().first() {
+        Some(b'{') => "an object",
+        Some(b'[') => "an array",
+        Some(b'"') => "a string",
+        Some(b't' | b'f') => "a boolean",
+        Some(b'n') => "null",
+        _ => "a number",
     }
 }
 
@@ -463,9 +556,57 @@ pub fn schema() -> Value {
 mod tests {
     use super::*;
 
+    /// Issue 53 (Low): extra fields keep the client's text, so an integer beyond `u64` is not
+    /// turned into a float and `10**400` is not refused; spade's own fields refuse a number out
+    /// of range with a message that names the field.
+    #[test]
+    fn extra_reset_fields_keep_integers_of_any_size() {
+        let ten_400 = format!("1{}", "0".repeat(400));
+        let text = format!(
+            "{{\"seed\": 2, \"n\": 18446744073709551617, \"m\": {ten_400}, \"x\": [ -1 ]}}"
+        );
+        let fields = ResetFields::parse(&RawObject::parse(&text).unwrap()).unwrap();
+        assert_eq!(fields.seed, Some(2));
+        assert_eq!(
+            fields.extra.json(),
+            format!("{{\"n\":18446744073709551617,\"m\":{ten_400},\"x\":[-1]}}")
+        );
+        let text = format!("{{\"seed\": {ten_400}}}");
+        let err = ResetFields::parse(&RawObject::parse(&text).unwrap()).unwrap_err();
+        assert_eq!(err.loc, ["seed"]);
+        assert!(
+            err.msg
+                .starts_with("reset field 'seed' is a number out of range: 1000"),
+            "{}",
+            err.msg
+        );
+        assert!(err.msg.len() < 120, "{}", err.msg);
+    }
+
+    #[test]
+    fn raw_objects_name_what_they_are_not() {
+        for (text, kind) in [
+            ("[1, 2]", "an array"),
+            (" \"x\"", "a string"),
+            ("true", "a boolean"),
+            ("null", "null"),
+            ("-3e999", "a number"),
+        ] {
+            match RawObject::parse(text) {
+                Err(NotAnObject::Other(found)) => assert_eq!(found, kind, "{text}"),
+                other => panic!("{text}: {other:?}"),
+            }
+        }
+        assert!(matches!(RawObject::parse("{"), Err(NotAnObject::Json(_))));
+        let object = RawObject::parse(r#"{"a": 1, "b": 2, "a": [3]}"#).unwrap();
+        assert_eq!(object.keys().collect::<Vec<_>>(), ["a", "b", "a"]);
+        assert_eq!(object.get("a").map(RawValue::get), Some("[3]"));
+        assert!(object.get("c").is_none());
+    }
+
     #[test]
     fn reset_fields_reject_unknown_and_mistyped() {
-        let parse = |v: Value| ResetFields::parse(v.as_object().unwrap());
+        let parse = |v: Value| ResetFields::parse(&RawObject::parse(&v.to_string()).unwrap());
         assert_eq!(
             parse(json!({"seed": 3, "env_id": "a", "hint": "h"})).unwrap(),
             ResetFields {
@@ -480,10 +621,7 @@ mod tests {
             parse(json!({"sede": 3, "prompt": "x", "seed": 1})).unwrap(),
             ResetFields {
                 seed: Some(1),
-                extra: json!({"sede": 3, "prompt": "x"})
-                    .as_object()
-                    .unwrap()
-                    .clone(),
+                extra: ExtraFields::parse(r#"{"sede": 3, "prompt": "x"}"#).unwrap(),
                 ..ResetFields::default()
             }
         );

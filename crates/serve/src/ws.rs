@@ -10,8 +10,8 @@ use crate::fork::{self, ForkFailure, ForkRequest, Forked};
 use crate::held::{AttachError, Attached, SharedSession};
 use crate::mcp::{self, RpcRequest};
 use crate::protocol::{
-    ErrorCode, FieldError, ResetFields, StepAction, error_frame, observation_frame, state_frame,
-    type_name,
+    ErrorCode, FieldError, NotAnObject, RawObject, ResetFields, StepAction, error_frame,
+    observation_frame, state_frame, type_name,
 };
 use crate::server::AppState;
 use crate::session::SessionError;
@@ -279,34 +279,41 @@ async fn handle(
             ),
         );
     }
-    let value: Value = match serde_json::from_str(text) {
-        Ok(value) => value,
-        Err(err) => return error(ErrorCode::InvalidJson, format!("Invalid JSON: {err}")),
+    // Kept as text, so that a reset's extra fields reach the environment as written.
+    let object = match RawObject::parse(text) {
+        Ok(object) => object,
+        Err(NotAnObject::Json(err)) => {
+            return error(ErrorCode::InvalidJson, format!("Invalid JSON: {err}"));
+        }
+        Err(NotAnObject::Other(kind)) => {
+            return error(
+                ErrorCode::ValidationError,
+                format!("a message must be a JSON object with a 'type', not {kind}"),
+            );
+        }
     };
-    let Some(object) = value.as_object() else {
-        return error(
-            ErrorCode::ValidationError,
-            format!(
-                "a message must be a JSON object with a 'type', not {}",
-                type_name(&value)
-            ),
-        );
+    // Every member but a reset's data is parsed where it is used; only a number beyond
+    // `f64` fails to parse, and it is refused as JSON that cannot be read.
+    let parsed = |raw: &serde_json::value::RawValue| serde_json::from_str::<Value>(raw.get());
+    let kind = match object.get("type").map(parsed) {
+        Some(Err(err)) => return error(ErrorCode::InvalidJson, format!("Invalid JSON: {err}")),
+        Some(Ok(kind)) => kind,
+        None => {
+            return error(
+                ErrorCode::UnknownType,
+                "Unknown message type: (no 'type' field)".to_owned(),
+            );
+        }
     };
-    let kind = match object.get("type") {
-        Some(Value::String(kind)) => kind.as_str(),
-        Some(other) => {
+    let kind = match &kind {
+        Value::String(kind) => kind.as_str(),
+        other => {
             return error(
                 ErrorCode::ValidationError,
                 format!(
                     "the message's 'type' must be a string, not {}",
                     type_name(other)
                 ),
-            );
-        }
-        None => {
-            return error(
-                ErrorCode::UnknownType,
-                "Unknown message type: (no 'type' field)".to_owned(),
             );
         }
     };
@@ -323,36 +330,38 @@ async fn handle(
     } else {
         &["type"]
     };
-    if let Some(extra) = object.keys().find(|k| !allowed.contains(&k.as_str())) {
+    if let Some(extra) = object.keys().find(|k| !allowed.contains(k)) {
         return error(
             ErrorCode::ValidationError,
             format!("Invalid message: unknown field '{extra}' in a {kind} message"),
         );
     }
+    // A reset's data stays text (above); the others are parsed here.
+    let data = match object.get("data").filter(|_| kind != "reset").map(parsed) {
+        Some(Err(err)) => return error(ErrorCode::InvalidJson, format!("Invalid JSON: {err}")),
+        Some(Ok(data)) => Some(data),
+        None => None,
+    };
     match kind {
         "reset" => {
-            let empty = Map::new();
-            let data = match object.get("data") {
-                None | Some(Value::Null) => &empty,
-                Some(Value::Object(data)) => data,
-                Some(other) => {
+            let data = match object.get("data").map(RawObject::from_raw) {
+                None | Some(Err("null")) => RawObject::empty(),
+                Some(Ok(data)) => data,
+                Some(Err(other)) => {
                     return error(
                         ErrorCode::ValidationError,
-                        format!(
-                            "Invalid message: reset 'data' must be an object, not {}",
-                            type_name(other)
-                        ),
+                        format!("Invalid message: reset 'data' must be an object, not {other}"),
                     );
                 }
             };
-            let fields = match ResetFields::parse(data) {
+            let fields = match ResetFields::parse(&data) {
                 Ok(fields) => fields,
                 Err(err) => return invalid(err),
             };
             answer(shared.lock().await.reset(fields).await)
         }
         "step" => {
-            let Some(data) = object.get("data") else {
+            let Some(data) = data.as_ref() else {
                 return error(
                     ErrorCode::ValidationError,
                     "Invalid message: a step message needs 'data' (the action, {\"message\": \"...\"})".to_owned(),
@@ -380,7 +389,7 @@ async fn handle(
             }
         }
         "mcp" => {
-            let response = match object.get("data") {
+            let response = match data.as_ref() {
                 Some(data) => match RpcRequest::parse(data) {
                     Ok(request) => {
                         mcp::dispatch(state, request, Some(shared), shared.owner()).await
@@ -401,7 +410,7 @@ async fn handle(
         }
         "fork" => {
             let empty = Map::new();
-            let data = match object.get("data") {
+            let data = match data.as_ref() {
                 None | Some(Value::Null) => &empty,
                 Some(Value::Object(data)) => data,
                 Some(other) => {

@@ -562,7 +562,11 @@ async fn agent_examples_come_before_the_observation_and_are_prompt_not_reply() {
         .unwrap();
     let mut fields = serde_json::Map::new();
     fields.insert("difficulty".into(), 5.into());
-    let (reset, _) = sandbox.reset_with(Some(1), &fields).await.result.unwrap();
+    let (reset, _) = sandbox
+        .reset_with(Some(1), &spade_sandbox::ExtraFields::from_map(&fields))
+        .await
+        .result
+        .unwrap();
     let mut episode = vec![LiveEpisode::new(
         sandbox,
         "system",

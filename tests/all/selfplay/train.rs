@@ -845,7 +845,7 @@ async fn starter_at(
         Some(d) => {
             let mut fields = serde_json::Map::new();
             fields.insert("difficulty".into(), d);
-            sb.reset_with(Some(seed), &fields)
+            sb.reset_with(Some(seed), &spade_sandbox::ExtraFields::from_map(&fields))
                 .await
                 .map(|(r, dropped)| {
                     assert!(dropped.is_empty(), "{name} takes a difficulty");

@@ -628,6 +628,76 @@ async fn extra_reset_fields_reach_the_reset_that_takes_them_and_replay() {
     );
 }
 
+/// Issue 53 (Low): integer reset fields of any size reach `reset` as Python's `json.loads`
+/// gives them, as OpenEnv's server passes them: `2**64 + 1` arrived as a float and `10**400`
+/// was refused. Over WebSocket and HTTP, and the recording keeps the digits and replays.
+#[tokio::test]
+async fn integer_reset_fields_of_any_size_arrive_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let record = dir.path().join("traj");
+    let server = ServeProcess::start(&[
+        &super::serve_fixture("big_fields.py"),
+        "--record-dir",
+        record.to_str().unwrap(),
+    ]);
+    let ten_400 = format!("1{}", "0".repeat(400));
+    let data =
+        format!(r#"{{"seed": 1, "episode_id": "big", "n": 18446744073709551617, "m": {ten_400}}}"#);
+    let expected = json!({"n": "18446744073709551617", "n_type": "int", "m_digits": 401,
+        "m_type": "int"});
+    let mut ws = ws_connect(server.addr, None).await.unwrap();
+    let reset = ws_send(&mut ws, &format!(r#"{{"type": "reset", "data": {data}}}"#)).await;
+    assert_eq!(reset["type"], "observation", "{reset}");
+    assert_eq!(reset["data"]["observation"]["info"], expected);
+    // The environment compares the echo with its int: exact, so it wins.
+    let step = ws_call(
+        &mut ws,
+        json!({"type": "step", "data": {"message": "\\boxed{18446744073709551617}"}}),
+    )
+    .await;
+    assert_eq!(step["data"]["reward"], 1.0, "{step}");
+    drop(ws);
+    let (status, http) = http_json(server.addr, "POST", "/reset", &[], Some(&data));
+    assert_eq!(status, 200, "{http}");
+    assert_eq!(http["observation"]["info"], expected);
+    // spade's own fields still refuse a number out of range, naming the field.
+    let (status, bad) = http_json(
+        server.addr,
+        "POST",
+        "/reset",
+        &[],
+        Some(&format!(r#"{{"seed": {ten_400}}}"#)),
+    );
+    assert_eq!(status, 422, "{bad}");
+    assert!(
+        detail(&bad).contains("reset field 'seed' is a number out of range"),
+        "{bad}"
+    );
+    // The recording keeps the digits as sent, and replays.
+    let file = record.join("big.jsonl");
+    for _ in 0..200 {
+        let text = std::fs::read_to_string(&file).unwrap_or_default();
+        if text.contains("\"type\":\"footer\"") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(25));
+    }
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(
+        text.contains(&format!(
+            r#""fields":{{"n":18446744073709551617,"m":{ten_400}}}"#
+        )),
+        "{text:.2000}"
+    );
+    let replay = spade(&["replay", file.to_str().unwrap()]);
+    assert_eq!(
+        replay.status.code(),
+        Some(0),
+        "{}",
+        crate::common::stderr(&replay)
+    );
+}
+
 /// `openenv validate URL` (the stock CLI) passes every check against `spade serve`, the
 /// OpenAPI document's (`openapi_version_available`, `mode_endpoint_consistency`) included.
 #[test]

@@ -27,7 +27,8 @@ use std::io::{self, Write};
 use std::time::Instant;
 
 use spade_sandbox::{
-    CallError, EnvInfo, EnvSource, ErrorKind, Reset, Runtime, Sandbox, SandboxOptions, Step,
+    CallError, EnvInfo, EnvSource, ErrorKind, ExtraFields, Reset, Runtime, Sandbox, SandboxOptions,
+    Step,
 };
 
 use crate::trajectory::recorder::{Recording, Sink};
@@ -269,7 +270,7 @@ impl Episode {
     pub async fn reset_with(
         &mut self,
         seed: Option<u64>,
-        fields: &serde_json::Map<String, serde_json::Value>,
+        fields: &ExtraFields,
     ) -> Costed<(Reset, Vec<String>)> {
         self.reset_call(seed, Some(fields)).await
     }
@@ -284,6 +285,7 @@ impl Episode {
         };
         let mut fields = serde_json::Map::new();
         fields.insert("difficulty".into(), difficulty.into());
+        let fields = ExtraFields::from_map(&fields);
         let costed = self.reset_with(seed, &fields).await;
         costed.and_then(|(reset, dropped)| match dropped.is_empty() {
             true => Ok(reset),
@@ -294,7 +296,7 @@ impl Episode {
     async fn reset_call(
         &mut self,
         seed: Option<u64>,
-        fields: Option<&serde_json::Map<String, serde_json::Value>>,
+        fields: Option<&ExtraFields>,
     ) -> Costed<(Reset, Vec<String>)> {
         if let Some(refused) = self.over_fuel_limit() {
             return refused;

@@ -29,7 +29,7 @@ use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
 use spade_sandbox::Limits;
 use spade_sandbox::{CallError, ErrorKind};
-use spade_sandbox::{CallOutput, SandboxOptions};
+use spade_sandbox::{CallOutput, ExtraFields, SandboxOptions};
 
 /// The trajectory format version this build writes and reads.
 pub const FORMAT_VERSION: u32 = 2;
@@ -57,7 +57,7 @@ pub struct ReadCall {
     pub call: CallKind,
     pub seed: Option<u64>,
     /// A reset's extra fields (see [`CallRecord::fields`]).
-    pub fields: Option<serde_json::Map<String, serde_json::Value>>,
+    pub fields: Option<ExtraFields>,
     pub action: Option<String>,
     /// The reward and flags of a successful `step`.
     pub step: Option<StepSummary>,
@@ -195,7 +195,7 @@ pub struct CallRecord {
     /// A reset's extra fields (a JSON object), split by the environment's `reset` signature
     /// (`Sandbox::reset_with`); absent for a plain reset.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub fields: Option<serde_json::Map<String, serde_json::Value>>,
+    pub fields: Option<ExtraFields>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub action: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]

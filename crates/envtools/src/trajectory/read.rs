@@ -11,7 +11,7 @@ use std::path::Path;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
-use spade_sandbox::ErrorKind;
+use spade_sandbox::{ErrorKind, ExtraFields};
 
 use super::format::{
     CallKind, FORMAT_VERSION, Footer, Header, ReadCall, StepSummary, sha256_hex, unsigned_footer,
@@ -134,7 +134,7 @@ struct CallLine<'a> {
     #[serde(default)]
     seed: Option<u64>,
     #[serde(default)]
-    fields: Option<serde_json::Map<String, serde_json::Value>>,
+    fields: Option<ExtraFields>,
     #[serde(default)]
     action: Option<String>,
     #[serde(default, borrow)]

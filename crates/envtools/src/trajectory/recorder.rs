@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 use std::io::{self, Write};
 
-use spade_sandbox::CallError;
 use spade_sandbox::GUEST_SHA256;
+use spade_sandbox::{CallError, ExtraFields};
 use spade_sandbox::{CallOutput, EnvInfo, Limits, Reset, SandboxOptions, Step};
 
 use super::format::{
@@ -173,7 +173,7 @@ impl Recording {
     pub(crate) fn reset(
         &mut self,
         seed: Option<u64>,
-        fields: Option<&serde_json::Map<String, serde_json::Value>>,
+        fields: Option<&ExtraFields>,
         fuel: u64,
         output: &CallOutput,
         seen: Seen<'_, (Reset, Vec<String>)>,

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use spade_sandbox::{CallError, ErrorKind, Limits, SandboxOptions};
+use spade_sandbox::{CallError, ErrorKind, ExtraFields, Limits, SandboxOptions};
 
 use crate::common::{env_source, runtime};
 
@@ -444,7 +444,7 @@ async fn reset_fields_go_to_the_parameters_reset_takes_and_the_rest_are_dropped(
             .await
             .unwrap();
         let (reset, names) = sandbox
-            .reset_with(Some(4), fields.as_object().unwrap())
+            .reset_with(Some(4), &ExtraFields::from_map(fields.as_object().unwrap()))
             .await
             .unwrap_or_else(|e| panic!("{signature}: {e}"));
         assert_eq!(reset.observation, "ok");
@@ -464,16 +464,48 @@ async fn reset_fields_go_to_the_parameters_reset_takes_and_the_rest_are_dropped(
         .await
         .unwrap();
     let (reset, _) = sandbox
-        .reset_with(None, json!({"level": "ab"}).as_object().unwrap())
+        .reset_with(None, &ExtraFields::parse(r#"{"level": "ab"}"#).unwrap())
         .await
         .unwrap();
     assert_eq!(reset.info, r#"{"twice":"abab"}"#);
     let err = sandbox
-        .reset_with(None, json!({"level": null}).as_object().unwrap())
+        .reset_with(None, &ExtraFields::parse(r#"{"level": null}"#).unwrap())
         .await
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Exception, "{err}");
     assert!(err.to_string().contains("TypeError"), "{err}");
+}
+
+/// Issue 53 (Low): reset fields reach `reset` as Python's `json.loads` gives them, as OpenEnv's
+/// server passes them: an integer beyond `u64` stays an exact int (it arrived as a float), and
+/// one beyond `f64` (`10**400`, which was refused) is an int of 401 digits.
+#[tokio::test]
+async fn integer_reset_fields_of_any_size_arrive_as_exact_ints() {
+    let source = reset_env(
+        "def reset(self, seed=None, n=0, m=0, f=0)",
+        "{'n': str(n), 'n_type': type(n).__name__, 'm_digits': len(str(m)), 'm_type': type(m).__name__, 'm_mod': m % 1000003, 'f': f}",
+    );
+    let mut sandbox = runtime()
+        .sandbox(&source, SandboxOptions::seeded(0))
+        .await
+        .unwrap();
+    let ten_400 = format!("1{}", "0".repeat(400));
+    let fields = ExtraFields::parse(&format!(
+        "{{\"n\": 18446744073709551617, \"m\": {ten_400}, \"f\": 2.5}}"
+    ))
+    .unwrap();
+    let (reset, dropped) = sandbox.reset_with(None, &fields).await.unwrap();
+    assert!(dropped.is_empty(), "{dropped:?}");
+    let info: serde_json::Value = serde_json::from_str(&reset.info).unwrap();
+    // 2**64 + 1, exactly; 10**400 mod 1000003, computed by hand below.
+    let m_mod = (0..400).fold(1u64, |acc, _| acc * 10 % 1_000_003);
+    assert_eq!(
+        info,
+        serde_json::json!({
+            "n": "18446744073709551617", "n_type": "int",
+            "m_digits": 401, "m_type": "int", "m_mod": m_mod, "f": 2.5,
+        })
+    );
 }
 
 /// Issue 53/3: an environment that replaces the prelude's field splitter cannot make a reset
@@ -481,7 +513,6 @@ async fn reset_fields_go_to_the_parameters_reset_takes_and_the_rest_are_dropped(
 /// frame): a name that is not a field, or one named twice, is a contract error of that reset.
 #[tokio::test]
 async fn a_replaced_field_splitter_cannot_invent_dropped_names() {
-    use serde_json::json;
     let splitters = [
         // 100,000 names of 1 KiB: 100 MiB that no request sent.
         "lambda env, fields: ((), (), ('x' * 1024,) * 100000)",
@@ -501,7 +532,7 @@ async fn a_replaced_field_splitter_cannot_invent_dropped_names() {
             .await
             .unwrap();
         let err = sandbox
-            .reset_with(None, json!({"level": 1}).as_object().unwrap())
+            .reset_with(None, &ExtraFields::parse(r#"{"level": 1}"#).unwrap())
             .await
             .unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Contract, "{splitter}: {err}");
