@@ -58,7 +58,6 @@ impl TimedBody {
 
     fn expire(&mut self, limit: Duration) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         self.timed_out.store(true, Ordering::SeqCst);
-        self.deadline = None;
         Poll::Ready(Some(Err(BodyError::TimedOut(limit))))
     }
 }
@@ -73,7 +72,8 @@ impl Body for TimedBody {
     ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         let this = self.get_mut();
         if this.timed_out.load(Ordering::SeqCst) {
-            return Poll::Ready(Some(Err(BodyError::TimedOut(Duration::ZERO))));
+            let limit = this.deadline.map_or(Duration::ZERO, |(limit, _)| limit);
+            return Poll::Ready(Some(Err(BodyError::TimedOut(limit))));
         }
         // Checked before the read too: a body that trickles in keeps the read ready, and the
         // deadline counts the whole body, not the gaps between its pieces.
