@@ -92,6 +92,15 @@ pub struct ServeArgs {
     /// within it is closed; 0: no limit).
     #[arg(long, default_value_t = 30.0, value_name = "S")]
     pub header_read_timeout: f64,
+    /// Seconds a request's whole body gets to arrive, counted from when its header was read;
+    /// past it the request is answered 408 and the connection closed (0: no limit).
+    #[arg(long, default_value_t = 30.0, value_name = "S")]
+    pub body_read_timeout: f64,
+    /// Seconds an HTTP answer (a trajectory download) may wait for a client that accepts none
+    /// of its bytes; past it the answer is ended and the connection closed, freeing its
+    /// download slot (0: no limit; WebSocket sends have --session-idle-timeout).
+    #[arg(long, default_value_t = 30.0, value_name = "S")]
+    pub write_stall_timeout: f64,
     /// Most TCP connections open at once (a WebSocket counts for its whole life); one more is
     /// answered 503 and closed at once. Default: 1024, or half the open-file limit if lower.
     #[arg(long, value_name = "N")]
@@ -119,6 +128,11 @@ pub struct ServeArgs {
     /// recently used files no loaded source uses are removed. Default 4 GiB.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub cache_disk: Option<u64>,
+    /// Bytes of compiled bytecode files, and of check verdict files, kept in the cache
+    /// directory, each (for example 256M): one file per distinct source; past it, the least
+    /// recently used are removed (compiled or checked again when needed). Default 256 MiB.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub cache_code_disk: Option<u64>,
     /// Load snapshots kept per source (one per `max_turns` a reset asks for); past it, the
     /// least recently used is dropped. Default 4.
     #[arg(long, default_value_t = Caches::default().plans_per_source, value_name = "N")]
@@ -145,6 +159,7 @@ impl ServeArgs {
                 None => defaults.memory_bytes,
             },
             disk_bytes: self.cache_disk.unwrap_or(defaults.disk_bytes),
+            code_disk_bytes: self.cache_code_disk.unwrap_or(defaults.code_disk_bytes),
             ..defaults
         })
     }
@@ -305,6 +320,8 @@ impl ServeArgs {
         };
         let idle_timeout = seconds(self.session_idle_timeout, "session-idle-timeout")?;
         let header_read_timeout = seconds(self.header_read_timeout, "header-read-timeout")?;
+        let body_read_timeout = seconds(self.body_read_timeout, "body-read-timeout")?;
+        let write_stall_timeout = seconds(self.write_stall_timeout, "write-stall-timeout")?;
         let shutdown_grace =
             seconds(self.shutdown_grace, "shutdown-grace")?.unwrap_or(Duration::ZERO);
         if self.max_sessions_per_token == Some(0) {
@@ -332,6 +349,8 @@ impl ServeArgs {
             max_downloads: self.max_downloads,
             max_message_bytes: self.max_message_bytes,
             header_read_timeout,
+            body_read_timeout,
+            write_stall_timeout,
             max_connections: self
                 .max_connections
                 .unwrap_or_else(spade_serve::default_max_connections),

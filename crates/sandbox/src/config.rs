@@ -76,6 +76,15 @@ pub struct Caches {
     /// snapshots of about a thousand typical sources; a removed file costs a later process one
     /// probe of its source.
     pub disk_bytes: u64,
+    /// Bytes that the compiled bytecode files (`code/`) and the verdict files (`verdicts/`) in
+    /// the cache directory may each hold: one file per distinct source compiled or checked, so
+    /// without a bound a client that registers many distinct sources fills the disk. After
+    /// each file is written, the least recently used files of its folder (by modification
+    /// time: a read touches it) are removed until the rest fit. Default 256 MiB: a typical
+    /// file is a few KiB to tens of KiB, so each folder keeps thousands of sources, far more
+    /// than a server's registrations (256 by default); a removed file costs a later compile or
+    /// check of its source, never a different result.
+    pub code_disk_bytes: u64,
 }
 
 impl Default for Caches {
@@ -85,6 +94,7 @@ impl Default for Caches {
             sources: 1024,
             memory_bytes: 512 << 20,
             disk_bytes: 4 << 30,
+            code_disk_bytes: 256 << 20,
         }
     }
 }

@@ -286,7 +286,12 @@ impl Runtime {
             return Ok(());
         };
         let name = verdict_cache::name(&self.artifact_key(), key);
-        verdict_cache::write(&cache.verdicts, &name, verdict)
+        verdict_cache::write(
+            &cache.verdicts,
+            &name,
+            verdict,
+            self.inner.config.caches.code_disk_bytes,
+        )
     }
 
     /// The file that caches the bytecode of `source` compiled under this runtime's limits
@@ -592,7 +597,8 @@ impl Runtime {
                 let code = Sandbox::compile(&self.inner.guest, self.limits.clone(), source).await?;
                 if let Some((dir, name)) = &cached {
                     // A compile that cannot be cached is done again by the next process.
-                    let _ = code_cache::write(dir, name, &code);
+                    let budget = self.inner.config.caches.code_disk_bytes;
+                    let _ = code_cache::write(dir, name, &code, budget);
                 }
                 code
             }

@@ -11,6 +11,7 @@
 //! See [`protocol`] for the message formats.
 
 pub mod admission;
+pub mod deadlines;
 mod fair;
 mod fork;
 mod held;

@@ -503,6 +503,10 @@ impl Registry {
         sha256: &str,
         bytes: usize,
     ) -> Result<Option<Arc<Registration>>, RegistryError> {
+        // Declared before the lock's guard, so dropped after it however this returns: an
+        // evicted registration's drop lets go of its source in the runtime (removing its
+        // snapshot files), which must not hold up every other lookup.
+        let mut evicted: Vec<Arc<Registration>> = Vec::new();
         let mut entries = self.write();
         match entries.envs.get(id) {
             Some(existing) if existing.sha256 == sha256 => {
@@ -528,18 +532,19 @@ impl Registry {
             }
             // The token's quota first, making room among its own registrations...
             while entries.tenant_count(tenant) + 1 > self.limits.max_per_token {
-                if !evict_one(&mut entries, Some(tenant)) {
+                let Some(victim) = evict_one(&mut entries, Some(tenant)) else {
                     return Err(RegistryError::QuotaFull {
                         used: entries.tenant_count(tenant),
                         max: self.limits.max_per_token,
                     });
-                }
+                };
+                evicted.push(victim);
             }
             // ...then the registry's, among everyone's.
             while entries.http_count + 1 > self.limits.max_registrations
                 || entries.http_bytes + bytes > self.limits.max_source_bytes
             {
-                if !evict_one(&mut entries, None) {
+                let Some(victim) = evict_one(&mut entries, None) else {
                     let what = if entries.http_count + 1 > self.limits.max_registrations {
                         format!(
                             "{} of {} registrations are taken",
@@ -552,7 +557,8 @@ impl Registry {
                         )
                     };
                     return Err(RegistryError::Full { what });
-                }
+                };
+                evicted.push(victim);
             }
             entries.add(tenant, bytes);
         }
@@ -743,8 +749,9 @@ impl Registry {
 }
 
 /// Evicts the least recently used HTTP registration (of `only`, when given) that no running
-/// episode holds. `false`: there is none.
-fn evict_one(entries: &mut Entries, only: Option<Tenant>) -> bool {
+/// episode holds, and hands it over, for the caller to drop once the lock is let go. `None`:
+/// there is none.
+fn evict_one(entries: &mut Entries, only: Option<Tenant>) -> Option<Arc<Registration>> {
     let victim = entries
         .envs
         .values()
@@ -756,12 +763,12 @@ fn evict_one(entries: &mut Entries, only: Option<Tenant>) -> bool {
         .min_by_key(|r| r.last_used.load(Ordering::Relaxed))
         .map(|r| (r.id.clone(), r.origin));
     let Some((id, Origin::Http(tenant))) = victim else {
-        return false;
+        return None;
     };
-    let removed = entries.envs.remove(&id).expect("the victim is registered");
+    let removed = entries.envs.remove(&id)?;
     entries.remove(tenant, removed.bytes);
     entries.mark_shared(&removed);
-    true
+    Some(removed)
 }
 
 /// A registration's reservation while its source is checked: the id marked as being checked

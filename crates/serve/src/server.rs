@@ -1,10 +1,12 @@
 //! The server: configuration, shared state, routes, authentication and graceful shutdown.
 
+use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use axum::Router;
@@ -25,6 +27,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
 
 use crate::admission::Admission;
+use crate::deadlines::{BodyError, TimedBody, WriteDeadline, WriteDeadlineSwitch};
 use crate::held::{HeldSessions, SharedSession};
 use crate::recordings::{DEFAULT_MAX_DOWNLOADS, DEFAULT_MAX_RECORD_BYTES, Recordings};
 use crate::registry::{Registry, Tenant};
@@ -78,6 +81,19 @@ pub struct ServeConfig {
     /// connection that trickles one, or idles, holds a file descriptor for nothing). `None`:
     /// no limit.
     pub header_read_timeout: Option<Duration>,
+    /// A request's whole body must arrive within this long, counted from when its header was
+    /// read; past it the request is answered `408` and the connection closed. Default 30 s,
+    /// the header read timeout's order (a 1 MiB body, the largest by default, needs 35 KB/s):
+    /// without it a client that sends a header and then trickles or withholds its body holds
+    /// its connection and a task for ever. `None`: no limit.
+    pub body_read_timeout: Option<Duration>,
+    /// An answer whose client accepts no byte of it for this long is ended and its connection
+    /// closed, which frees what the answer held (a trajectory download's slot among
+    /// [`ServeConfig::max_downloads`] and its file). Any byte accepted starts the count again.
+    /// Not for WebSocket sessions, whose sends have [`ServeConfig::idle_timeout`]. Default 30 s:
+    /// the kernel's socket buffers hold megabytes, so only a client that stopped reading waits
+    /// that long. `None`: no limit.
+    pub write_stall_timeout: Option<Duration>,
     /// Most TCP connections open at once (HTTP, and WebSocket for their whole life); one more
     /// is answered `503` and closed at once, before its request is read. Default 1,024, at
     /// most half the process's open-file limit: without a cap, clients that open connections
@@ -108,6 +124,8 @@ impl Default for ServeConfig {
             max_downloads: DEFAULT_MAX_DOWNLOADS,
             max_message_bytes: 1 << 20,
             header_read_timeout: Some(Duration::from_secs(30)),
+            body_read_timeout: Some(Duration::from_secs(30)),
+            write_stall_timeout: Some(Duration::from_secs(30)),
             max_connections: default_max_connections(),
             shutdown_grace: Duration::from_secs(30),
             max_sessions_per_token: None,
@@ -343,14 +361,28 @@ impl Server {
             // ACKs add tens of milliseconds to a step.
             let _ = tcp.set_nodelay(true);
             let slot = ConnectionSlot(Arc::new(slot));
+            let io = WriteDeadline::new(tcp, config.write_stall_timeout);
+            let write_deadline = io.switch();
             let router = app.clone();
-            let service = service_fn(move |mut request: Request<Incoming>| {
+            let body_limit = config.body_read_timeout;
+            let service = service_fn(move |request: Request<Incoming>| {
+                let (parts, body) = request.into_parts();
+                let body = TimedBody::new(body, body_limit);
+                let timed_out = body.timed_out();
+                let mut request = Request::from_parts(parts, body);
                 request.extensions_mut().insert(slot.clone());
+                request.extensions_mut().insert(write_deadline.clone());
                 let mut router = router.clone();
-                tower_service::Service::call(&mut router, request)
+                async move {
+                    let response = tower_service::Service::call(&mut router, request).await?;
+                    Ok::<_, Infallible>(match body_limit {
+                        Some(limit) if timed_out.load(Ordering::SeqCst) => body_timed_out(limit),
+                        _ => response,
+                    })
+                }
             });
             let conn = http
-                .serve_connection(TokioIo::new(tcp), service)
+                .serve_connection(TokioIo::new(io), service)
                 .with_upgrades();
             let mut shutdown = state.shutdown.clone();
             connections.spawn(async move {
@@ -395,6 +427,20 @@ impl Server {
 /// [`ServeConfig::max_connections`], which a WebSocket keeps for its whole life.
 #[derive(Clone)]
 struct ConnectionSlot(#[allow(dead_code)] Arc<OwnedSemaphorePermit>);
+
+/// The answer to a request whose body did not arrive within [`ServeConfig::body_read_timeout`]:
+/// 408, and the connection is closed (the rest of the body is never read).
+fn body_timed_out(limit: Duration) -> Response {
+    let mut response = http::error(
+        StatusCode::REQUEST_TIMEOUT,
+        BodyError::TimedOut(limit).to_string(),
+        Map::new(),
+    );
+    response
+        .headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    response
+}
 
 /// Answers a connection over [`ServeConfig::max_connections`] with a 503 and closes it, at once
 /// (one write that does not wait: a client that does not read gets the close alone).
@@ -449,6 +495,7 @@ async fn websocket(
     State(state): State<Arc<AppState>>,
     Extension(tenant): Extension<Tenant>,
     connection: Option<Extension<ConnectionSlot>>,
+    write_deadline: Option<Extension<WriteDeadlineSwitch>>,
     Query(query): Query<WsQuery>,
     upgrade: WebSocketUpgrade,
 ) -> Response {
@@ -464,6 +511,10 @@ async fn websocket(
     };
     upgrade.on_upgrade(move |socket| async move {
         let _connection = connection;
+        // A WebSocket's sends have the session's own deadline (the idle timeout).
+        if let Some(Extension(switch)) = write_deadline {
+            switch.turn_off();
+        }
         let session = async {
             match (held, own) {
                 (Some(id), _) => match state.held.attach(&id, tenant) {

@@ -33,6 +33,18 @@ fn bad_command_lines_are_clear_errors() {
         "--session-idle-timeout must be a number of seconds",
     );
     fails_with(
+        &["serve", "--body-read-timeout=-1"],
+        None,
+        1,
+        "--body-read-timeout must be a number of seconds, 0 or more",
+    );
+    fails_with(
+        &["serve", "--write-stall-timeout=NaN"],
+        None,
+        1,
+        "--write-stall-timeout must be a number of seconds, 0 or more",
+    );
+    fails_with(
         &["serve", "--token-file", "tests/nope-token"],
         None,
         1,

@@ -5,6 +5,7 @@ mod admission;
 mod caches;
 mod cli;
 mod connections;
+mod deadlines;
 mod fork;
 pub mod harness;
 mod limits;

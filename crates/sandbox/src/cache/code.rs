@@ -43,20 +43,26 @@ pub(crate) fn path(
         .join(name(artifact_key, source_sha256, limits))
 }
 
-/// The cached bytecode `name` in `dir`, if it is there, private and intact.
+/// The cached bytecode `name` in `dir`, if it is there, private and intact (a read is a use:
+/// it touches the file, so [`write`]'s trim removes it last).
 pub(crate) fn read(dir: &CacheDir, name: &str) -> Option<Vec<u8>> {
     read_framed(dir, name, FORMAT)
 }
 
-/// Caches `code` as the file `name` in `dir` (atomically, private).
-pub(crate) fn write(dir: &CacheDir, name: &str, code: &[u8]) -> std::io::Result<()> {
-    write_framed(dir, name, FORMAT, code)
+/// Caches `code` as the file `name` in `dir` (atomically, private), then removes the least
+/// recently used code files until the folder holds at most `budget` bytes.
+pub(crate) fn write(dir: &CacheDir, name: &str, code: &[u8], budget: u64) -> std::io::Result<()> {
+    write_framed(dir, name, FORMAT, code)?;
+    dir.trim_lru(budget, |file| file.ends_with(".code"));
+    Ok(())
 }
 
 /// The body of the file `name` whose first line is `"{format} {len} {sha256}"`, if it is there,
 /// private and intact.
 pub(crate) fn read_framed(dir: &CacheDir, name: &str, format: &str) -> Option<Vec<u8>> {
     let bytes = dir.read(name).ok()??;
+    // A use: the least recently used files of the folder are the first removed.
+    let _ = dir.touch(name);
     let newline = bytes.iter().position(|&b| b == b'\n')?;
     let header = std::str::from_utf8(&bytes[..newline]).ok()?;
     let mut fields = header.split(' ');
@@ -98,7 +104,7 @@ mod tests {
         let file = path(&root, "artifact", "source", &Limits::default());
         assert_eq!(file, dir.path().join(&name));
         assert!(read(&dir, &name).is_none(), "nothing is cached yet");
-        write(&dir, &name, b"\x00bytecode\nwith a newline").unwrap();
+        write(&dir, &name, b"\x00bytecode\nwith a newline", u64::MAX).unwrap();
         assert_eq!(read(&dir, &name).unwrap(), b"\x00bytecode\nwith a newline");
         let mut bytes = std::fs::read(&file).unwrap();
         *bytes.last_mut().unwrap() ^= 1;

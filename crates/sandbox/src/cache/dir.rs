@@ -210,6 +210,35 @@ impl CacheDir {
         Ok(files)
     }
 
+    /// Removes the least recently used files of this directory (oldest modification time
+    /// first: a read touches its file) that `removable` allows, until all of its files hold at
+    /// most `budget` bytes; returns how many were removed. Files that are not removable stay
+    /// even past the budget. A file that cannot be removed is left for the next trim.
+    pub(crate) fn trim_lru(&self, budget: u64, removable: impl Fn(&str) -> bool) -> usize {
+        let Ok(mut files) = self.files() else {
+            return 0;
+        };
+        let mut total: u64 = files.iter().map(|file| file.bytes).sum();
+        if total <= budget {
+            return 0;
+        }
+        files.sort_by_key(|file| file.modified_nanos);
+        let mut removed = 0;
+        for file in files {
+            if total <= budget {
+                break;
+            }
+            if !removable(&file.name) {
+                continue;
+            }
+            if self.remove(&file.name).is_ok() {
+                total = total.saturating_sub(file.bytes);
+                removed += 1;
+            }
+        }
+        removed
+    }
+
     /// Removes the file `name` (a missing file is not an error).
     pub(crate) fn remove(&self, name: &str) -> std::io::Result<()> {
         match rustix::fs::unlinkat(&self.fd, name, AtFlags::empty()) {

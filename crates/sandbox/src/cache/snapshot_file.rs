@@ -184,28 +184,7 @@ pub(crate) fn write(dir: &CacheDir, name: &str, plan: &LoadPlan) -> std::io::Res
 /// bytes; returns how many were removed. Files in use stay even past the budget (the plans in
 /// memory bound them). A file that cannot be removed is left for the next trim.
 pub(crate) fn trim(dir: &CacheDir, budget: u64, in_use: impl Fn(&str) -> bool) -> usize {
-    let Ok(mut files) = dir.files() else {
-        return 0;
-    };
-    let mut total: u64 = files.iter().map(|file| file.bytes).sum();
-    if total <= budget {
-        return 0;
-    }
-    files.sort_by_key(|file| file.modified_nanos);
-    let mut removed = 0;
-    for file in files {
-        if total <= budget {
-            break;
-        }
-        if !file.name.ends_with(".snap") || in_use(&file.name) {
-            continue;
-        }
-        if dir.remove(&file.name).is_ok() {
-            total = total.saturating_sub(file.bytes);
-            removed += 1;
-        }
-    }
-    removed
+    dir.trim_lru(budget, |name| name.ends_with(".snap") && !in_use(name))
 }
 
 #[cfg(test)]

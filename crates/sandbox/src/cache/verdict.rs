@@ -31,9 +31,17 @@ pub(crate) fn read(dir: &CacheDir, name: &str) -> Option<Vec<u8>> {
     read_framed(dir, name, FORMAT)
 }
 
-/// Caches `verdict` as `name` (atomically, private).
-pub(crate) fn write(dir: &CacheDir, name: &str, verdict: &[u8]) -> std::io::Result<()> {
-    write_framed(dir, name, FORMAT, verdict)
+/// Caches `verdict` as `name` (atomically, private), then removes the least recently used
+/// verdict files (a read touches its file) until the folder holds at most `budget` bytes.
+pub(crate) fn write(
+    dir: &CacheDir,
+    name: &str,
+    verdict: &[u8],
+    budget: u64,
+) -> std::io::Result<()> {
+    write_framed(dir, name, FORMAT, verdict)?;
+    dir.trim_lru(budget, |file| file.ends_with(".verdict"));
+    Ok(())
 }
 
 #[cfg(test)]
@@ -49,7 +57,7 @@ mod tests {
         assert_ne!(name, super::name("artifact", "other key"));
         assert_ne!(name, super::name("other artifact", "key"));
         assert_eq!(read(&dir, &name), None);
-        write(&dir, &name, b"{\"accepted\": true}").unwrap();
+        write(&dir, &name, b"{\"accepted\": true}", u64::MAX).unwrap();
         assert_eq!(
             read(&dir, &name).as_deref(),
             Some(&b"{\"accepted\": true}"[..])

@@ -379,6 +379,155 @@ async fn cache_files_truncated_under_a_live_runtime_cannot_fault_it() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// Bytes of the regular files directly in `dir`.
+#[cfg(unix)]
+fn folder_bytes(dir: &std::path::Path) -> u64 {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().metadata().unwrap())
+        .filter(|meta| meta.is_file())
+        .map(|meta| meta.len())
+        .sum()
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn the_verdict_folder_stays_within_its_bound_least_recently_used_out() {
+    // Without a bound, every distinct source checked left a verdict file for ever: a tenant
+    // registering many distinct sources could fill the disk.
+    let dir = private_cache_with_the_guest("spade-cache-verdict-bound");
+    let bound: u64 = 24 << 10;
+    let runtime = spade_sandbox::Runtime::new(spade_sandbox::Config {
+        cache_dir: Some(dir.clone()),
+        caches: spade_sandbox::Caches {
+            code_disk_bytes: bound,
+            ..spade_sandbox::Caches::default()
+        },
+        ..spade_sandbox::Config::default()
+    })
+    .unwrap();
+    let verdict = |i: usize| {
+        format!(
+            "{{\"accepted\": {}, \"pad\": \"{}\"}}",
+            i.is_multiple_of(2),
+            "x".repeat(1000)
+        )
+    };
+    let folder = dir.join("verdicts");
+    for i in 0..80 {
+        runtime
+            .store_verdict(&format!("source-{i}"), verdict(i).as_bytes())
+            .unwrap();
+        assert!(
+            folder_bytes(&folder) <= bound,
+            "after {} verdicts the folder holds {} bytes, over its bound of {bound}",
+            i + 1,
+            folder_bytes(&folder)
+        );
+        // Verdict 0 is read often (a registration played again): reads keep it.
+        if i.is_multiple_of(4) {
+            assert_eq!(
+                runtime.cached_verdict("source-0").unwrap(),
+                verdict(0).as_bytes()
+            );
+        }
+        // Modification times have the kernel's tick as their grain: let the order show.
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // An evicted verdict is gone, so the caller checks its source again; every verdict still
+    // there is its own key's.
+    assert_eq!(
+        runtime.cached_verdict("source-1"),
+        None,
+        "the oldest unread verdict is evicted"
+    );
+    assert_eq!(
+        runtime.cached_verdict("source-0").unwrap(),
+        verdict(0).as_bytes()
+    );
+    let kept: Vec<usize> = (0..80)
+        .filter(|&i| match runtime.cached_verdict(&format!("source-{i}")) {
+            Some(bytes) => {
+                assert_eq!(
+                    bytes,
+                    verdict(i).as_bytes(),
+                    "verdict {i} came back as another's"
+                );
+                true
+            }
+            None => false,
+        })
+        .collect();
+    assert!(kept.contains(&79), "the newest verdict is kept: {kept:?}");
+    assert!(
+        kept.len() < 40,
+        "at most the bound's worth is kept: {kept:?}"
+    );
+    // Stored again (the check ran again), an evicted verdict is served again.
+    runtime
+        .store_verdict("source-1", verdict(1).as_bytes())
+        .unwrap();
+    assert_eq!(
+        runtime.cached_verdict("source-1").unwrap(),
+        verdict(1).as_bytes()
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn the_code_folder_stays_within_its_bound_and_an_evicted_source_compiles_again() {
+    let dir = private_cache_with_the_guest("spade-cache-code-bound");
+    let config = |bound: u64| spade_sandbox::Config {
+        cache_dir: Some(dir.clone()),
+        caches: spade_sandbox::Caches {
+            code_disk_bytes: bound,
+            ..spade_sandbox::Caches::default()
+        },
+        ..spade_sandbox::Config::default()
+    };
+    let source = |i: usize| format!("{}\n# distinct source {i}\n", env_source("grid_walk"));
+    let play = |runtime: spade_sandbox::Runtime, text: String| async move {
+        let prepared = runtime.prepare(&text).await.unwrap();
+        let mut sandbox = runtime
+            .sandbox_from(&prepared, SandboxOptions::seeded(4))
+            .await
+            .unwrap();
+        let first = sandbox.reset(Some(4)).await.unwrap().observation;
+        let step = sandbox.step("\\boxed{right}").await.unwrap();
+        (first, step.observation, step.reward)
+    };
+    // One file's size, to bound the folder at three and a half of them.
+    let probe = spade_sandbox::Runtime::new(config(u64::MAX)).unwrap();
+    let expected = play(probe.clone(), source(0)).await;
+    let file = probe
+        .code_file(&probe.prepare(&source(0)).await.unwrap())
+        .unwrap();
+    let one = std::fs::metadata(&file).unwrap().len();
+    let bound = one * 7 / 2;
+    // A later process, bounded, compiles eight more distinct sources.
+    let runtime = spade_sandbox::Runtime::new(config(bound)).unwrap();
+    for i in 1..=8 {
+        runtime.prepare(&source(i)).await.unwrap();
+        let held = folder_bytes(&dir.join("code"));
+        assert!(
+            held <= bound,
+            "after source {i} the folder holds {held} bytes, over {bound}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(
+        !file.exists(),
+        "the least recently used code file is removed"
+    );
+    // A new process compiles source 0 again (its file comes back) and plays it the same.
+    let again = spade_sandbox::Runtime::new(config(bound)).unwrap();
+    assert_eq!(play(again, source(0)).await, expected);
+    assert!(file.exists(), "the compile wrote the file again");
+    assert!(folder_bytes(&dir.join("code")) <= bound);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// Every file under `dir`.
 #[cfg(unix)]
 fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
