@@ -6,7 +6,9 @@
 //! 200% is both cores of a two-core machine. The peak is the kernel's high-water mark of the
 //! resident set (`VmHWM`), reset before each update through `/proc/self/clear_refs`, so each
 //! update reports its own peak; bytes per token is that peak less the resident set before the
-//! update, over the update's tokens: the constant of the update's linear memory growth.
+//! first update of the kind (the model and its optimiser state, before any activation: the
+//! allocator keeps freed memory, so the resident set before a later update already holds the
+//! earlier one's), over the update's tokens: the constant of the update's linear memory growth.
 use std::time::Instant;
 
 /// `/proc/self/stat`'s clock: Linux reports process times in `USER_HZ` ticks, fixed at 100
@@ -102,6 +104,7 @@ pub fn time_updates(
     runs: usize,
     mut step: impl FnMut() -> anyhow::Result<()>,
 ) -> anyhow::Result<()> {
+    let base = sample()?.rss;
     for run in 1..=runs.max(1) {
         reset_peak()?;
         let before = sample()?;
@@ -110,7 +113,7 @@ pub fn time_updates(
         let secs = start.elapsed().as_secs_f64();
         let after = sample()?;
         let peak = peak_bytes()?;
-        let added = peak.saturating_sub(before.rss) as f64 / tokens.max(1) as f64;
+        let added = peak.saturating_sub(base) as f64 / tokens.max(1) as f64;
         say!(
             "| {label}, run {run} | {tokens} | {secs:.2} | {:.1} | {:.0} | {:.0} | {added:.0} |",
             tokens as f64 / secs,
