@@ -19,6 +19,40 @@ mod commands;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// mimalloc's settings for training, made before the first command runs.
+#[cfg(feature = "train")]
+#[allow(unsafe_code)]
+mod allocator {
+    use std::ffi::{c_int, c_long};
+
+    // mimalloc's C API (the static library the `mimalloc` crate links).
+    unsafe extern "C" {
+        fn mi_option_set(option: c_int, value: c_long);
+    }
+
+    /// `mi_option_purge_delay` in mimalloc 2's `mi_option_t`.
+    const PURGE_DELAY: c_int = 15;
+
+    /// Milliseconds mimalloc waits before it gives freed memory back to the OS: -1, never
+    /// (mimalloc's default is 10). A training update frees and allocates gigabytes of
+    /// tensors op after op, each op taking longer than 10 ms: with the default, memory was
+    /// returned between ops and every page of the next tensor faulted in and was zeroed
+    /// afresh, a sixth of the update's time (docs/benchmarks.md, "Training at PyTorch's
+    /// speed"). Kept, freed memory serves the next op; the peak RSS is unchanged, and the
+    /// process holds its peak until it exits. `MIMALLOC_PURGE_DELAY` in the environment
+    /// still decides, for measuring.
+    const PURGE_DELAY_MS: c_long = -1;
+
+    /// Applies [`PURGE_DELAY_MS`] unless the environment sets mimalloc's purge delay.
+    pub fn configure() {
+        if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
+            // SAFETY: mi_option_set takes plain integers and may be called at any time;
+            // the option is read when memory is next freed.
+            unsafe { mi_option_set(PURGE_DELAY, PURGE_DELAY_MS) };
+        }
+    }
+}
+
 /// spade: self-play in generated, executable environments, with a WebAssembly sandbox.
 #[derive(Debug, Parser)]
 #[command(name = "spade", version, about)]
@@ -89,6 +123,8 @@ fn missing_train_feature(command: &str) -> Option<String> {
 }
 
 fn main() -> ExitCode {
+    #[cfg(feature = "train")]
+    allocator::configure();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(err) => {

@@ -1,10 +1,10 @@
 //! Log-probabilities of completions given prompts, on the training path.
 use std::ops::Range;
 
-use candle_core::{D, Tensor};
+use candle_core::Tensor;
 
 use crate::error::{ModelError, Result};
-use crate::model::{Decoder, train_ops};
+use crate::model::{Decoder, TrainOps, train_ops};
 
 /// One (prompt, completion) pair of token ids.
 #[derive(Debug, Clone, Copy)]
@@ -51,22 +51,27 @@ pub struct Spans<'a> {
 /// a tensor `(sum of span lengths,)` on the autograd graph. Only the hidden states that predict
 /// a scored token go through the LM head.
 pub fn span_logprobs(model: &Decoder, batch: &[Spans]) -> Result<Tensor> {
-    let (logp, targets) = span_distributions(model, batch)?;
-    Ok(logp.gather(&targets, D::Minus1)?.squeeze(1)?)
+    Ok(span_logprobs_and_entropy(model, batch)?.0)
 }
 
 /// [`span_logprobs`] and, beside it, the entropy in nats of the policy's whole next-token
 /// distribution at each scored position, `-sum_v p(v) log p(v)`: two tensors `(sum of span
 /// lengths,)`, both on the autograd graph.
 pub fn span_logprobs_and_entropy(model: &Decoder, batch: &[Spans]) -> Result<(Tensor, Tensor)> {
-    let (logp, targets) = span_distributions(model, batch)?;
-    let entropy = logp.exp()?.mul(&logp)?.sum(D::Minus1)?.neg()?;
-    Ok((logp.gather(&targets, D::Minus1)?.squeeze(1)?, entropy))
+    let (logits, targets) = span_logits(model, batch)?;
+    if model.train_ops() == TrainOps::Fused {
+        return Ok(train_ops::target_logprob_entropy(&logits, &targets)?);
+    }
+    let logp = train_ops::log_softmax(&logits)?;
+    let ids = Tensor::from_slice(&targets, (targets.len(), 1), logits.device())?;
+    let lp = logp.gather(&ids, candle_core::D::Minus1)?.squeeze(1)?;
+    let entropy = logp.exp()?.mul(&logp)?.sum(candle_core::D::Minus1)?.neg()?;
+    Ok((lp, entropy))
 }
 
-/// The log-softmax over the vocabulary at every position that predicts a scored token,
-/// `(n, vocab)`, and those tokens, `(n, 1)`.
-fn span_distributions(model: &Decoder, batch: &[Spans]) -> Result<(Tensor, Tensor)> {
+/// The logits over the vocabulary at every position that predicts a scored token,
+/// `(n, vocab)`, and those tokens (`n`).
+fn span_logits(model: &Decoder, batch: &[Spans]) -> Result<(Tensor, Vec<u32>)> {
     let device = model.device();
     let width = batch
         .iter()
@@ -109,8 +114,5 @@ fn span_distributions(model: &Decoder, batch: &[Spans]) -> Result<(Tensor, Tenso
         }
     }
     let picked = Tensor::cat(&rows, 0)?;
-    let logp = train_ops::log_softmax(&model.lm_head_train(&picked)?)?;
-    let n = targets.len();
-    let targets = Tensor::from_vec(targets, (n, 1), device)?;
-    Ok((logp, targets))
+    Ok((model.lm_head_train(&picked)?, targets))
 }

@@ -14,4 +14,6 @@ mod llama;
 pub mod model;
 pub mod sandbox;
 #[cfg(feature = "train")]
+mod update;
+#[cfg(feature = "train")]
 mod variant;

@@ -9,7 +9,9 @@ use spade_model::fetch;
 use spade_model::grpo::{GrpoConfig, GrpoSample, GrpoTrainer};
 use spade_model::logprob::{Pair, completion_logprobs};
 use spade_model::model::kernels::decode_quant_matmul::{self as quant_matmul, Kernel};
-use spade_model::model::{DecodeWeights, Decoder, LoraConfig, ModelConfig, TrainAttention, lora};
+use spade_model::model::{
+    DecodeWeights, Decoder, LoraConfig, ModelConfig, TrainAttention, TrainOps, lora,
+};
 
 use super::variant::DecodeVariant;
 use spade_model::optim::{AdamW, AdamWConfig};
@@ -48,13 +50,27 @@ pub struct BenchModel {
     /// Turns per episode in the multi-turn agent measurement.
     #[arg(long, default_value_t = 4)]
     pub turns: usize,
-    /// Also time one full fine-tuning update.
+    /// Also time full fine-tuning updates.
     #[arg(long)]
     full: bool,
+    /// Advantage of a one-sample update batch (`--batch 1`; a group's advantages are
+    /// `i - (batch - 1) / 2`, and one sample alone would have advantage 0).
+    #[arg(long, allow_hyphen_values = true)]
+    advantage: Option<f64>,
+    /// Updates timed per kind (LoRA, full); the first pays for first-touch allocations.
+    #[arg(long, default_value_t = 2)]
+    update_runs: usize,
+    /// Time only the updates: skip the sampling, agreement and multi-turn measurements.
+    #[arg(long)]
+    update_only: bool,
     /// How the update computes attention: `blockwise` (the default: memory linear in the
     /// sequence length) or `plain` (every head's full score matrix; for comparison).
     #[arg(long, value_enum, default_value_t = AttentionArg::Blockwise)]
     train_attention: AttentionArg,
+    /// The update's RMSNorm, SiLU·up and loss: `fused` (the default: one op each with its own
+    /// backward, rows on every thread) or `composed` (candle's ops; for comparison).
+    #[arg(long, value_enum, default_value_t = OpsArg::Fused)]
+    train_ops: OpsArg,
     /// Decode variants to measure, in order, each compared with the first: `f32`, or
     /// quantised weights (`q8_0`, `gguf`) with f32 or 8-bit inputs (`gguf:f32`, `gguf:q8`).
     #[arg(
@@ -195,136 +211,143 @@ impl BenchModel {
         };
         let mut lora_model = model.clone();
         let adapters = lora::attach_new(&mut lora_model, &lcfg, 0)?;
-        say!(
-            "sampling: LoRA r={} on every projection; prompt {} tokens, {} new tokens, G=1 and G={}",
-            self.rank,
-            self.prompt,
-            self.tokens,
-            self.group
-        );
-        let kernels = self
-            .quant_kernels
-            .iter()
-            .map(|name| {
-                Kernel::from_name(name)
-                    .ok_or_else(|| anyhow::anyhow!("unknown quantised kernel `{name}`"))
-            })
-            .collect::<anyhow::Result<Vec<_>>>()?;
-        // The llama.cpp server runs beside spade's measurements: each round measures it, then
-        // every spade variant, and each figure keeps its fastest round (the machine is shared).
-        let server = match (&self.llama_server, &path) {
-            (Some(spec), Some(gguf)) => {
-                let threads = self
-                    .llama_threads
-                    .unwrap_or_else(candle_core::utils::get_num_threads);
-                let mut extra = Vec::new();
-                if let Some(poll) = self.llama_poll {
-                    extra.extend(["--poll".to_string(), poll.to_string()]);
-                }
-                Some(start_llama(
-                    spec,
-                    gguf,
-                    &prompts,
-                    self.tokens,
-                    threads,
-                    &extra,
-                )?)
-            }
-            _ => None,
-        };
         let mut llama: Option<(LlamaTimings, LlamaTimings)> = None;
         let mut measured: Vec<Measured> = Vec::new();
-        for round in 0..self.rounds.max(1) {
-            if let Some(server) = &server {
-                let now = (
-                    server.complete(&prompts[0], self.tokens, 1)?,
-                    server.complete_all(&prompts, self.tokens)?,
-                );
-                llama = Some(match llama {
-                    Some((one, all)) => (one.fastest(&now.0), all.fastest(&now.1)),
-                    None => now,
-                });
-            }
-            let mut i = 0;
-            for &v in &self.decode_weights {
-                let w = v.weights;
-                if w == DecodeWeights::Gguf && !is_gguf {
-                    if round == 0 {
-                        say!(
-                            "decode weights gguf: skipped (not a GGUF model; it would equal q8_0)"
-                        );
+        if !self.update_only {
+            say!(
+                "sampling: LoRA r={} on every projection; prompt {} tokens, {} new tokens, G=1 and G={}",
+                self.rank,
+                self.prompt,
+                self.tokens,
+                self.group
+            );
+            let kernels = self
+                .quant_kernels
+                .iter()
+                .map(|name| {
+                    Kernel::from_name(name)
+                        .ok_or_else(|| anyhow::anyhow!("unknown quantised kernel `{name}`"))
+                })
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            // The llama.cpp server runs beside spade's measurements: each round measures it, then
+            // every spade variant, and each figure keeps its fastest round (the machine is shared).
+            let server = match (&self.llama_server, &path) {
+                (Some(spec), Some(gguf)) => {
+                    let threads = self
+                        .llama_threads
+                        .unwrap_or_else(candle_core::utils::get_num_threads);
+                    let mut extra = Vec::new();
+                    if let Some(poll) = self.llama_poll {
+                        extra.extend(["--poll".to_string(), poll.to_string()]);
                     }
-                    continue;
+                    Some(start_llama(
+                        spec,
+                        gguf,
+                        &prompts,
+                        self.tokens,
+                        threads,
+                        &extra,
+                    )?)
                 }
-                let runs: Vec<Option<Kernel>> = if w == DecodeWeights::F32 || kernels.is_empty() {
-                    vec![None]
-                } else {
-                    kernels.iter().copied().map(Some).collect()
-                };
-                for kernel in runs {
-                    quant_matmul::force_kernel(kernel)?;
-                    let decode = lora_model.set_decode_weights(w, v.activations)?;
-                    if round == 0 {
-                        say!("decode weights {decode}");
+                _ => None,
+            };
+            for round in 0..self.rounds.max(1) {
+                if let Some(server) = &server {
+                    let now = (
+                        server.complete(&prompts[0], self.tokens, 1)?,
+                        server.complete_all(&prompts, self.tokens)?,
+                    );
+                    llama = Some(match llama {
+                        Some((one, all)) => (one.fastest(&now.0), all.fastest(&now.1)),
+                        None => now,
+                    });
+                }
+                let mut i = 0;
+                for &v in &self.decode_weights {
+                    let w = v.weights;
+                    if w == DecodeWeights::Gguf && !is_gguf {
+                        if round == 0 {
+                            say!(
+                                "decode weights gguf: skipped (not a GGUF model; it would equal q8_0)"
+                            );
+                        }
+                        continue;
                     }
-                    let label = match kernel {
-                        Some(k) => format!("{w} {}", k.loop_name(v.activations)),
-                        None if w == DecodeWeights::F32 => v.to_string(),
-                        None => format!("{w} {}", quant_matmul::kernel().loop_name(v.activations)),
+                    let runs: Vec<Option<Kernel>> = if w == DecodeWeights::F32 || kernels.is_empty()
+                    {
+                        vec![None]
+                    } else {
+                        kernels.iter().copied().map(Some).collect()
                     };
-                    let m = measure(&lora_model, &tokenizer, &prompts, &params, &label)?;
-                    match measured.get_mut(i) {
-                        Some(best) => best.keep_fastest(&m),
-                        None => measured.push(m),
+                    for kernel in runs {
+                        quant_matmul::force_kernel(kernel)?;
+                        let decode = lora_model.set_decode_weights(w, v.activations)?;
+                        if round == 0 {
+                            say!("decode weights {decode}");
+                        }
+                        let label = match kernel {
+                            Some(k) => format!("{w} {}", k.loop_name(v.activations)),
+                            None if w == DecodeWeights::F32 => v.to_string(),
+                            None => {
+                                format!("{w} {}", quant_matmul::kernel().loop_name(v.activations))
+                            }
+                        };
+                        let m = measure(&lora_model, &tokenizer, &prompts, &params, &label)?;
+                        match measured.get_mut(i) {
+                            Some(best) => best.keep_fastest(&m),
+                            None => measured.push(m),
+                        }
+                        i += 1;
                     }
-                    i += 1;
+                    quant_matmul::force_kernel(None)?;
                 }
-                quant_matmul::force_kernel(None)?;
             }
-        }
-        if self.rounds > 1 {
-            say!("fastest of {} rounds per figure", self.rounds);
-        }
-        print_sampling(&measured, self.group);
-        say!("peak RSS after sampling: {:.0} MiB", peak_rss_mib());
-        match (&path, self.agreement_tokens) {
-            (_, 0) => {}
-            (None, _) => say!(
-                "greedy agreement: skipped (the model is not fetched; random weights answer nothing)"
-            ),
-            (Some(p), tokens) => {
-                let mut loaded = crate::commands::load_model(Some(p))?;
-                let variants: Vec<DecodeVariant> = self
-                    .decode_weights
-                    .iter()
-                    .copied()
-                    .filter(|v| is_gguf || v.weights != DecodeWeights::Gguf)
-                    .collect();
-                super::agreement::run(&mut loaded, &variants, tokens)?;
+            if self.rounds > 1 {
+                say!("fastest of {} rounds per figure", self.rounds);
             }
-        }
-        if self.episodes > 0 {
-            say!("| measurement | tokens | seconds | tokens/s |");
-            say!("|---|---|---|---|");
-            multi_turn(
-                &lora_model,
-                &tokenizer,
-                &prompt,
-                self.episodes,
-                self.turns,
-                &params,
-            )?;
+            print_sampling(&measured, self.group);
+            say!("peak RSS after sampling: {:.0} MiB", peak_rss_mib());
+            match (&path, self.agreement_tokens) {
+                (_, 0) => {}
+                (None, _) => say!(
+                    "greedy agreement: skipped (the model is not fetched; random weights answer nothing)"
+                ),
+                (Some(p), tokens) => {
+                    let mut loaded = crate::commands::load_model(Some(p))?;
+                    let variants: Vec<DecodeVariant> = self
+                        .decode_weights
+                        .iter()
+                        .copied()
+                        .filter(|v| is_gguf || v.weights != DecodeWeights::Gguf)
+                        .collect();
+                    super::agreement::run(&mut loaded, &variants, tokens)?;
+                }
+            }
+            if self.episodes > 0 {
+                say!("| measurement | tokens | seconds | tokens/s |");
+                say!("|---|---|---|---|");
+                multi_turn(
+                    &lora_model,
+                    &tokenizer,
+                    &prompt,
+                    self.episodes,
+                    self.turns,
+                    &params,
+                )?;
+            }
         }
         let half = self.seq / 4;
+        let advantages = super::update::advantages(self.batch, self.advantage)?;
         let samples: Vec<GrpoSample> = (0..self.batch)
-            .map(|i| {
+            .zip(advantages)
+            .map(|(i, advantage)| {
                 GrpoSample::new(
                     prompt.iter().cycle().take(half).copied().collect(),
                     (0..self.seq - half)
                         .map(|k| 200 + ((k * 7 + i) as u32 % 1000))
                         .collect(),
                     vec![-5.0; self.seq - half],
-                    i as f64 - (self.batch as f64 - 1.0) / 2.0,
+                    advantage,
                 )
             })
             .collect();
@@ -335,46 +358,74 @@ impl BenchModel {
         };
         let attention = self.train_attention.get();
         lora_model.set_train_attention(attention);
+        lora_model.set_train_ops(self.train_ops.get());
         let opt = AdamW::new(adapters.all_vars(), AdamWConfig::default())?;
         let mut trainer = GrpoTrainer::new(&lora_model, None, opt, grpo.clone())?;
         let label = format!(
-            "GRPO update, LoRA r={} ({}x{}, {} attention)",
+            "GRPO update, LoRA r={} ({}x{}, {} attention, {} ops)",
             self.rank,
             self.batch,
             self.seq,
-            self.train_attention.name()
+            self.train_attention.name(),
+            self.train_ops.name()
         );
-        say!("| measurement | tokens | seconds | tokens/s |");
-        say!("|---|---|---|---|");
-        time_updates(&label, total_tokens, || {
+        super::update::print_header();
+        super::update::time_updates(&label, total_tokens, self.update_runs, || {
             Ok(trainer.step(&samples).map(|_| ())?)
         })?;
-        say!("peak RSS after the update: {:.0} MiB", peak_rss_mib());
         if self.full {
             drop(trainer);
             drop(model);
             let (mut full_model, varmap) = model_vars(&path)?;
             full_model.set_train_attention(attention);
+            full_model.set_train_ops(self.train_ops.get());
             let opt = AdamW::new(varmap.all_vars(), AdamWConfig::default())?;
             let mut trainer = GrpoTrainer::new(&full_model, None, opt, grpo)?;
             let label = format!(
-                "GRPO update, full ({}x{}, {} attention)",
+                "GRPO update, full ({}x{}, {} attention, {} ops)",
                 self.batch,
                 self.seq,
-                self.train_attention.name()
+                self.train_attention.name(),
+                self.train_ops.name()
             );
-            time_updates(&label, total_tokens, || {
+            super::update::time_updates(&label, total_tokens, self.update_runs, || {
                 Ok(trainer.step(&samples).map(|_| ())?)
             })?;
             drop(trainer);
-            optimizer_steps(&varmap)?;
+            if !self.update_only {
+                optimizer_steps(&varmap)?;
+            }
         }
         if let (Some(spec), Some((one, all))) = (&self.llama_server, &llama) {
             llama_comparison(spec, prompts.len(), one, all, &measured);
         }
-        say!("peak RSS: {:.0} MiB", peak_rss_mib());
         say!("load average: {}", load_average());
         Ok(())
+    }
+}
+
+/// `--train-ops`: the training path's [`TrainOps`].
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum OpsArg {
+    /// [`TrainOps::Fused`].
+    Fused,
+    /// [`TrainOps::Composed`].
+    Composed,
+}
+
+impl OpsArg {
+    fn get(self) -> TrainOps {
+        match self {
+            Self::Fused => TrainOps::Fused,
+            Self::Composed => TrainOps::Composed,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::Fused => "fused",
+            Self::Composed => "composed",
+        }
     }
 }
 
@@ -654,24 +705,6 @@ fn multi_turn(
         "| agent turns speed-up (one by one / batched) | - | {:.2}x | - |",
         results[0] / results[1]
     );
-    Ok(())
-}
-
-/// Times two updates (the first one pays for first-touch allocations) and prints both.
-fn time_updates(
-    label: &str,
-    tokens: usize,
-    mut step: impl FnMut() -> anyhow::Result<()>,
-) -> anyhow::Result<()> {
-    for run in ["first", "second"] {
-        let start = Instant::now();
-        step()?;
-        let secs = start.elapsed().as_secs_f64();
-        say!(
-            "| {label}, {run} | {tokens} | {secs:.2} | {:.1} |",
-            tokens as f64 / secs
-        );
-    }
     Ok(())
 }
 

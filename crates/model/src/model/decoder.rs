@@ -31,7 +31,9 @@ impl RmsNorm {
     }
 
     fn forward(&self, xs: &Tensor, pass: Pass) -> Result<Tensor> {
-        if pass.train {
+        if pass.train && pass.fused {
+            train_ops::rms_norm_fused(xs, &param(&self.weight, pass.grad_base), self.eps)
+        } else if pass.train {
             train_ops::rms_norm(xs, &param(&self.weight, pass.grad_base), self.eps)
         } else {
             decode_ops::rms_norm(xs, &self.weight.detach(), self.eps as f32)
@@ -50,6 +52,21 @@ pub enum TrainAttention {
     /// `causal_softmax(q kᵀ) v` through candle's autograd, keeping every head's `t x t`
     /// scores and probabilities: memory quadratic in the length. For comparison.
     Plain,
+}
+
+/// Which ops the training path runs for RMSNorm, SiLU·up and the loss's log-probabilities
+/// and entropies.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum TrainOps {
+    /// One op each with its own backward and its rows on rayon's threads
+    /// ([`train_ops::rms_norm_fused`], [`train_ops::silu_mul_fused`],
+    /// [`train_ops::target_logprob_entropy`]): fewer intermediates kept for the backward and
+    /// no single-threaded stretches. The default, on f32 CPU tensors (elsewhere
+    /// [`Self::Composed`]).
+    #[default]
+    Fused,
+    /// Composed from candle's ops through its autograd, one thread each. For comparison.
+    Composed,
 }
 
 #[derive(Debug, Clone)]
@@ -197,7 +214,9 @@ impl Mlp {
 
     fn forward(&self, xs: &Tensor, pass: Pass) -> Result<Tensor> {
         let [gate, up] = Linear::forward_many([&self.gate_proj, &self.up_proj], xs, pass)?;
-        let act = if pass.train {
+        let act = if pass.train && pass.fused {
+            train_ops::silu_mul_fused(&gate, &up)?
+        } else if pass.train {
             (gate.silu()? * up)?
         } else {
             decode_ops::silu_mul(&gate, &up)?
@@ -276,6 +295,7 @@ pub struct Decoder {
     rope: RotaryTables,
     train_base: bool,
     train_lora: bool,
+    train_ops: TrainOps,
     device: Device,
 }
 
@@ -311,6 +331,7 @@ impl Decoder {
             rope,
             train_base: true,
             train_lora: false,
+            train_ops: TrainOps::default(),
             device: vb.device().clone(),
         })
     }
@@ -486,6 +507,17 @@ impl Decoder {
         }
     }
 
+    /// Chooses the training path's RMSNorm, SiLU·up and loss ops (default
+    /// [`TrainOps::Fused`]); the inference path is unaffected.
+    pub fn set_train_ops(&mut self, ops: TrainOps) {
+        self.train_ops = ops;
+    }
+
+    /// The training path's ops (see [`Self::set_train_ops`]).
+    pub fn train_ops(&self) -> TrainOps {
+        self.train_ops
+    }
+
     /// Whether the training path tracks (and so differentiates) the base weights.
     pub fn set_train_base(&mut self, train: bool) {
         self.train_base = train;
@@ -505,6 +537,7 @@ impl Decoder {
             train: true,
             grad_base: self.train_base,
             grad_lora: self.train_lora,
+            fused: self.train_ops == TrainOps::Fused,
         }
     }
 

@@ -17,6 +17,8 @@ pub(crate) struct Pass {
     pub grad_base: bool,
     /// LoRA adapters are tracked.
     pub grad_lora: bool,
+    /// The training path's RMSNorm and SiLU·up are the fused ops (see `TrainOps`).
+    pub fused: bool,
 }
 
 impl Pass {
@@ -25,6 +27,7 @@ impl Pass {
         train: false,
         grad_base: false,
         grad_lora: false,
+        fused: false,
     };
 }
 
