@@ -19,7 +19,8 @@ mod commands;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// mimalloc's settings for training, made before the first command runs.
+/// mimalloc's settings for the commands that train (`train`, `sft`, `bench-model`), made
+/// before the command runs.
 #[cfg(feature = "train")]
 #[allow(unsafe_code)]
 mod allocator {
@@ -123,8 +124,6 @@ fn missing_train_feature(command: &str) -> Option<String> {
 }
 
 fn main() -> ExitCode {
-    #[cfg(feature = "train")]
-    allocator::configure();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(err) => {
@@ -148,6 +147,15 @@ fn main() -> ExitCode {
             };
         }
     };
+    // Only the commands that train keep freed memory: a server (`spade serve`) and the
+    // sandbox commands give it back, so their resident memory follows their load.
+    #[cfg(feature = "train")]
+    if matches!(
+        cli.command,
+        Command::Train(_) | Command::Sft(_) | Command::BenchModel(_)
+    ) {
+        allocator::configure();
+    }
     #[cfg(feature = "train")]
     let done = |result: anyhow::Result<()>| result.map(|()| ExitCode::SUCCESS);
     let result = match cli.command {
