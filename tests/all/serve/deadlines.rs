@@ -7,7 +7,7 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::env_path;
 use super::harness::{ServeProcess, http, http_json};
@@ -125,6 +125,11 @@ async fn downloads_that_are_never_read_free_their_slots_at_the_write_stall_timeo
         let mut stream = socket.connect(addr).await.unwrap();
         let request = format!("GET /trajectories/big HTTP/1.1\r\nHost: {addr}\r\n\r\n");
         stream.write_all(request.as_bytes()).await.unwrap();
+        // Its status line only: once it arrives the download holds its slot (a 17th request
+        // on a new connection could otherwise be served before this one started).
+        let mut status = [0u8; 12];
+        stream.read_exact(&mut status).await.unwrap();
+        assert_eq!(&status, b"HTTP/1.1 200");
         stalled.push(stream);
     }
     let opened = Instant::now();
