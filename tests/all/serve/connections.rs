@@ -3,7 +3,7 @@
 //! connections, the connection cap, and a client that only pings. Every limit is set short
 //! (1 s) so that each test takes a few seconds.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
@@ -13,7 +13,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_tungstenite::tungstenite::Message;
 
 use super::env_path;
-use super::harness::{ServeProcess, assert_error, http, http_json, ws_call, ws_connect};
+use super::harness::{
+    ServeProcess, assert_error, http, http_json, read_until_closed, ws_call, ws_connect,
+};
 
 /// The upgrade request of `/ws` (with `?session_id=` when given).
 fn upgrade_request(addr: SocketAddr, session_id: Option<&str>) -> String {
@@ -183,30 +185,6 @@ async fn shutdown_returns_within_the_grace_period_with_a_client_that_never_reads
     );
     assert!(log.contains("spade serve: shut down"), "{log}");
     drop(stuck);
-}
-
-/// Reads until the server closes the connection (or `limit` passes); returns what came and
-/// whether it closed.
-fn read_until_closed(stream: &mut TcpStream, limit: Duration) -> (String, bool) {
-    stream.set_read_timeout(Some(limit)).unwrap();
-    let mut received = Vec::new();
-    let mut buf = [0u8; 4096];
-    let closed = loop {
-        match stream.read(&mut buf) {
-            Ok(0) => break true,
-            Ok(n) => received.extend_from_slice(&buf[..n]),
-            Err(err)
-                if matches!(
-                    err.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) =>
-            {
-                break false;
-            }
-            Err(_) => break true,
-        }
-    };
-    (String::from_utf8_lossy(&received).into_owned(), closed)
 }
 
 #[test]

@@ -10,31 +10,7 @@ use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::env_path;
-use super::harness::{ServeProcess, http, http_json};
-
-/// Reads until the server closes the connection (or `limit` passes); returns what came and
-/// whether it closed.
-fn read_until_closed(stream: &mut TcpStream, limit: Duration) -> (String, bool) {
-    stream.set_read_timeout(Some(limit)).unwrap();
-    let mut received = Vec::new();
-    let mut buf = [0u8; 4096];
-    let closed = loop {
-        match stream.read(&mut buf) {
-            Ok(0) => break true,
-            Ok(n) => received.extend_from_slice(&buf[..n]),
-            Err(err)
-                if matches!(
-                    err.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) =>
-            {
-                break false;
-            }
-            Err(_) => break true,
-        }
-    };
-    (String::from_utf8_lossy(&received).into_owned(), closed)
-}
+use super::harness::{ServeProcess, http, http_json, read_until_closed};
 
 /// Asserts that `answer` is the 408 of a body that missed a 1 s deadline.
 fn assert_body_timed_out(answer: &str) {

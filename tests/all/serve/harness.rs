@@ -368,3 +368,27 @@ pub fn detail(err: &Value) -> String {
         other => panic!("no detail in {other}"),
     }
 }
+
+/// Reads until the server closes the connection (or `limit` passes); returns what came and
+/// whether it closed.
+pub fn read_until_closed(stream: &mut std::net::TcpStream, limit: Duration) -> (String, bool) {
+    stream.set_read_timeout(Some(limit)).unwrap();
+    let mut received = Vec::new();
+    let mut buf = [0u8; 4096];
+    let closed = loop {
+        match std::io::Read::read(stream, &mut buf) {
+            Ok(0) => break true,
+            Ok(n) => received.extend_from_slice(&buf[..n]),
+            Err(err)
+                if matches!(
+                    err.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                break false;
+            }
+            Err(_) => break true,
+        }
+    };
+    (String::from_utf8_lossy(&received).into_owned(), closed)
+}
