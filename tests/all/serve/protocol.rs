@@ -601,14 +601,7 @@ async fn extra_reset_fields_reach_the_reset_that_takes_them_and_replay() {
     drop(ws);
     // The recording keeps the fields and replays.
     let file = record.join("hard.jsonl");
-    for _ in 0..200 {
-        let text = std::fs::read_to_string(&file).unwrap_or_default();
-        if text.contains("\"type\":\"footer\"") {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(25));
-    }
-    let text = std::fs::read_to_string(&file).unwrap();
+    let text = recording_with_footer(&file);
     let reset_line: Value = text
         .lines()
         .map(|l| serde_json::from_str::<Value>(l).unwrap())
@@ -675,14 +668,7 @@ async fn integer_reset_fields_of_any_size_arrive_exactly() {
     );
     // The recording keeps the digits as sent, and replays.
     let file = record.join("big.jsonl");
-    for _ in 0..200 {
-        let text = std::fs::read_to_string(&file).unwrap_or_default();
-        if text.contains("\"type\":\"footer\"") {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(25));
-    }
-    let text = std::fs::read_to_string(&file).unwrap();
+    let text = recording_with_footer(&file);
     assert!(
         text.contains(&format!(
             r#""fields":{{"n":18446744073709551617,"m":{ten_400}}}"#
@@ -724,4 +710,16 @@ fn openenv_validate_passes_against_spade_serve() {
         assert_eq!(found["passed"], true, "{found:#}");
     }
     assert!(criteria.iter().all(|c| c["passed"] == true), "{report:#}");
+}
+
+/// The text of a recording once its footer is written (at most 5 s after its episode ended).
+fn recording_with_footer(file: &std::path::Path) -> String {
+    for _ in 0..200 {
+        let text = std::fs::read_to_string(file).unwrap_or_default();
+        if text.contains("\"type\":\"footer\"") {
+            return text;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(25));
+    }
+    std::fs::read_to_string(file).unwrap()
 }
