@@ -438,6 +438,13 @@ impl Runtime {
         max_turns: Option<u32>,
     ) -> Result<LoadPlan, CallError> {
         let snapshots = self.inner.config.snapshots;
+        if snapshots {
+            // The fresh memory a snapshot is diffed against is captured (once per runtime)
+            // before the probe exists: with a shared `MemoryAccount` each of the two would be
+            // charged its whole memory, and a budget that fits one sandbox's call would then
+            // refuse the first plan on a cold cache.
+            self.base_memory().await?;
+        }
         let mut probe = Sandbox::fresh(self.limits.clone(), &self.inner.guest, 0);
         // A probe that fails leaves the error to each sandbox's own load, which runs the
         // stage as it always ran (seeded first).

@@ -4,7 +4,7 @@
 //! fails as that sandbox's `MemoryLimit` while the others go on, and a dropped sandbox gives
 //! its charge back.
 
-use spade_sandbox::{Config, ErrorKind, MemoryAccount, Runtime, SandboxOptions};
+use spade_sandbox::{Config, ErrorKind, Limits, MemoryAccount, Runtime, SandboxOptions};
 
 use crate::common::{env_actions, env_source, test_limits};
 
@@ -147,7 +147,15 @@ async fn a_call_waits_for_room_for_its_whole_memory_and_fails_at_its_deadline() 
     // Room for two whole memories and a little: two calls at once, not three.
     let budget = 2 * fresh + 8 * MIB;
     let account = MemoryAccount::new(budget);
-    let slow = runtime_on(&account);
+    // The slow calls below run for seconds: 3,000,000 turns of the loop use about 5.4e9
+    // units of fuel, 540 fuel yields. A waiting call's deadline is a timer, and the
+    // single-threaded executor checks its timers only every 61 polls while tasks keep
+    // waking themselves; a call shorter than that could end before the timer is seen, and
+    // the waiting call would then get the room it gave back instead of its deadline.
+    let slow = runtime_on(&account).with_limits(Limits {
+        fuel_per_call: 20_000_000_000,
+        ..test_limits()
+    });
     let mut quick_limits = test_limits();
     quick_limits.call_deadline = std::time::Duration::from_millis(100);
     let quick = runtime_on(&account).with_limits(quick_limits);
@@ -180,8 +188,9 @@ async fn a_call_waits_for_room_for_its_whole_memory_and_fails_at_its_deadline() 
     assert!(account.peak() <= budget);
 
     // With a deadline shorter than the calls it waits for, the third is refused.
-    let (r0, r1, ra) = tokio::join!(b0.step("300000"), b1.step("300000"), a.step("1"));
-    assert!(r0.is_ok() && r1.is_ok());
+    let (r0, r1, ra) = tokio::join!(b0.step("3000000"), b1.step("3000000"), a.step("1"));
+    assert_eq!(r0.unwrap().observation, "3000000");
+    assert_eq!(r1.unwrap().observation, "3000000");
     let err = ra.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::MemoryLimit, "{err}");
     let message = err.to_string();
