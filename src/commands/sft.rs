@@ -61,6 +61,10 @@ pub struct SftArgs {
     /// LoRA alpha (default: `spade train`'s).
     #[arg(long, conflicts_with = "full")]
     lora_alpha: Option<f64>,
+    /// The memory a step may take in all, in GiB (default: three quarters of the machine's):
+    /// longer pairs are skipped and reported.
+    #[arg(long)]
+    train_memory_gib: Option<f64>,
     /// Continue the run in --out from its last checkpoint (its saved settings and pairs win).
     #[arg(long)]
     resume: bool,
@@ -79,6 +83,7 @@ impl SftArgs {
             micro_batch: self.micro_batch,
             seed: self.seed,
             checkpoint_every: self.checkpoint_every,
+            train_memory_gib: self.train_memory_gib,
             ..SftSettings::default()
         };
         if self.full {
@@ -101,7 +106,12 @@ impl SftArgs {
                 "--resume trains the run's saved pairs; do not pass --library or --no-starter-envs with it"
             );
         }
-        let settings = if self.resume {
+        if self.resume && self.train_memory_gib.is_some() {
+            bail!(
+                "--resume keeps the run's saved train_memory_gib; do not pass --train-memory-gib with it"
+            );
+        }
+        let mut settings = if self.resume {
             sft::read_settings(&self.out)?
         } else {
             let s = self.settings();
@@ -115,6 +125,15 @@ impl SftArgs {
             s
         };
         let loaded = super::load_model(self.model.as_deref())?;
+        let plan = settings
+            .resolve_update_memory(&loaded.config, spade_serve::admission::machine_memory())?;
+        say!(
+            "spade sft: steps take at most {} tokens a micro-batch, about {:.1} GiB of \
+             train_memory_gib = {:.1}",
+            plan.micro_batch_tokens,
+            plan.peak_gib(),
+            plan.budget_gib
+        );
         let mut policy = CandlePolicy::new(loaded, &settings.policy())?;
         let mut run = if self.resume {
             SftRun::resume(&self.out, &mut policy)?
@@ -155,7 +174,7 @@ impl SftArgs {
         }
         let (train, held) = library::split_held_out(accepted, settings.seed);
         let pairs = library::design_pairs(&train, &corpus, settings.seed);
-        let (pairs, skipped) = sft::fitting_pairs(policy, pairs);
+        let (pairs, skipped) = sft::fitting_pairs(policy, pairs, settings.micro_batch_tokens);
         for (name, why) in &skipped {
             eprintln!("spade sft: skipped {name}: {why}");
         }

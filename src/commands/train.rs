@@ -186,6 +186,16 @@ impl TrainArgs {
             );
         }
         let loaded = super::load_model(self.model.as_deref())?;
+        let plan =
+            cfg.resolve_update_memory(&loaded.config, spade_serve::admission::machine_memory())?;
+        say!(
+            "spade train: updates take at most {} tokens a micro-batch and {} an agent \
+             sequence, about {:.1} GiB of train_memory_gib = {:.1}",
+            plan.micro_batch_tokens,
+            plan.max_agent_train_tokens,
+            plan.peak_gib(),
+            plan.budget_gib
+        );
         let mut policy: Box<dyn Policy> = match &cfg.inference {
             None => {
                 let mut p = CandlePolicy::new(loaded, &cfg.policy())?;

@@ -318,6 +318,75 @@ fn train_runs_a_rollout_on_a_tiny_model_and_resumes() {
 }
 
 #[test]
+fn train_chooses_the_update_tokens_from_the_memory_budget_and_saves_them() {
+    let dir = tiny_model_dir("train-memory-model");
+    let work = tmp("train-memory");
+    let run = work.join("run");
+    // The tiny model (llama, vocabulary 259, hidden 32, intermediate 64, 2 layers, 4 heads of
+    // 8, 2 key/value heads, tied embedding) has 8,288 + 2 x 9,280 + 32 = 26,880 parameters.
+    // Its LoRA update: 26,880 x 8 bytes + 1 GiB before the first token, and 4 x (18 x 2 x
+    // (32 + 64) + 4 x 259) = 17,968 bytes a token. 1.0625 GiB (1,140,850,688 bytes) then
+    // holds (1,140,850,688 - 1,073,956,864) / 17,968 = 3,722 tokens.
+    let cfg = work.join("tiny.json");
+    let write = |extra: &str| {
+        std::fs::write(
+            &cfg,
+            format!(
+                r#"{{"designs_per_round": 1, "designer_group": 1, "designer_max_new_tokens": 16,
+                "hint_max_new_tokens": 8, "agent_max_new_tokens": 4, "games_per_rollout": 1,
+                "plays_per_game": 1, "hint_plays": 1, "max_turns": 2,
+                "max_repair_attempts": 0, "max_doc_words": 30,
+                "train_memory_gib": 1.0625{extra}}}"#
+            ),
+        )
+        .unwrap();
+    };
+    let train = |work: &Path| {
+        spade(
+            work,
+            &[
+                "train",
+                "--model",
+                dir.to_str().unwrap(),
+                "--out",
+                run.to_str().unwrap(),
+                "--config",
+                cfg.to_str().unwrap(),
+                "--rollouts",
+                "1",
+            ],
+        )
+    };
+    write(r#", "micro_batch_tokens": 5000"#);
+    let o = train(&work);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(
+        stderr(&o),
+        "error: invalid parameter: micro_batch_tokens = 5000 needs about \
+         1.08 GiB in an update (1.00 GiB before the first token, 0.02 MiB a token), more than \
+         train_memory_gib = 1.06 holds (3722 tokens): lower it, raise train_memory_gib, or \
+         leave micro_batch_tokens out to have it chosen"
+    );
+    assert!(!run.join("config.json").exists());
+    write("");
+    let o = train(&work);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains(
+            "spade train: updates take at most 3722 tokens a micro-batch and 1024 an agent \
+             sequence"
+        ),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    let saved: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("config.json")).unwrap()).unwrap();
+    assert_eq!(saved["train_memory_gib"], 1.0625);
+    assert_eq!(saved["micro_batch_tokens"], 3722);
+    assert_eq!(saved["max_agent_train_tokens"], 1024);
+}
+
+#[test]
 fn bench_model_names_a_bad_llama_server_or_model_before_measuring() {
     let models = tmp("bench-llama");
     let dir = tiny_model_dir("bench-llama-model");

@@ -63,6 +63,31 @@ impl GrpoSample {
     pub fn trained_tokens(&self) -> usize {
         self.spans.iter().map(|r| r.len()).sum()
     }
+
+    /// This sample's first `max_tokens` tokens (prompt and completion together): the
+    /// completion past them goes, with the trained tokens there and their old log-probs.
+    /// `None` when no trained token is left (the prompt alone fills `max_tokens`). A sample
+    /// that fits is returned whole.
+    pub fn cut_to(&self, max_tokens: usize) -> Option<GrpoSample> {
+        let keep = max_tokens.checked_sub(self.prompt.len())?;
+        if keep >= self.completion.len() {
+            return (self.trained_tokens() > 0).then(|| self.clone());
+        }
+        let spans: Vec<Range<usize>> = self
+            .spans
+            .iter()
+            .filter(|r| r.start < keep)
+            .map(|r| r.start..r.end.min(keep))
+            .collect();
+        let trained: usize = spans.iter().map(|r| r.len()).sum();
+        (trained > 0).then(|| GrpoSample {
+            prompt: self.prompt.clone(),
+            completion: self.completion[..keep].to_vec(),
+            spans,
+            old_logprobs: self.old_logprobs[..trained].to_vec(),
+            advantage: self.advantage,
+        })
+    }
 }
 
 /// How per-token losses become the step's loss.
@@ -681,4 +706,57 @@ fn batch_bounds(lens: &[usize], count: usize, tokens: usize) -> Vec<Range<usize>
         out.push(start..lens.len());
     }
     out
+}
+
+#[cfg(test)]
+// A sample's spans are a list of ranges; one range is a list of one, not a range of numbers.
+#[allow(clippy::single_range_in_vec_init)]
+mod tests {
+    use super::*;
+
+    /// Prompt `[1, 2]`; completion of 6 tokens: a turn at 0..2, an observation at 2..4, a
+    /// turn at 4..6, whose four old log-probs are -1, -2, -3, -4.
+    fn two_turns() -> GrpoSample {
+        GrpoSample {
+            prompt: vec![1, 2],
+            completion: vec![10, 11, 20, 21, 30, 31],
+            spans: vec![0..2, 4..6],
+            old_logprobs: vec![-1.0, -2.0, -3.0, -4.0],
+            advantage: 0.5,
+        }
+    }
+
+    #[test]
+    fn a_cut_keeps_the_first_tokens_and_their_old_logprobs() {
+        let s = two_turns();
+        assert_eq!(s.cut_to(8), Some(s.clone()));
+        assert_eq!(s.cut_to(100), Some(s.clone()));
+        // 7 tokens: the completion's first 5, the second turn's first token.
+        let cut = s.cut_to(7).unwrap();
+        assert_eq!(cut.completion, vec![10, 11, 20, 21, 30]);
+        assert_eq!(cut.spans, vec![0..2, 4..5]);
+        assert_eq!(cut.old_logprobs, vec![-1.0, -2.0, -3.0]);
+        assert_eq!(cut.advantage, 0.5);
+        // 5 or 6 tokens: the first turn only (the observation is context).
+        for max in [5, 6] {
+            let cut = s.cut_to(max).unwrap();
+            assert_eq!(cut.spans, vec![0..2]);
+            assert_eq!(cut.old_logprobs, vec![-1.0, -2.0]);
+            assert_eq!(cut.completion.len(), max - 2);
+        }
+        let cut = s.cut_to(3).unwrap();
+        assert_eq!((cut.spans, cut.old_logprobs), (vec![0..1], vec![-1.0]));
+    }
+
+    #[test]
+    fn a_cut_that_leaves_no_trained_token_drops_the_sample() {
+        let s = two_turns();
+        assert_eq!(s.cut_to(2), None);
+        assert_eq!(s.cut_to(1), None);
+        let mut context_first = s.clone();
+        context_first.spans = vec![4..6];
+        context_first.old_logprobs = vec![-3.0, -4.0];
+        assert_eq!(context_first.cut_to(6), None);
+        assert_eq!(context_first.cut_to(7).unwrap().old_logprobs, vec![-3.0]);
+    }
 }

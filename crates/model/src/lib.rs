@@ -1,7 +1,7 @@
 //! spade-model: the language-model layer. A trainable decoder in candle with a separate
 //! inference path and its CPU kernels ([`model`]), model loading ([`load`]), chat templates,
 //! seeded sampling ([`sample`]), log-probs ([`logprob`]), LoRA and the GRPO update ([`grpo`],
-//! [`optim`], [`schedule`]), checkpoints and the default model's download ([`fetch`]). It
+//! [`optim`], [`schedule`]), an update's memory ([`memory`]), checkpoints and the default model's download ([`fetch`]). It
 //! knows nothing of the sandbox or of self-play.
 #![warn(missing_docs)]
 pub mod chat;
@@ -12,6 +12,7 @@ pub mod gguf_lora;
 pub mod grpo;
 pub mod load;
 pub mod logprob;
+pub mod memory;
 pub mod model;
 pub mod optim;
 pub mod prefix_cache;

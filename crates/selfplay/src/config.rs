@@ -10,7 +10,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 use spade_model::grpo::{GrpoConfig, LossAggregation};
-use spade_model::model::{DecodeActivations, DecodeWeights, LoraConfig};
+use spade_model::model::{DecodeActivations, DecodeWeights, LoraConfig, ModelConfig};
 use spade_model::optim::AdamWConfig;
 use spade_model::schedule::{DecayKind, LrSchedule};
 
@@ -22,6 +22,10 @@ use super::policy::{PolicyConfig, Role, SamplingConfig, Temperatures};
 use super::prompts::{AgentExample, check_agent_examples};
 use super::rewards::{BlendConfig, RewardConfig};
 use super::seeds;
+use super::update_memory::{
+    self, DEFAULT_MAX_AGENT_TRAIN_TOKENS, UNRESOLVED_MICRO_BATCH_TOKENS, UpdateMemoryConfig,
+    UpdateMemoryPlan,
+};
 
 /// The `[inference]` section, where it was before [`crate::remote`] took it.
 pub use super::remote::InferenceConfig;
@@ -218,16 +222,25 @@ pub struct TrainConfig {
     pub max_grad_norm: f64,
     /// GRPO micro-batch (samples per forward/backward).
     pub micro_batch: usize,
-    /// Most padded tokens per GRPO micro-batch (0 = no limit): training memory grows with
-    /// samples x length^2 in attention, so long samples train in smaller groups. 2,048 keeps
-    /// a LoRA update of SmolLM2-135M under about 8 GiB.
-    pub micro_batch_tokens: usize,
-    /// Longest agent sequence trained on, in tokens (0 = no limit): an episode trains as one
-    /// sequence of its turns, and a longer one ends after its last turn that fits (its head,
-    /// the system prompt, rules and first observation, is never cut, and its first turn is
-    /// always kept; designer samples are never cut). 1,024 bounds an update on two cores, where
-    /// a 25-turn chat reaches about 3,000 tokens at 10-30 ms per trained token.
-    pub max_agent_train_tokens: usize,
+    /// The memory an update may take in all, in GiB (`None`, the default: three quarters of
+    /// the machine's memory, from `/proc/meminfo`). `spade train` chooses `micro_batch_tokens`
+    /// and `max_agent_train_tokens` from it with the model's estimate
+    /// (`spade_model::memory`; `crate::update_memory`), and writes the three into the run's
+    /// `config.json`, so that no update of a default run takes more, and a resumed run trains
+    /// with the same numbers.
+    pub train_memory_gib: Option<f64>,
+    /// Most padded tokens per GRPO micro-batch, and the longest sequence of any role: a longer
+    /// designer sequence is cut to it (its completion past it is not trained). `None` (the
+    /// default): the most `train_memory_gib` holds (3,211 for SmolLM2-135M's LoRA update in 18
+    /// GiB). An explicit value the budget cannot hold is an error.
+    pub micro_batch_tokens: Option<usize>,
+    /// Longest agent sequence trained on, in tokens: an episode trains as one sequence of its
+    /// turns, and a longer one ends after its last turn that fits (its head, the system
+    /// prompt, rules and first observation, is never cut, and its first turn is always kept).
+    /// `None` (the default): 1,024, or `micro_batch_tokens` when that is less. 1,024 bounds an
+    /// update on two cores, where a 25-turn chat reaches about 3,000 tokens at 10-30 ms per
+    /// trained token. At most `micro_batch_tokens`.
+    pub max_agent_train_tokens: Option<usize>,
     /// Most agent sequences per update (0 = all): whole games are kept in a seeded order,
     /// after advantages were computed over the whole game. (`max_update_samples` is read as
     /// this.)
@@ -375,8 +388,9 @@ impl Default for TrainConfig {
             tis_clamp: 2.0,
             max_grad_norm: 1.0,
             micro_batch: 4,
-            micro_batch_tokens: 2048,
-            max_agent_train_tokens: 1024,
+            train_memory_gib: None,
+            micro_batch_tokens: None,
+            max_agent_train_tokens: None,
             max_agent_update_samples: 16,
             max_designer_update_samples: 8,
             agent_baseline: AgentBaseline::Ema,
@@ -564,7 +578,7 @@ impl TrainConfig {
                 entropy_coef: self.entropy_coef,
                 max_grad_norm: self.max_grad_norm,
                 micro_batch: self.micro_batch,
-                micro_batch_tokens: self.micro_batch_tokens,
+                micro_batch_tokens: self.max_sequence_tokens(),
                 epochs: self.ppo_epochs,
                 schedule: Some(self.lr_schedule()),
                 recompute_old_logprobs: self.recompute_old_logprobs,
@@ -603,6 +617,38 @@ impl TrainConfig {
     pub fn designer_example_source(&self) -> Option<String> {
         self.designer_example_env
             .then(|| DESIGNER_EXAMPLE_ENV.to_string())
+    }
+
+    /// The settings an update's tokens are chosen by.
+    pub fn update_memory(&self) -> UpdateMemoryConfig {
+        UpdateMemoryConfig {
+            budget_gib: self.train_memory_gib,
+            micro_batch_tokens: self.micro_batch_tokens,
+            max_agent_train_tokens: self.max_agent_train_tokens,
+            lora: self.lora,
+        }
+    }
+
+    /// Chooses an update's tokens for a model of `model`'s shape on a machine of `machine`
+    /// bytes ([`update_memory::plan`]) and sets `train_memory_gib`, `micro_batch_tokens` and
+    /// `max_agent_train_tokens` to what it chose.
+    pub fn resolve_update_memory(
+        &mut self,
+        model: &ModelConfig,
+        machine: Option<u64>,
+    ) -> Result<UpdateMemoryPlan> {
+        let plan = update_memory::plan(&self.update_memory(), model, machine)?;
+        self.train_memory_gib = Some(plan.budget_gib);
+        self.micro_batch_tokens = Some(plan.micro_batch_tokens);
+        self.max_agent_train_tokens = Some(plan.max_agent_train_tokens);
+        Ok(plan)
+    }
+
+    /// The longest sequence an update trains on (`micro_batch_tokens`; before it is resolved,
+    /// [`UNRESOLVED_MICRO_BATCH_TOKENS`]).
+    pub fn max_sequence_tokens(&self) -> usize {
+        self.micro_batch_tokens
+            .unwrap_or(UNRESOLVED_MICRO_BATCH_TOKENS)
     }
 
     /// The environment memory's settings.
@@ -644,6 +690,12 @@ impl TrainConfig {
         }
         if self.micro_batch == 0 {
             return bad("micro_batch must be at least 1");
+        }
+        if self.micro_batch_tokens == Some(0) || self.max_agent_train_tokens == Some(0) {
+            return bad(
+                "micro_batch_tokens and max_agent_train_tokens must be at least 1 (leave them \
+                 out to have them chosen from train_memory_gib)",
+            );
         }
         if self.memory_size == 0 {
             return bad("memory_size must be at least 1");
@@ -756,7 +808,9 @@ impl TrainConfig {
             regen_interval: self.regen_interval,
             max_agent_samples: self.max_agent_update_samples,
             max_designer_samples: self.max_designer_update_samples,
-            max_agent_sequence_tokens: self.max_agent_train_tokens,
+            max_agent_sequence_tokens: self
+                .max_agent_train_tokens
+                .unwrap_or(DEFAULT_MAX_AGENT_TRAIN_TOKENS),
         }
     }
 

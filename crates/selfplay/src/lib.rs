@@ -27,6 +27,7 @@ pub mod seeds;
 pub mod sft;
 pub mod starter_envs;
 pub mod state;
+pub mod update_memory;
 
 pub use config::TrainConfig;
 pub use corpus::Corpus;

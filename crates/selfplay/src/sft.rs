@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use spade_model::chat::Message;
 use spade_model::checkpoint;
 use spade_model::grpo::GrpoSample;
-use spade_model::model::{DecodeWeights, LoraConfig};
+use spade_model::model::{DecodeWeights, LoraConfig, ModelConfig};
 use spade_model::sft::SftConfig;
 
 use crate::error::{Result, TrainError};
@@ -31,6 +31,7 @@ use crate::library::DesignPair;
 use crate::policy::{CandlePolicy, Policy, PolicyConfig};
 use crate::seeds;
 use crate::state::write_atomic;
+use crate::update_memory::{self, UpdateMemoryConfig, UpdateMemoryPlan};
 
 /// `spade sft`'s settings, saved in the run's `sft.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -58,6 +59,16 @@ pub struct SftSettings {
     /// projection, so that `--init-adapter` takes the result as it is); `None`: every weight
     /// trains.
     pub lora: Option<LoraConfig>,
+    /// The memory a step may take in all, in GiB (`None`: three quarters of the machine's),
+    /// as `spade train`'s `train_memory_gib` ([`crate::update_memory`]).
+    #[serde(default)]
+    pub train_memory_gib: Option<f64>,
+    /// Most padded tokens per micro-batch, and the longest pair trained (a longer one is
+    /// skipped and reported): `None`, the most `train_memory_gib` holds. Resolved with the
+    /// model at the start of a run ([`SftSettings::resolve_update_memory`]) and saved; a
+    /// run never resolved has no limit.
+    #[serde(default)]
+    pub micro_batch_tokens: Option<usize>,
 }
 
 impl Default for SftSettings {
@@ -71,6 +82,8 @@ impl Default for SftSettings {
             seed: 0,
             checkpoint_every: 10,
             lora: crate::TrainConfig::default().policy().lora,
+            train_memory_gib: None,
+            micro_batch_tokens: None,
         }
     }
 }
@@ -112,11 +125,31 @@ impl SftSettings {
         p
     }
 
+    /// Chooses the tokens a step holds for a model of `model`'s shape on a machine of
+    /// `machine` bytes, as `spade train` does ([`update_memory::plan`]), and sets
+    /// `train_memory_gib` and `micro_batch_tokens` to what it chose.
+    pub fn resolve_update_memory(
+        &mut self,
+        model: &ModelConfig,
+        machine: Option<u64>,
+    ) -> Result<UpdateMemoryPlan> {
+        let cfg = UpdateMemoryConfig {
+            budget_gib: self.train_memory_gib,
+            micro_batch_tokens: self.micro_batch_tokens,
+            max_agent_train_tokens: None,
+            lora: self.lora.is_some(),
+        };
+        let plan = update_memory::plan(&cfg, model, machine)?;
+        self.train_memory_gib = Some(plan.budget_gib);
+        self.micro_batch_tokens = Some(plan.micro_batch_tokens);
+        Ok(plan)
+    }
+
     fn step_config(&self) -> SftConfig {
         SftConfig {
             max_grad_norm: self.max_grad_norm,
             micro_batch: self.micro_batch,
-            micro_batch_tokens: 0,
+            micro_batch_tokens: self.micro_batch_tokens.unwrap_or(0),
         }
     }
 }
@@ -202,16 +235,28 @@ pub fn pair_messages(pair: &DesignPair) -> [Message; 2] {
 }
 
 /// Splits `pairs` into those the policy can train on and, for the others, the name and why
-/// not (a completion longer than half the model's context).
+/// not (a completion longer than half the model's context, or a pair longer than
+/// `max_tokens`, the most a step holds in its memory budget; `None`: no such limit).
 pub fn fitting_pairs(
     policy: &CandlePolicy,
     pairs: Vec<DesignPair>,
+    max_tokens: Option<usize>,
 ) -> (Vec<DesignPair>, Vec<(String, String)>) {
     let mut ok = Vec::new();
     let mut skipped = Vec::new();
     for pair in pairs {
         match policy.sft_sample(&pair_messages(&pair), &pair.completion) {
-            Ok(_) => ok.push(pair),
+            Ok(s) => match max_tokens {
+                Some(max) if s.prompt.len() + s.completion.len() > max => skipped.push((
+                    pair.name.clone(),
+                    format!(
+                        "{} tokens with its prompt, more than the {max} a step holds in \
+                         train_memory_gib",
+                        s.prompt.len() + s.completion.len()
+                    ),
+                )),
+                _ => ok.push(pair),
+            },
             Err(e) => skipped.push((pair.name.clone(), e.to_string())),
         }
     }

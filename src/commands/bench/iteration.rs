@@ -38,18 +38,20 @@ fn row(name: &str, local: f64, server: f64) {
 
 /// Runs both iterations and prints the table.
 pub fn compare(model: Option<&Path>, inference: &InferenceArgs, seed: u64) -> anyhow::Result<()> {
-    let cfg = TrainConfig {
+    let loaded = crate::commands::load_model(model)?;
+    let mut cfg = TrainConfig {
         seed,
         rollouts: 1,
         ..TrainConfig::default()
     };
+    // The update's tokens as `spade train` chooses them on this machine.
+    cfg.resolve_update_memory(&loaded.config, spade_serve::admission::machine_memory())?;
     let mut server_cfg = cfg.clone();
     inference.apply(&mut server_cfg);
     server_cfg.validate().context("the --inference settings")?;
     let section = server_cfg.inference.clone().expect("--inference was given");
     let root: PathBuf =
         std::env::temp_dir().join(format!("spade-bench-iteration-{}", std::process::id()));
-    let loaded = crate::commands::load_model(model)?;
 
     eprintln!("bench-model: one default iteration sampled in-process (seed {seed}) ...");
     let start = Instant::now();

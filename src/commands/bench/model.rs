@@ -8,6 +8,7 @@ use clap::Args;
 use spade_model::fetch;
 use spade_model::grpo::{GrpoConfig, GrpoSample, GrpoTrainer};
 use spade_model::logprob::{Pair, completion_logprobs};
+use spade_model::memory::UpdateMemory;
 use spade_model::model::kernels::decode_quant_matmul::{self as quant_matmul, Kernel};
 use spade_model::model::{
     DecodeWeights, Decoder, LoraConfig, ModelConfig, TrainAttention, TrainOps, lora,
@@ -373,6 +374,8 @@ impl BenchModel {
         super::update::time_updates(&label, total_tokens, self.update_runs, || {
             Ok(trainer.step(&samples).map(|_| ())?)
         })?;
+        let shape = lora_model.config().clone();
+        super::update::print_estimate(&UpdateMemory::estimate(&shape, true), total_tokens);
         if self.full {
             drop(trainer);
             drop(model);
@@ -391,6 +394,7 @@ impl BenchModel {
             super::update::time_updates(&label, total_tokens, self.update_runs, || {
                 Ok(trainer.step(&samples).map(|_| ())?)
             })?;
+            super::update::print_estimate(&UpdateMemory::estimate(&shape, false), total_tokens);
             drop(trainer);
             if !self.update_only {
                 optimizer_steps(&varmap)?;

@@ -11,6 +11,8 @@
 //! earlier one's), over the update's tokens: the constant of the update's linear memory growth.
 use std::time::Instant;
 
+use spade_model::memory::UpdateMemory;
+
 /// `/proc/self/stat`'s clock: Linux reports process times in `USER_HZ` ticks, fixed at 100
 /// a second in its user-space ABI.
 const TICKS_PER_SECOND: f64 = 100.0;
@@ -94,6 +96,17 @@ fn peak_bytes() -> anyhow::Result<u64> {
 pub fn print_header() {
     say!("| measurement | tokens | seconds | tokens/s | CPU % | peak RSS MiB | bytes/token |");
     say!("|---|---|---|---|---|---|---|");
+}
+
+/// The line under an update's rows: what `spade_model::memory` estimates for it, the
+/// numbers `train_memory_gib` is divided by (the estimate should lie above the measured peak
+/// and bytes/token).
+pub fn print_estimate(estimate: &UpdateMemory, tokens: usize) {
+    say!(
+        "| estimate (spade_model::memory) | {tokens} | | | | {:.0} | {} |",
+        estimate.bytes_for(tokens) as f64 / (1024.0 * 1024.0),
+        estimate.per_token
+    );
 }
 
 /// Times `runs` updates (the first one pays for first-touch allocations) and prints a line

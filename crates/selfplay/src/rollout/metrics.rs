@@ -76,6 +76,12 @@ pub struct Metrics {
     /// Agent episodes whose turns did not chain into one exact sequence (each part trains on
     /// its own exact context).
     pub agent_split_episodes: usize,
+    /// Sequences longer than `micro_batch_tokens` (the most an update holds in its memory
+    /// budget) that were cut to it: their tokens past it were not trained.
+    pub sequences_cut_for_memory: usize,
+    /// Sequences left out of the update because their prompt alone filled
+    /// `micro_batch_tokens`, so no trained token was left after the cut.
+    pub sequences_dropped_for_memory: usize,
     /// Fraction of trained sequences whose advantage is exactly 0.
     pub zero_advantage_fraction: f64,
     /// Tokens sampled by the policy.

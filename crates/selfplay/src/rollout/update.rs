@@ -8,6 +8,7 @@ use super::{Metrics, Run};
 use crate::credit::{self, Design, Episode};
 use crate::error::Result;
 use crate::policy::Role;
+use spade_model::grpo::GrpoSample;
 
 impl Run<'_> {
     /// The episodes as credit assignment sees them: each in its game, the environment's id
@@ -55,6 +56,9 @@ impl Run<'_> {
         m.zero_advantage_fraction = batch.zero_advantage_fraction();
         m.agent_split_episodes = batch.split_episodes;
         let samples: Vec<_> = batch.samples.into_iter().map(|t| t.sample).collect();
+        let (samples, cut, dropped) = cut_to_memory(samples, self.cfg.max_sequence_tokens());
+        m.sequences_cut_for_memory = cut;
+        m.sequences_dropped_for_memory = dropped;
         self.progress.start(
             r,
             &format!("update on {} samples", samples.len()),
@@ -86,5 +90,56 @@ impl Run<'_> {
         }
         m.time.update = tu.elapsed().as_secs_f64();
         Ok(())
+    }
+}
+
+/// `samples` with every sequence longer than `max_tokens` cut to it ([`GrpoSample::cut_to`]),
+/// and how many were cut and how many dropped (no trained token left).
+pub fn cut_to_memory(
+    samples: Vec<GrpoSample>,
+    max_tokens: usize,
+) -> (Vec<GrpoSample>, usize, usize) {
+    let (mut cut, mut dropped) = (0, 0);
+    let kept = samples
+        .into_iter()
+        .filter_map(|s| {
+            if s.prompt.len() + s.completion.len() <= max_tokens {
+                return Some(s);
+            }
+            let short = s.cut_to(max_tokens);
+            match short {
+                Some(_) => cut += 1,
+                None => dropped += 1,
+            }
+            short
+        })
+        .collect();
+    (kept, cut, dropped)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_sequences_are_cut_and_counted() {
+        // Lengths 3, 6 and 9 (prompts of 2, 2 and 8) against a cap of 5: the first stays
+        // whole, the second is cut to 5, the third's prompt alone is past 5.
+        let s = |prompt: usize, completion: usize| {
+            GrpoSample::new(
+                vec![1; prompt],
+                vec![2; completion],
+                vec![-1.0; completion],
+                1.0,
+            )
+        };
+        let (kept, cut, dropped) = cut_to_memory(vec![s(2, 1), s(2, 4), s(8, 1)], 5);
+        assert_eq!((cut, dropped), (1, 1));
+        let lens: Vec<usize> = kept
+            .iter()
+            .map(|k| k.prompt.len() + k.completion.len())
+            .collect();
+        assert_eq!(lens, vec![3, 5]);
+        assert_eq!(kept[1].old_logprobs.len(), 3);
     }
 }
