@@ -20,9 +20,9 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
-# `| GRPO update, LoRA r=8 (4x128, blockwise attention, fused ops), run 2 | 512 | 5.1 | 100.0 | 180 | 4300 | 9000 |`
+# `| GRPO update, LoRA r=8 (4x128, blockwise attention, fused ops, checkpointed layers), run 2 | 512 | 5.1 | 100.0 | 180 | 4300 | 9000 |`
 SPADE_LINE = re.compile(
-    r"^\| GRPO update, (LoRA r=\d+|full) \(\d+x\d+, \w+ attention, \w+ ops\), run (\d+) \| (\d+) \| "
+    r"^\| GRPO update, (LoRA r=\d+|full) \(\d+x\d+, \w+ attention, \w+ ops, \w+ layers\), run (\d+) \| (\d+) \| "
     r"([\d.]+) \| ([\d.]+) \| (\d+) \| (\d+) \| (\d+) \|$"
 )
 # `| torch+PEFT LoRA r=8 (4x128), run 2 | 512 | 2.25 | 227.0 | 190 |`

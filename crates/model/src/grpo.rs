@@ -15,8 +15,8 @@ use std::ops::Range;
 use candle_core::Tensor;
 
 use crate::error::{ModelError, Result};
-use crate::logprob::{Spans, span_logprobs, span_logprobs_and_entropy};
-use crate::model::Decoder;
+use crate::logprob::{Spans, span_logprobs, span_logprobs_and_entropy_for_update};
+use crate::model::{Decoder, LayerCheckpoints};
 use crate::optim::AdamW;
 use crate::schedule::LrSchedule;
 
@@ -437,7 +437,14 @@ impl<'a> GrpoTrainer<'a> {
                 tokens: total,
                 samples: trained_samples,
             };
-            let lp = self.chunk(&chunk, rollout, norm, recompute, &mut pass)?;
+            let (lp, layers) = self.chunk(&chunk, rollout, norm, recompute, &mut pass)?;
+            if let Some((ck, grad)) = layers {
+                // The loss's graph is freed; the layers' backward runs one layer at a time.
+                let optimizer = &self.optimizer;
+                let grads = &mut pass.grads;
+                self.policy
+                    .backward_layers(ck, grad, |g| accumulate(grads, optimizer.collect(g)))?;
+            }
             if recompute {
                 let mut rest = lp.as_slice();
                 for (i, s) in chunk {
@@ -492,7 +499,8 @@ impl<'a> GrpoTrainer<'a> {
 
     /// Forward and backward through one micro-batch of scored samples; adds its gradients
     /// and sums to `pass` and returns its training-path log-probabilities (detached), in
-    /// order. Each token's loss is weighted by [`token_weights`] over the step (`norm`) and
+    /// order, and with checkpointed layers ([`crate::model::TrainMemory::Checkpointed`]) what the backward
+    /// through them needs: the checkpoints and the gradient of the last layer's output. Each token's loss is weighted by [`token_weights`] over the step (`norm`) and
     /// its policy-gradient term by its importance weight against `rollout[i]`'s sampled
     /// log-probabilities. With `recompute`, the training-path log-probabilities are the old
     /// ones too (the ratio is 1).
@@ -503,7 +511,7 @@ impl<'a> GrpoTrainer<'a> {
         norm: Norm,
         recompute: bool,
         pass: &mut StepSums,
-    ) -> Result<Vec<f32>> {
+    ) -> Result<(Vec<f32>, Option<LayersLeft>)> {
         let device = self.policy.device().clone();
         let high = self.cfg.clip_eps_high.unwrap_or(self.cfg.clip_eps);
         let (lo, hi) = (1.0 - self.cfg.clip_eps, 1.0 + high);
@@ -537,7 +545,7 @@ impl<'a> GrpoTrainer<'a> {
             .collect();
         let old = Tensor::from_vec(old, n, &device)?;
         let a = Tensor::from_vec(a, n, &device)?;
-        let (lp, entropy) = span_logprobs_and_entropy(self.policy, &rows)?;
+        let (lp, entropy, ck) = span_logprobs_and_entropy_for_update(self.policy, &rows)?;
         pass.entropy += f64::from(entropy.sum_all()?.to_scalar::<f32>()?);
         let now = lp.detach();
         pass.gap += f64::from((&now - &old)?.abs()?.sum_all()?.to_scalar::<f32>()?);
@@ -572,24 +580,41 @@ impl<'a> GrpoTrainer<'a> {
             .filter(|&&x| f64::from(x) < lo || f64::from(x) > hi)
             .count() as f64;
         pass.scored_tokens += n;
-        let grads = self.optimizer.collect(&loss.backward()?);
-        pass.grads = Some(match pass.grads.take() {
-            None => grads,
-            Some(acc) => acc
-                .into_iter()
-                .zip(grads)
-                .map(|(a, g)| match (a, g) {
-                    (Some(a), Some(g)) => Ok(Some((a + g)?)),
-                    (a, g) => Ok(a.or(g)),
-                })
-                .collect::<Result<Vec<_>>>()?,
+        let head = loss.backward()?;
+        accumulate(&mut pass.grads, self.optimizer.collect(&head))?;
+        let layers = ck.and_then(|ck| {
+            let grad = head.get(ck.output())?.clone();
+            Some((ck, grad))
         });
-        Ok(now.to_vec1::<f32>()?)
+        Ok((now.to_vec1::<f32>()?, layers))
     }
+}
+
+/// Adds `grads` (one entry per optimised variable) to the sums in `acc`.
+pub(crate) fn accumulate(
+    acc: &mut Option<Vec<Option<Tensor>>>,
+    grads: Vec<Option<Tensor>>,
+) -> Result<()> {
+    *acc = Some(match acc.take() {
+        None => grads,
+        Some(sums) => sums
+            .into_iter()
+            .zip(grads)
+            .map(|(a, g)| match (a, g) {
+                (Some(a), Some(g)) => Ok(Some((a + g)?)),
+                (a, g) => Ok(a.or(g)),
+            })
+            .collect::<Result<Vec<_>>>()?,
+    });
+    Ok(())
 }
 
 /// Recomputed old log-probabilities, by sample index.
 type Fresh = Vec<(usize, Vec<f32>)>;
+
+/// What the backward through checkpointed layers needs after the loss's own: the checkpoints
+/// and the gradient of the last layer's output.
+type LayersLeft = (LayerCheckpoints, Tensor);
 
 /// What a step's loss is normalised by: its trained tokens and the samples that have any.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

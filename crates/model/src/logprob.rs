@@ -4,7 +4,7 @@ use std::ops::Range;
 use candle_core::Tensor;
 
 use crate::error::{ModelError, Result};
-use crate::model::{Decoder, TrainOps, train_ops};
+use crate::model::{Decoder, LayerCheckpoints, TrainMemory, TrainOps, train_ops};
 
 /// One (prompt, completion) pair of token ids.
 #[derive(Debug, Clone, Copy)]
@@ -58,20 +58,54 @@ pub fn span_logprobs(model: &Decoder, batch: &[Spans]) -> Result<Tensor> {
 /// distribution at each scored position, `-sum_v p(v) log p(v)`: two tensors `(sum of span
 /// lengths,)`, both on the autograd graph.
 pub fn span_logprobs_and_entropy(model: &Decoder, batch: &[Spans]) -> Result<(Tensor, Tensor)> {
-    let (logits, targets) = span_logits(model, batch)?;
+    let (ids, targets) = span_ids(model, batch)?;
+    let hidden = model.hidden_train(&ids)?;
+    logprobs_and_entropy(model, batch, &hidden, &targets)
+}
+
+/// [`span_logprobs_and_entropy`] for a model's own update, with the model's
+/// [`TrainMemory`]: with [`TrainMemory::Checkpointed`] the two tensors' graph reaches back to
+/// the last layer's output only, and the checkpoints returned beside them carry the
+/// gradient on through the layers ([`Decoder::backward_layers`]); with
+/// [`TrainMemory::Kept`] there are none, and the graph is whole.
+pub fn span_logprobs_and_entropy_for_update(
+    model: &Decoder,
+    batch: &[Spans],
+) -> Result<(Tensor, Tensor, Option<LayerCheckpoints>)> {
+    let (ids, targets) = span_ids(model, batch)?;
+    let (hidden, ck) = match model.train_memory() {
+        TrainMemory::Checkpointed => {
+            let (hidden, ck) = model.hidden_train_checkpointed(&ids)?;
+            (hidden, Some(ck))
+        }
+        TrainMemory::Kept => (model.hidden_train(&ids)?, None),
+    };
+    let (lp, entropy) = logprobs_and_entropy(model, batch, &hidden, &targets)?;
+    Ok((lp, entropy, ck))
+}
+
+/// The log-probabilities of `targets` and the entropies at the positions of `batch`'s spans
+/// in `hidden`.
+fn logprobs_and_entropy(
+    model: &Decoder,
+    batch: &[Spans],
+    hidden: &Tensor,
+    targets: &[u32],
+) -> Result<(Tensor, Tensor)> {
+    let logits = span_logits(model, batch, hidden)?;
     if model.train_ops() == TrainOps::Fused {
-        return Ok(train_ops::target_logprob_entropy(&logits, &targets)?);
+        return Ok(train_ops::target_logprob_entropy(&logits, targets)?);
     }
     let logp = train_ops::log_softmax(&logits)?;
-    let ids = Tensor::from_slice(&targets, (targets.len(), 1), logits.device())?;
+    let ids = Tensor::from_slice(targets, (targets.len(), 1), logits.device())?;
     let lp = logp.gather(&ids, candle_core::D::Minus1)?.squeeze(1)?;
     let entropy = logp.exp()?.mul(&logp)?.sum(candle_core::D::Minus1)?.neg()?;
     Ok((lp, entropy))
 }
 
-/// The logits over the vocabulary at every position that predicts a scored token,
-/// `(n, vocab)`, and those tokens (`n`).
-fn span_logits(model: &Decoder, batch: &[Spans]) -> Result<(Tensor, Vec<u32>)> {
+/// The rows of `batch` right-padded to one length `(b, width)`, and the scored tokens in
+/// batch and span order (`n`).
+fn span_ids(model: &Decoder, batch: &[Spans]) -> Result<(Tensor, Vec<u32>)> {
     let device = model.device();
     let width = batch
         .iter()
@@ -104,8 +138,15 @@ fn span_logits(model: &Decoder, batch: &[Spans]) -> Result<(Tensor, Vec<u32>)> {
             "every completion is empty".into(),
         ));
     }
-    let ids = Tensor::from_vec(ids, (batch.len(), width), device)?;
-    let hidden = model.hidden_train(&ids)?;
+    Ok((
+        Tensor::from_vec(ids, (batch.len(), width), device)?,
+        targets,
+    ))
+}
+
+/// The logits over the vocabulary at every position of `hidden` `(b, width, hidden)` that
+/// predicts a scored token of `batch`, `(n, vocab)`.
+fn span_logits(model: &Decoder, batch: &[Spans], hidden: &Tensor) -> Result<Tensor> {
     let mut rows = Vec::new();
     for (r, p) in batch.iter().enumerate() {
         let row = hidden.get(r)?;
@@ -114,5 +155,5 @@ fn span_logits(model: &Decoder, batch: &[Spans]) -> Result<(Tensor, Vec<u32>)> {
         }
     }
     let picked = Tensor::cat(&rows, 0)?;
-    Ok((model.lm_head_train(&picked)?, targets))
+    Ok(model.lm_head_train(&picked)?)
 }

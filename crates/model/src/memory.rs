@@ -14,22 +14,34 @@
 //!   (4 bytes a parameter, the most a decode path holds: f32; the quantised ones hold less),
 //!   with full fine-tuning the gradients and AdamW's two moments (12 bytes a parameter), and
 //!   [`PROCESS_BYTES`] for the rest of the process.
-//! - **`per_token`**: what candle's autograd keeps per token until the backward ends, and what
-//!   the backward allocates: [`LAYER_FLOATS`] f32 values per layer per unit of
-//!   `hidden_size + intermediate_size`, and [`VOCAB_FLOATS`] per vocabulary entry (the logits,
-//!   their log-softmax and its gradient). Calibrated on `spade bench-model --update-only` (the
-//!   fused ops, memory kept by the allocator): SmolLM2-135M's LoRA update added 4.67-4.75 MB
-//!   per token at 4 x 128 and 4 x 512; the estimate is 5.35 MB, 13% above, and it is taken
-//!   for full fine-tuning too (which measured 2.8 MB a token, its weights' gradients being
-//!   in `fixed`).
+//! - **`per_token`**, with every layer's activations kept ([`TrainMemory::Kept`]): what
+//!   candle's autograd keeps per token until the backward ends, and what the backward
+//!   allocates: [`LAYER_FLOATS`] f32 values per layer per unit of `hidden_size +
+//!   intermediate_size`, and [`VOCAB_FLOATS`] per vocabulary entry (the logits, their
+//!   log-softmax and its gradient). Calibrated on `spade bench-model --update-only` (fused
+//!   ops, memory kept by the allocator): SmolLM2-135M's LoRA update added 4.67-4.96 MB per
+//!   token at 4 x 128 and 4 x 512; the estimate is 5.35 MB.
+//! - **`per_token`, with checkpointed layers** ([`TrainMemory::Checkpointed`], the default):
+//!   one `hidden_size` vector per layer (each layer's input), one layer's activations and
+//!   gradients ([`CHECKPOINTED_LAYER_FLOATS`] per unit of `hidden_size + intermediate_size`)
+//!   and the head's [`VOCAB_FLOATS`] per vocabulary entry. SmolLM2-135M's LoRA update added
+//!   0.73-0.79 MB per token from 4 x 128 to 2 x 2,048 (peaks 1,139 to 3,628 MiB, 0.69 MiB a
+//!   token between 512 and 4,096 tokens); the estimate is 0.99 MB.
+//!
+//! Both are taken for full fine-tuning too, whose weights' gradients and moments are in
+//! `fixed` (it measured less per token: 0.67 MiB with checkpointed layers).
 //!
 //! The estimate is a pure function of the shape, so every process on every machine with the
 //! same budget cuts its micro-batches at the same tokens, and a run's training is the same.
 
-use crate::model::ModelConfig;
+use crate::model::{ModelConfig, TrainMemory};
 
-/// f32 values kept per token per layer, per unit of `hidden_size + intermediate_size`.
+/// f32 values kept per token per layer, per unit of `hidden_size + intermediate_size`, when
+/// every layer's activations are kept.
 pub const LAYER_FLOATS: u64 = 18;
+/// f32 values per token of the one layer being recomputed, per unit of `hidden_size +
+/// intermediate_size`, with checkpointed layers.
+pub const CHECKPOINTED_LAYER_FLOATS: u64 = 16;
 /// f32 values kept per token per vocabulary entry.
 pub const VOCAB_FLOATS: u64 = 4;
 /// The rest of a training process that the model's shape does not give: the compiled guest,
@@ -47,14 +59,18 @@ pub struct UpdateMemory {
 
 impl UpdateMemory {
     /// The estimate for a model of `cfg`'s shape, training LoRA adapters (`lora`) or every
-    /// weight (see the module docs).
-    pub fn estimate(cfg: &ModelConfig, lora: bool) -> UpdateMemory {
+    /// weight, keeping what `memory` says for the backward (see the module docs).
+    pub fn estimate(cfg: &ModelConfig, lora: bool, memory: TrainMemory) -> UpdateMemory {
         let params = parameters(cfg);
         let per_param = if lora { 8 } else { 8 + 12 };
-        let floats = LAYER_FLOATS
-            * cfg.num_hidden_layers as u64
-            * (cfg.hidden_size + cfg.intermediate_size) as u64
-            + VOCAB_FLOATS * cfg.vocab_size as u64;
+        let layers = cfg.num_hidden_layers as u64;
+        let width = (cfg.hidden_size + cfg.intermediate_size) as u64;
+        let floats = match memory {
+            TrainMemory::Kept => LAYER_FLOATS * layers * width,
+            TrainMemory::Checkpointed => {
+                layers * cfg.hidden_size as u64 + CHECKPOINTED_LAYER_FLOATS * width
+            }
+        } + VOCAB_FLOATS * cfg.vocab_size as u64;
         UpdateMemory {
             fixed: params * per_param + PROCESS_BYTES,
             per_token: floats * 4,
@@ -109,17 +125,28 @@ mod tests {
     #[test]
     fn the_estimate_of_smollm2_135m_is_worked_by_hand() {
         let cfg = ModelConfig::smollm2_135m();
-        let lora = UpdateMemory::estimate(&cfg, true);
+        let lora = UpdateMemory::estimate(&cfg, true, TrainMemory::Kept);
         // 18 x 30 x (576 + 1,536) + 4 x 49,152 = 1,140,480 + 196,608 = 1,337,088 floats.
         assert_eq!(lora.per_token, 5_348_352);
         assert_eq!(lora.fixed, 134_515_008 * 8 + (1 << 30));
-        let full = UpdateMemory::estimate(&cfg, false);
+        let full = UpdateMemory::estimate(&cfg, false, TrainMemory::Kept);
         assert_eq!(full.per_token, lora.per_token);
         assert_eq!(full.fixed, 134_515_008 * 20 + (1 << 30));
         // 18 GiB: (19,327,352,832 - 2,149,861,888) / 5,348,352 = 3,211.7.
         assert_eq!(lora.tokens_within(18 << 30), 3_211);
         assert_eq!(lora.bytes_for(3_211), 2_149_861_888 + 3_211 * 5_348_352);
         assert!(lora.bytes_for(3_212) > 18 << 30);
+    }
+
+    #[test]
+    fn checkpointed_layers_keep_one_vector_a_layer_and_one_layer() {
+        let cfg = ModelConfig::smollm2_135m();
+        let ck = UpdateMemory::estimate(&cfg, true, TrainMemory::Checkpointed);
+        // 30 x 576 + 16 x (576 + 1,536) + 4 x 49,152 = 17,280 + 33,792 + 196,608 = 247,680.
+        assert_eq!(ck.per_token, 990_720);
+        assert_eq!(ck.fixed, 134_515_008 * 8 + (1 << 30));
+        // 18 GiB: (19,327,352,832 - 2,149,861,888) / 990,720 = 17,338.4.
+        assert_eq!(ck.tokens_within(18 << 30), 17_338);
     }
 
     #[test]

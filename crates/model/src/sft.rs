@@ -11,8 +11,8 @@
 use candle_core::Tensor;
 
 use crate::error::{ModelError, Result};
-use crate::grpo::{GrpoSample, micro_batches};
-use crate::logprob::{Spans, span_logprobs};
+use crate::grpo::{GrpoSample, accumulate, micro_batches};
+use crate::logprob::{Spans, span_logprobs, span_logprobs_and_entropy_for_update};
 use crate::model::Decoder;
 use crate::optim::AdamW;
 
@@ -112,23 +112,20 @@ pub fn sft_step(
         if chunk.is_empty() {
             continue;
         }
-        let lp = span_logprobs(model, &rows(&chunk))?;
+        let (lp, _, ck) = span_logprobs_and_entropy_for_update(model, &rows(&chunk))?;
         // Each token weighs 1 / (the batch's scored tokens): the micro-batches' losses add
         // up to the batch's token mean, and so do their gradients.
         let loss = (lp.sum_all()?.neg()? / total as f64)?;
         loss_sum += f64::from(loss.to_scalar::<f32>()?);
-        let grads = optimizer.collect(&loss.backward()?);
-        acc = Some(match acc.take() {
-            None => grads,
-            Some(prev) => prev
-                .into_iter()
-                .zip(grads)
-                .map(|(a, g)| match (a, g) {
-                    (Some(a), Some(g)) => Ok(Some((a + g)?)),
-                    (a, g) => Ok(a.or(g)),
-                })
-                .collect::<Result<Vec<_>>>()?,
-        });
+        let head = loss.backward()?;
+        accumulate(&mut acc, optimizer.collect(&head))?;
+        let layers = ck.and_then(|ck| Some((head.get(ck.output())?.clone(), ck)));
+        // The loss's graph is freed before the layers' backward, which runs a layer at a time.
+        drop((head, loss, lp));
+        if let Some((grad, ck)) = layers {
+            let opt = &*optimizer;
+            model.backward_layers(ck, grad, |g| accumulate(&mut acc, opt.collect(g)))?;
+        }
     }
     let grads = acc.unwrap_or_default();
     let grad_norm = AdamW::norm(&grads)?;

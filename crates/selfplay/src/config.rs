@@ -10,7 +10,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 use spade_model::grpo::{GrpoConfig, LossAggregation};
-use spade_model::model::{DecodeActivations, DecodeWeights, LoraConfig, ModelConfig};
+use spade_model::model::{DecodeActivations, DecodeWeights, LoraConfig, ModelConfig, TrainMemory};
 use spade_model::optim::AdamWConfig;
 use spade_model::schedule::{DecayKind, LrSchedule};
 
@@ -229,10 +229,16 @@ pub struct TrainConfig {
     /// `config.json`, so that no update of a default run takes more, and a resumed run trains
     /// with the same numbers.
     pub train_memory_gib: Option<f64>,
+    /// What an update keeps for its backward: `"checkpointed"` (the default: each layer's
+    /// input, the layers recomputed one at a time in the backward; about 0.7 MB a token of
+    /// SmolLM2-135M's LoRA update instead of 4.7, for one more forward pass, 1.3-1.5x the
+    /// time) or `"kept"` (every activation: faster, and the budget holds about a sixth of
+    /// the tokens). docs/benchmarks.md measures both.
+    pub train_memory: TrainMemory,
     /// Most padded tokens per GRPO micro-batch, and the longest sequence of any role: a longer
     /// designer sequence is cut to it (its completion past it is not trained). `None` (the
-    /// default): the most `train_memory_gib` holds (3,211 for SmolLM2-135M's LoRA update in 18
-    /// GiB). An explicit value the budget cannot hold is an error.
+    /// default): the most `train_memory_gib` holds (17,338 for SmolLM2-135M's LoRA update
+    /// with checkpointed layers in 18 GiB; 3,211 with `train_memory = "kept"`). An explicit value the budget cannot hold is an error.
     pub micro_batch_tokens: Option<usize>,
     /// Longest agent sequence trained on, in tokens: an episode trains as one sequence of its
     /// turns, and a longer one ends after its last turn that fits (its head, the system
@@ -389,6 +395,7 @@ impl Default for TrainConfig {
             max_grad_norm: 1.0,
             micro_batch: 4,
             train_memory_gib: None,
+            train_memory: TrainMemory::Checkpointed,
             micro_batch_tokens: None,
             max_agent_train_tokens: None,
             max_agent_update_samples: 16,
@@ -584,6 +591,7 @@ impl TrainConfig {
                 recompute_old_logprobs: self.recompute_old_logprobs,
             },
             sampling: self.sampling(),
+            train_memory: self.train_memory,
         }
     }
 
@@ -626,6 +634,7 @@ impl TrainConfig {
             micro_batch_tokens: self.micro_batch_tokens,
             max_agent_train_tokens: self.max_agent_train_tokens,
             lora: self.lora,
+            train_memory: self.train_memory,
         }
     }
 

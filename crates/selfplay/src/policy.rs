@@ -11,7 +11,7 @@ use spade_model::checkpoint;
 use spade_model::grpo::{GrpoConfig, GrpoSample, GrpoTrainer, UpdateStats};
 use spade_model::load::LoadedModel;
 use spade_model::logprob::{Pair, completion_logprobs};
-use spade_model::model::{DecodeActivations, DecodePath, DecodeWeights, LoraConfig};
+use spade_model::model::{DecodeActivations, DecodePath, DecodeWeights, LoraConfig, TrainMemory};
 use spade_model::optim::{AdamW, AdamWConfig};
 use spade_model::prefix_cache::PrefixCache;
 use spade_model::sample::{Sampler, SamplingParams};
@@ -198,6 +198,8 @@ pub struct PolicyConfig {
     pub grpo: GrpoConfig,
     /// Temperatures and top-p.
     pub sampling: SamplingConfig,
+    /// What an update keeps for its backward (checkpointed layers, or every activation).
+    pub train_memory: TrainMemory,
 }
 
 /// The candle model: LoRA adapters (default) or all weights, fused AdamW, GRPO with the
@@ -218,6 +220,8 @@ pub struct CandlePolicy {
     token_hook: Option<TokenHook>,
     /// What sampling reads.
     decode: DecodePath,
+    /// What an update keeps for its backward, set on the model before each.
+    train_memory: TrainMemory,
 }
 
 /// Cached positions kept for multi-turn reuse (SmolLM2-135M: 46 KB each, so about 1.5 GB).
@@ -272,6 +276,7 @@ impl CandlePolicy {
             prefixes: PrefixCache::new(PREFIX_CACHE_TOKENS),
             token_hook: None,
             decode,
+            train_memory: cfg.train_memory,
         };
         p.optimizer = Some(p.new_optimizer()?);
         Ok(p)
@@ -391,6 +396,7 @@ impl CandlePolicy {
     /// completions, this policy's optimiser over its trainable weights (adapters or all).
     pub fn sft_step(&mut self, batch: &[GrpoSample], cfg: &SftConfig) -> Result<SftStats> {
         self.prefixes.clear();
+        self.model.model.set_train_memory(self.train_memory);
         let mut opt = match self.optimizer.take() {
             Some(o) => o,
             None => self.new_optimizer()?,
@@ -547,6 +553,7 @@ impl Policy for CandlePolicy {
 
     fn update(&mut self, batch: &[GrpoSample]) -> Result<Option<UpdateStats>> {
         self.prefixes.clear();
+        self.model.model.set_train_memory(self.train_memory);
         if batch.iter().all(|s| s.trained_tokens() == 0) {
             return Ok(None);
         }

@@ -138,6 +138,7 @@ impl SftSettings {
             micro_batch_tokens: self.micro_batch_tokens,
             max_agent_train_tokens: None,
             lora: self.lora.is_some(),
+            train_memory: self.policy().train_memory,
         };
         let plan = update_memory::plan(&cfg, model, machine)?;
         self.train_memory_gib = Some(plan.budget_gib);

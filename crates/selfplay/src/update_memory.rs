@@ -7,7 +7,7 @@
 //! resolves it once, at the start of a run, and writes what it chose into the run's
 //! `config.json`, so a resumed run trains with the same numbers on any machine.
 use spade_model::memory::UpdateMemory;
-use spade_model::model::ModelConfig;
+use spade_model::model::{ModelConfig, TrainMemory};
 
 use crate::error::{Result, TrainError};
 
@@ -32,6 +32,8 @@ pub struct UpdateMemoryConfig {
     pub max_agent_train_tokens: Option<usize>,
     /// LoRA adapters (true) or every weight.
     pub lora: bool,
+    /// What the update keeps for its backward.
+    pub train_memory: TrainMemory,
 }
 
 /// What the plan chose.
@@ -85,7 +87,7 @@ pub fn plan(
             );
         }
     };
-    let estimate = UpdateMemory::estimate(model, cfg.lora);
+    let estimate = UpdateMemory::estimate(model, cfg.lora, cfg.train_memory);
     let holds = estimate.tokens_within((budget_gib * GIB) as u64);
     let per_token_mib = estimate.per_token as f64 / (1u64 << 20) as f64;
     if holds == 0 {
@@ -142,6 +144,7 @@ mod tests {
             micro_batch_tokens: None,
             max_agent_train_tokens: None,
             lora: true,
+            train_memory: TrainMemory::Kept,
         }
     }
 
@@ -162,6 +165,20 @@ mod tests {
         // An explicit budget is the budget, whatever the machine.
         let p = plan(&cfg(Some(18.0)), &smol, None).unwrap();
         assert_eq!(p.micro_batch_tokens, 3_211);
+    }
+
+    #[test]
+    fn checkpointed_layers_hold_more_tokens_in_the_same_budget() {
+        let smol = ModelConfig::smollm2_135m();
+        let mut c = cfg(None);
+        c.train_memory = TrainMemory::Checkpointed;
+        // 18 GiB hold 17,338 tokens of the checkpointed LoRA update (spade_model::memory's
+        // tests work it out).
+        let p = plan(&c, &smol, Some(24 << 30)).unwrap();
+        assert_eq!(
+            (p.micro_batch_tokens, p.max_agent_train_tokens),
+            (17_338, 1_024)
+        );
     }
 
     #[test]

@@ -11,7 +11,7 @@ use spade_model::logprob::{Pair, completion_logprobs};
 use spade_model::memory::UpdateMemory;
 use spade_model::model::kernels::decode_quant_matmul::{self as quant_matmul, Kernel};
 use spade_model::model::{
-    DecodeWeights, Decoder, LoraConfig, ModelConfig, TrainAttention, TrainOps, lora,
+    DecodeWeights, Decoder, LoraConfig, ModelConfig, TrainAttention, TrainMemory, TrainOps, lora,
 };
 
 use super::variant::DecodeVariant;
@@ -72,6 +72,11 @@ pub struct BenchModel {
     /// backward, rows on every thread) or `composed` (candle's ops; for comparison).
     #[arg(long, value_enum, default_value_t = OpsArg::Fused)]
     train_ops: OpsArg,
+    /// What the update keeps for its backward: `checkpointed` (the default: each layer's
+    /// input, the layers recomputed one at a time in the backward) or `kept` (every
+    /// activation; for comparison).
+    #[arg(long, value_enum, default_value_t = MemoryArg::Checkpointed)]
+    train_memory: MemoryArg,
     /// Decode variants to measure, in order, each compared with the first: `f32`, or
     /// quantised weights (`q8_0`, `gguf`) with f32 or 8-bit inputs (`gguf:f32`, `gguf:q8`).
     #[arg(
@@ -360,41 +365,51 @@ impl BenchModel {
         let attention = self.train_attention.get();
         lora_model.set_train_attention(attention);
         lora_model.set_train_ops(self.train_ops.get());
+        lora_model.set_train_memory(self.train_memory.get());
         let opt = AdamW::new(adapters.all_vars(), AdamWConfig::default())?;
         let mut trainer = GrpoTrainer::new(&lora_model, None, opt, grpo.clone())?;
         let label = format!(
-            "GRPO update, LoRA r={} ({}x{}, {} attention, {} ops)",
+            "GRPO update, LoRA r={} ({}x{}, {} attention, {} ops, {} layers)",
             self.rank,
             self.batch,
             self.seq,
             self.train_attention.name(),
-            self.train_ops.name()
+            self.train_ops.name(),
+            self.train_memory.name()
         );
         super::update::print_header();
         super::update::time_updates(&label, total_tokens, self.update_runs, || {
             Ok(trainer.step(&samples).map(|_| ())?)
         })?;
         let shape = lora_model.config().clone();
-        super::update::print_estimate(&UpdateMemory::estimate(&shape, true), total_tokens);
+        super::update::print_estimate(
+            &UpdateMemory::estimate(&shape, true, self.train_memory.get()),
+            total_tokens,
+        );
         if self.full {
             drop(trainer);
             drop(model);
             let (mut full_model, varmap) = model_vars(&path)?;
             full_model.set_train_attention(attention);
             full_model.set_train_ops(self.train_ops.get());
+            full_model.set_train_memory(self.train_memory.get());
             let opt = AdamW::new(varmap.all_vars(), AdamWConfig::default())?;
             let mut trainer = GrpoTrainer::new(&full_model, None, opt, grpo)?;
             let label = format!(
-                "GRPO update, full ({}x{}, {} attention, {} ops)",
+                "GRPO update, full ({}x{}, {} attention, {} ops, {} layers)",
                 self.batch,
                 self.seq,
                 self.train_attention.name(),
-                self.train_ops.name()
+                self.train_ops.name(),
+                self.train_memory.name()
             );
             super::update::time_updates(&label, total_tokens, self.update_runs, || {
                 Ok(trainer.step(&samples).map(|_| ())?)
             })?;
-            super::update::print_estimate(&UpdateMemory::estimate(&shape, false), total_tokens);
+            super::update::print_estimate(
+                &UpdateMemory::estimate(&shape, false, self.train_memory.get()),
+                total_tokens,
+            );
             drop(trainer);
             if !self.update_only {
                 optimizer_steps(&varmap)?;
@@ -429,6 +444,31 @@ impl OpsArg {
         match self {
             Self::Fused => "fused",
             Self::Composed => "composed",
+        }
+    }
+}
+
+/// `--train-memory`: the training path's [`TrainMemory`].
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum MemoryArg {
+    /// [`TrainMemory::Checkpointed`].
+    Checkpointed,
+    /// [`TrainMemory::Kept`].
+    Kept,
+}
+
+impl MemoryArg {
+    fn get(self) -> TrainMemory {
+        match self {
+            Self::Checkpointed => TrainMemory::Checkpointed,
+            Self::Kept => TrainMemory::Kept,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::Checkpointed => "checkpointed",
+            Self::Kept => "kept",
         }
     }
 }

@@ -1,7 +1,12 @@
 //! Gradient flow, finite differences, and training-path vs inference-path logits.
-use candle_core::{D, DType, Device, IndexOp, Tensor};
+use std::collections::BTreeMap;
+
+use candle_core::{D, DType, Device, IndexOp, Tensor, Var};
 use candle_nn::{VarBuilder, VarMap};
-use spade_model::model::{Decoder, KvCache, PREFILL_CHUNK, TrainAttention, init, train_ops};
+use spade_model::logprob::{Spans, span_logprobs_and_entropy_for_update};
+use spade_model::model::{
+    Decoder, KvCache, LoraConfig, PREFILL_CHUNK, TrainAttention, TrainMemory, init, lora, train_ops,
+};
 
 use super::common::{FAMILIES, ids, max_diff, model, tiny};
 
@@ -95,6 +100,133 @@ fn blockwise_attention_gives_the_plain_paths_loss_and_gradients() {
                 diff <= 1e-4 * size.max(1e-3),
                 "{family}: gradient of {name} differs by {diff} (size {size})"
             );
+        }
+    }
+}
+
+/// Every variable's gradient of the summed log-probabilities and entropies of `rows`, taken
+/// the way an update takes them with `model`'s [`TrainMemory`]: the loss's own backward, then,
+/// with checkpointed layers, [`Decoder::backward_layers`], each variable's parts summed.
+fn update_gradients(
+    model: &Decoder,
+    vars: &[(String, Var)],
+    rows: &[Spans],
+) -> (f32, BTreeMap<String, Tensor>) {
+    let (lp, entropy, ck) = span_logprobs_and_entropy_for_update(model, rows).unwrap();
+    let loss = (lp.sum_all().unwrap() + (entropy.sum_all().unwrap() * 0.5).unwrap()).unwrap();
+    let mut sums: BTreeMap<String, Tensor> = BTreeMap::new();
+    let mut add = |g: &candle_core::backprop::GradStore| {
+        for (name, var) in vars {
+            if let Some(g) = g.get(var.as_tensor()) {
+                let sum = match sums.remove(name) {
+                    Some(s) => (s + g).unwrap(),
+                    None => g.clone(),
+                };
+                sums.insert(name.clone(), sum);
+            }
+        }
+    };
+    let head = loss.backward().unwrap();
+    add(&head);
+    if let Some(ck) = ck {
+        let grad = head.get(ck.output()).unwrap().clone();
+        model
+            .backward_layers(ck, grad, |g| {
+                add(g);
+                Ok(())
+            })
+            .unwrap();
+    }
+    (loss.to_scalar::<f32>().unwrap(), sums)
+}
+
+#[test]
+fn checkpointed_layers_give_the_kept_graphs_loss_and_gradients() {
+    // Three rows of different lengths (so two are right-padded), one with two scored spans;
+    // 70 positions in the longest, past one attention block. Full fine-tuning (every weight,
+    // the tied embedding reached through the head and the input) and LoRA adapters.
+    let long: Vec<u32> = (0..60).map(|i| (i * 7 % 50) as u32 + 3).collect();
+    let spans_a = [0..4, 6..10];
+    let spans_b = std::slice::from_ref(&(0..long.len())).to_vec();
+    let spans_c = std::slice::from_ref(&(0..3)).to_vec();
+    for family in FAMILIES {
+        let cfg = tiny(family);
+        for lora_rank in [None, Some(4)] {
+            let (mut model, varmap) = model(&cfg, 13);
+            let vars: Vec<(String, Var)> = match lora_rank {
+                None => varmap.data().lock().unwrap().clone().into_iter().collect(),
+                Some(r) => {
+                    let lcfg = LoraConfig {
+                        r,
+                        lora_alpha: 8.0,
+                        ..LoraConfig::default()
+                    };
+                    let adapters = lora::attach_new(&mut model, &lcfg, 5).unwrap();
+                    // Fresh adapters have B = 0, which would leave A without a gradient.
+                    let vars: Vec<(String, Var)> = adapters
+                        .data()
+                        .lock()
+                        .unwrap()
+                        .clone()
+                        .into_iter()
+                        .collect();
+                    for (name, var) in vars.iter().filter(|(n, _)| n.contains("lora_B")) {
+                        let n = var.elem_count();
+                        let fill: Vec<f32> = (0..n)
+                            .map(|i| ((i * 37 + name.len()) as f32).sin() * 0.1)
+                            .collect();
+                        var.set(&Tensor::from_vec(fill, var.shape(), &Device::Cpu).unwrap())
+                            .unwrap();
+                    }
+                    vars
+                }
+            };
+            let completion_a: Vec<u32> = (0..10).map(|i| i + 20).collect();
+            let rows = [
+                Spans {
+                    prompt: &[5, 6, 7],
+                    completion: &completion_a,
+                    spans: &spans_a,
+                },
+                Spans {
+                    prompt: &long[..10],
+                    completion: &long,
+                    spans: &spans_b,
+                },
+                Spans {
+                    prompt: &[9],
+                    completion: &[30, 31, 32],
+                    spans: &spans_c,
+                },
+            ];
+            model.set_train_memory(TrainMemory::Kept);
+            let (kept_loss, kept) = update_gradients(&model, &vars, &rows);
+            model.set_train_memory(TrainMemory::Checkpointed);
+            let (ck_loss, checkpointed) = update_gradients(&model, &vars, &rows);
+            let what = format!("{family}, LoRA {lora_rank:?}");
+            assert_eq!(kept_loss, ck_loss, "{what}: the loss");
+            assert_eq!(kept.len(), vars.len(), "{what}: a variable has no gradient");
+            assert_eq!(
+                kept.keys().collect::<Vec<_>>(),
+                checkpointed.keys().collect::<Vec<_>>(),
+                "{what}"
+            );
+            for (name, k) in &kept {
+                let c = &checkpointed[name];
+                let size = k
+                    .abs()
+                    .unwrap()
+                    .max_all()
+                    .unwrap()
+                    .to_scalar::<f32>()
+                    .unwrap();
+                assert!(size > 0.0, "{what}: the gradient of {name} is 0");
+                let diff = max_diff(k, c);
+                assert!(
+                    diff <= 1e-5 * size.max(1e-3),
+                    "{what}: gradient of {name} differs by {diff} (size {size})"
+                );
+            }
         }
     }
 }

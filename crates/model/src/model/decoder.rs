@@ -2,7 +2,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use candle_core::{DType, Device, Result, Tensor};
+use candle_core::backprop::GradStore;
+use candle_core::{DType, Device, Result, Tensor, Var};
 use candle_nn::{VarBuilder, VarMap};
 
 use super::config::{Family, ModelConfig};
@@ -67,6 +68,40 @@ pub enum TrainOps {
     Fused,
     /// Composed from candle's ops through its autograd, one thread each. For comparison.
     Composed,
+}
+
+/// What the training path keeps for the backward pass.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TrainMemory {
+    /// Each layer's input only (activation checkpointing): the forward runs the layers
+    /// without an autograd graph, and the backward recomputes one layer at a time from its
+    /// input with its graph and differentiates it against its output's gradient
+    /// ([`Decoder::hidden_train_checkpointed`], [`Decoder::backward_layers`]). Memory per
+    /// token: one `hidden_size` vector per layer plus one layer's activations, for one more
+    /// forward pass of compute. The default.
+    #[default]
+    Checkpointed,
+    /// Every layer's activations until the backward ends (candle's autograd as it is).
+    Kept,
+}
+
+/// What [`Decoder::hidden_train_checkpointed`] keeps for [`Decoder::backward_layers`]: the
+/// token ids, each layer's input (detached) and the last layer's output as the variable the
+/// loss's own backward stops at.
+#[derive(Debug)]
+pub struct LayerCheckpoints {
+    ids: Tensor,
+    inputs: Vec<Tensor>,
+    last: Var,
+}
+
+impl LayerCheckpoints {
+    /// The last layer's output: its gradient in the loss's [`GradStore`] is where
+    /// [`Decoder::backward_layers`] starts.
+    pub fn output(&self) -> &Tensor {
+        self.last.as_tensor()
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -296,6 +331,7 @@ pub struct Decoder {
     train_base: bool,
     train_lora: bool,
     train_ops: TrainOps,
+    train_memory: TrainMemory,
     device: Device,
 }
 
@@ -332,6 +368,7 @@ impl Decoder {
             train_base: true,
             train_lora: false,
             train_ops: TrainOps::default(),
+            train_memory: TrainMemory::default(),
             device: vb.device().clone(),
         })
     }
@@ -518,6 +555,18 @@ impl Decoder {
         self.train_ops
     }
 
+    /// Chooses what the training path keeps for the backward (default
+    /// [`TrainMemory::Checkpointed`]); callers that differentiate through
+    /// [`Self::hidden_train_checkpointed`] read it with [`Self::train_memory`].
+    pub fn set_train_memory(&mut self, memory: TrainMemory) {
+        self.train_memory = memory;
+    }
+
+    /// What the training path keeps (see [`Self::set_train_memory`]).
+    pub fn train_memory(&self) -> TrainMemory {
+        self.train_memory
+    }
+
     /// Whether the training path tracks (and so differentiates) the base weights.
     pub fn set_train_base(&mut self, train: bool) {
         self.train_base = train;
@@ -577,6 +626,76 @@ impl Decoder {
     /// Right padding is safe: with the causal mask, padding never affects earlier positions.
     pub fn hidden_train(&self, ids: &Tensor) -> Result<Tensor> {
         self.hidden(ids, self.train_pass(), None)
+    }
+
+    /// Training path with activation checkpointing ([`TrainMemory::Checkpointed`]): the
+    /// final hidden states `(b, t, hidden)` of `ids`, whose autograd graph reaches back only to
+    /// the last layer's output ([`LayerCheckpoints::output`], a variable), and what
+    /// [`Self::backward_layers`] needs to carry the loss's gradient through the layers. The
+    /// layers run on the training path's ops without a graph, so the values are the same as
+    /// [`Self::hidden_train`]'s.
+    pub fn hidden_train_checkpointed(&self, ids: &Tensor) -> Result<(Tensor, LayerCheckpoints)> {
+        let pass = self.train_pass();
+        let quiet = Pass {
+            grad_base: false,
+            grad_lora: false,
+            ..pass
+        };
+        let t = ids.dim(1)?;
+        let (cos, sin) = self.rope.slice(0, t)?;
+        let mut xs = self.embed(ids, quiet)?;
+        let mut inputs = Vec::with_capacity(self.layers.len());
+        for layer in &self.layers {
+            let next = layer.forward(&xs, (&cos, &sin), quiet, None, None)?;
+            inputs.push(xs);
+            xs = next;
+        }
+        let last = Var::from_tensor(&xs)?;
+        let hidden = self.norm.forward(last.as_tensor(), pass)?;
+        let ck = LayerCheckpoints {
+            ids: ids.clone(),
+            inputs,
+            last,
+        };
+        Ok((hidden, ck))
+    }
+
+    /// The backward through the layers after the loss's own: `grad` is the gradient of the
+    /// last layer's output (from the loss's [`GradStore`], at [`LayerCheckpoints::output`]).
+    /// From the last layer down, each layer is run again from its input with its autograd
+    /// graph, and `sum(output * gradient of the output)` is differentiated, which gives the
+    /// layer's weights' gradients and its input's, the gradient of the layer below's output;
+    /// then the embedding's, when the base weights train. `each` receives every one of these
+    /// [`GradStore`]s in turn (a layer's graph and gradients are freed before the next).
+    pub fn backward_layers(
+        &self,
+        ck: LayerCheckpoints,
+        grad: Tensor,
+        mut each: impl FnMut(&GradStore) -> crate::Result<()>,
+    ) -> crate::Result<()> {
+        let pass = self.train_pass();
+        let t = ck.ids.dim(1)?;
+        let (cos, sin) = self.rope.slice(0, t)?;
+        let LayerCheckpoints { ids, inputs, last } = ck;
+        drop(last);
+        let mut grad = grad.detach();
+        for (layer, input) in self.layers.iter().zip(inputs).rev() {
+            let x = Var::from_tensor(&input)?;
+            drop(input);
+            let out = layer.forward(x.as_tensor(), (&cos, &sin), pass, None, None)?;
+            let grads = (out * &grad)?.sum_all()?.backward()?;
+            each(&grads)?;
+            match grads.get(x.as_tensor()) {
+                Some(g) => grad = g.detach(),
+                // Nothing below this layer is tracked.
+                None => return Ok(()),
+            }
+        }
+        if pass.grad_base {
+            let embedded = self.embed(&ids, pass)?;
+            each(&(embedded * &grad)?.sum_all()?.backward()?)?;
+        }
+        Ok(())
     }
 
     /// Training path: logits of hidden states `(..., hidden)` through the LM head.

@@ -19,6 +19,8 @@ pub mod train_ops;
 
 pub use config::{Family, ModelConfig};
 pub use decode_weights::{DecodeActivations, DecodePath, DecodeWeights};
-pub use decoder::{Decoder, PREFILL_CHUNK, TrainAttention, TrainOps};
+pub use decoder::{
+    Decoder, LayerCheckpoints, PREFILL_CHUNK, TrainAttention, TrainMemory, TrainOps,
+};
 pub use kv_cache::KvCache;
 pub use lora::LoraConfig;
