@@ -30,6 +30,18 @@ pub fn ids(b: usize, t: usize, vocab: usize, seed: u64) -> Tensor {
     Tensor::from_vec(v, (b, t), &Device::Cpu).unwrap()
 }
 
+/// Largest absolute value of a tensor.
+pub fn max_abs(t: &Tensor) -> f32 {
+    t.to_dtype(DType::F32)
+        .unwrap()
+        .abs()
+        .unwrap()
+        .max_all()
+        .unwrap()
+        .to_scalar::<f32>()
+        .unwrap()
+}
+
 /// Largest absolute difference between two tensors.
 pub fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
     (a.to_dtype(DType::F32).unwrap() - b.to_dtype(DType::F32).unwrap())

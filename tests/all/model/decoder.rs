@@ -8,7 +8,7 @@ use spade_model::model::{
     Decoder, KvCache, LoraConfig, PREFILL_CHUNK, TrainAttention, TrainMemory, init, lora, train_ops,
 };
 
-use super::common::{FAMILIES, ids, max_diff, model, tiny};
+use super::common::{FAMILIES, ids, max_abs, max_diff, model, tiny};
 
 /// Mean next-token NLL of `ids` on the training path.
 fn nll(model: &Decoder, ids: &Tensor) -> Tensor {
@@ -88,13 +88,7 @@ fn blockwise_attention_gives_the_plain_paths_loss_and_gradients() {
             "{family}: loss {blockwise_loss} vs {plain_loss}"
         );
         for ((name, b), (_, p)) in blockwise.iter().zip(&plain) {
-            let size = p
-                .abs()
-                .unwrap()
-                .max_all()
-                .unwrap()
-                .to_scalar::<f32>()
-                .unwrap();
+            let size = max_abs(p);
             let diff = max_diff(b, p);
             assert!(
                 diff <= 1e-4 * size.max(1e-3),
@@ -213,13 +207,7 @@ fn checkpointed_layers_give_the_kept_graphs_loss_and_gradients() {
             );
             for (name, k) in &kept {
                 let c = &checkpointed[name];
-                let size = k
-                    .abs()
-                    .unwrap()
-                    .max_all()
-                    .unwrap()
-                    .to_scalar::<f32>()
-                    .unwrap();
+                let size = max_abs(k);
                 assert!(size > 0.0, "{what}: the gradient of {name} is 0");
                 let diff = max_diff(k, c);
                 assert!(
