@@ -325,6 +325,7 @@ impl EvalArgs {
         let threshold = self.novelty_threshold;
         let report = executor.block_on(async {
             let mut run = Run::for_designs(out, cfg, corpus, runtime, policy.as_mut())?;
+            run.on_progress(super::progress_bar::phases());
             let outcomes = run.design_round().await?;
             anyhow::Ok(designer::report(&outcomes, &references, threshold))
         })?;

@@ -1,10 +1,21 @@
-//! Progress on a terminal: `spade train`'s bar per phase with its rate and ETA, and
-//! `spade sft`'s bar over its steps.
-use std::sync::Mutex;
+//! Progress on a terminal: `spade train`'s and `spade eval --designer`'s bar per phase with
+//! its rate and ETA, and `spade sft`'s bar over its steps.
+use std::io::IsTerminal as _;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use spade_selfplay::progress::Progress;
+use spade_selfplay::progress::{Lines, Progress};
+
+/// A self-play run's progress on standard error: [`Bars`] on a terminal, else a line per
+/// phase ([`Lines`]).
+pub fn phases() -> Arc<dyn Progress> {
+    if std::io::stderr().is_terminal() {
+        Arc::new(Bars::default())
+    } else {
+        Lines::new()
+    }
+}
 
 /// A bar per phase on standard error.
 #[derive(Debug, Default)]

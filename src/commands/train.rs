@@ -1,18 +1,13 @@
 //! `spade train`: the self-play loop.
-use std::io::IsTerminal as _;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context as _, bail};
 use clap::Args;
 use spade_sandbox::Config;
 use spade_selfplay::corpus::DEFAULT_CORPUS;
-use spade_selfplay::progress::{Lines, Progress};
 use spade_selfplay::starter_envs::starter_envs;
 use spade_selfplay::{CandlePolicy, Corpus, Policy, Run, TrainConfig};
-
-use super::progress_bar::Bars;
 
 /// Arguments of `spade train`.
 #[derive(Debug, Args)]
@@ -232,12 +227,7 @@ impl TrainArgs {
             };
             let start = Instant::now();
             let first = run.state.rollouts_done;
-            let progress: Arc<dyn Progress> = if std::io::stderr().is_terminal() {
-                Arc::new(Bars::default())
-            } else {
-                Lines::new()
-            };
-            run.on_progress(progress);
+            run.on_progress(super::progress_bar::phases());
             let mut done = 0u64;
             while rollouts == 0 || done < rollouts {
                 let m = run.rollout().await?;

@@ -389,6 +389,47 @@ fn train_chooses_the_update_tokens_from_the_memory_budget_and_saves_them() {
 }
 
 #[test]
+fn eval_designer_shows_each_phase_as_it_runs() {
+    let dir = tiny_model_dir("eval-designer-model");
+    let work = tmp("eval-designer");
+    let out = work.join("measure");
+    let cfg = work.join("small.json");
+    std::fs::write(
+        &cfg,
+        r#"{"designer_max_new_tokens": 16, "max_repair_attempts": 0, "max_doc_words": 30}"#,
+    )
+    .unwrap();
+    let o = spade(
+        &work,
+        &[
+            "eval",
+            "--designer",
+            "--model",
+            dir.to_str().unwrap(),
+            "--config",
+            cfg.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--prompts",
+            "2",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    // Not a terminal: a line when each prompt's design starts, with its size, one when it
+    // ends, and the same for each validation.
+    let err = stderr(&o);
+    for line in [
+        "rollout 0: design 1/2 (1 completions) (16 tokens)",
+        "rollout 0: design 1/2 (1 completions) done: 16/16 tokens in ",
+        "rollout 0: design 2/2 (1 completions) (16 tokens)",
+        "rollout 0: validate design 1 done: 1/1 checks in ",
+    ] {
+        assert!(err.contains(line), "no {line:?} in\n{err}");
+    }
+    assert!(out.join("report.json").is_file());
+}
+
+#[test]
 fn bench_model_names_a_bad_llama_server_or_model_before_measuring() {
     let models = tmp("bench-llama");
     let dir = tiny_model_dir("bench-llama-model");
