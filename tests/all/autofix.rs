@@ -87,12 +87,12 @@ fn the_braces_and_the_import_are_fixed_where_they_were() {
     assert_eq!(fixed, want);
 }
 
-/// Every environment source of the repository: the fixtures, the held-out `eval_envs/`, and
-/// the bundled starter environments.
+/// Every environment source of the repository: the fixtures, the held-out `eval_envs/`, the
+/// warm-start `library_envs/`, and the bundled starter environments.
 fn repository_sources() -> Vec<(String, String)> {
     let root = repo_root();
     let mut sources = Vec::new();
-    for folder in ["tests/envs", "eval_envs"] {
+    for folder in ["tests/envs", "eval_envs", "library_envs"] {
         let mut dirs: Vec<_> = std::fs::read_dir(root.join(folder))
             .unwrap()
             .map(|e| e.unwrap().path())
@@ -129,8 +129,9 @@ async fn every_valid_environment_comes_back_byte_identical() {
         assert_eq!(fixed.fixes, vec![], "{name}");
         assert_eq!(fixed.source, source, "{name}");
     }
-    // 14 fixtures (brace_crash among them at one seed), 4 held-out and 6 starter environments.
-    assert_eq!(accepted, 24);
+    // 14 fixtures (brace_crash among them at one seed), 4 held-out, 40 library and 6 starter
+    // environments.
+    assert_eq!(accepted, 64);
 }
 
 #[tokio::test]
