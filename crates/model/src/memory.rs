@@ -42,6 +42,9 @@ pub const LAYER_FLOATS: u64 = 18;
 /// f32 values per token of the one layer being recomputed, per unit of `hidden_size +
 /// intermediate_size`, with checkpointed layers.
 pub const CHECKPOINTED_LAYER_FLOATS: u64 = 16;
+/// f32 values per token of the one layer whose own backward runs, per unit of
+/// `hidden_size + intermediate_size`, with [`TrainMemory::Saved`].
+pub const SAVED_LAYER_FLOATS: u64 = 6;
 /// f32 values kept per token per vocabulary entry.
 pub const VOCAB_FLOATS: u64 = 4;
 /// The rest of a training process that the model's shape does not give: the compiled guest,
@@ -70,6 +73,7 @@ impl UpdateMemory {
             TrainMemory::Checkpointed => {
                 layers * cfg.hidden_size as u64 + CHECKPOINTED_LAYER_FLOATS * width
             }
+            TrainMemory::Saved => layers * saved_layer_floats(cfg) + SAVED_LAYER_FLOATS * width,
         } + VOCAB_FLOATS * cfg.vocab_size as u64;
         UpdateMemory {
             fixed: params * per_param + PROCESS_BYTES,
@@ -89,6 +93,24 @@ impl UpdateMemory {
         self.fixed
             .saturating_add(self.per_token.saturating_mul(tokens as u64))
     }
+}
+
+/// f32 values per token and layer that [`TrainMemory::Saved`] keeps: the layer's input and
+/// post-attention residual, q, k and v after RoPE, the attention's output and log-sum-exp,
+/// gate and up, the adapters' `x Aᵀ` (taken as 64 values: rank 8 on the seven
+/// projections), and with q/k norms q and k before them.
+pub fn saved_layer_floats(cfg: &ModelConfig) -> u64 {
+    let h = cfg.hidden_size as u64;
+    let q = (cfg.num_attention_heads * cfg.head_dim()) as u64;
+    let kv = (cfg.kv_heads() * cfg.head_dim()) as u64;
+    let qk_norm = if cfg.model_type == "qwen3" { q + kv } else { 0 };
+    2 * h
+        + 2 * q
+        + 2 * kv
+        + cfg.num_attention_heads as u64
+        + 2 * cfg.intermediate_size as u64
+        + 64
+        + qk_norm
 }
 
 /// The decoder's parameters: embedding, LM head unless tied, per layer the attention's four

@@ -211,6 +211,69 @@ impl Linear {
         Ok(done.try_into().expect("one output per projection"))
     }
 
+    /// The training path's forward without an autograd graph, for a layer with its own
+    /// backward ([`super::decoder::TrainMemory::Saved`]): the same ops as [`Linear::forward`]
+    /// on the training path (so the same values), on 2-D `x2` `(rows, in)`. Returns
+    /// `(x Wᵀ + b + scale (x Aᵀ) Bᵀ, x Aᵀ)`, the second `(rows, rank)` when there is an
+    /// adapter: what [`Linear::backward_saved`] needs beside `x2`.
+    pub(crate) fn forward_saved(&self, x2: &Tensor) -> Result<(Tensor, Option<Tensor>)> {
+        // `frozen_matmul`'s forward is this product (on a copy of `x2`).
+        let mut y = x2.matmul(&self.weight.detach().t()?)?;
+        if let Some(b) = &self.bias {
+            y = y.broadcast_add(&b.detach())?;
+        }
+        let mut xa = None;
+        if let Some(l) = &self.lora {
+            let u = x2.matmul(&l.a.detach().t()?)?;
+            let delta = u.matmul(&l.b.detach().t()?)?;
+            y = (y + (delta * l.scale)?)?;
+            xa = Some(u);
+        }
+        Ok((y, xa))
+    }
+
+    /// The backward of [`Linear::forward_saved`]: `x2` `(rows, in)` its input, `xa` the
+    /// `x Aᵀ` it returned, `dy` `(rows, out)` its output's gradient. Pushes `(variable,
+    /// gradient)` onto `grads` for the base weight and bias when `base`, for the adapter's
+    /// factors when `lora`; returns the input's gradient `(rows, in)` when `want_dx`.
+    pub(crate) fn backward_saved(
+        &self,
+        x2: &Tensor,
+        xa: Option<&Tensor>,
+        dy: &Tensor,
+        (base, lora, want_dx): (bool, bool, bool),
+        grads: &mut Vec<(Tensor, Tensor)>,
+    ) -> Result<Option<Tensor>> {
+        if base {
+            grads.push((self.weight.clone(), dy.t()?.matmul(x2)?));
+            if let Some(b) = &self.bias {
+                grads.push((b.clone(), dy.sum(0)?));
+            }
+        }
+        let mut dx = if want_dx {
+            Some(dy.matmul(&self.weight.detach())?)
+        } else {
+            None
+        };
+        if let Some(l) = &self.lora
+            && (lora || want_dx)
+        {
+            // y += scale u Bᵀ with u = x Aᵀ: du = scale dy B.
+            let du = (dy.matmul(&l.b.detach())? * l.scale)?;
+            if lora {
+                let Some(u) = xa else {
+                    candle_core::bail!("{}: the adapter's x Aᵀ was not saved", self.name);
+                };
+                grads.push((l.b.clone(), (dy.t()?.matmul(u)? * l.scale)?));
+                grads.push((l.a.clone(), du.t()?.matmul(x2)?));
+            }
+            if let Some(dx) = dx.as_mut() {
+                *dx = (&*dx + du.matmul(&l.a.detach())?)?;
+            }
+        }
+        Ok(dx)
+    }
+
     pub(crate) fn forward(&self, xs: &Tensor, pass: Pass) -> Result<Tensor> {
         let dims = xs.dims().to_vec();
         let in_dim = *dims.last().expect("linear input has a last dimension");
