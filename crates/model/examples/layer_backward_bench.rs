@@ -52,7 +52,9 @@ fn shape(s: &str) -> (usize, usize) {
 /// One update: forward, the loss's backward and the layers', each trainable variable's
 /// gradient summed as an update sums them. Returns the loss.
 fn update(model: &Decoder, vars: &[Var], rows: &[Spans], adv: &Tensor) -> anyhow::Result<f32> {
+    let start = Instant::now();
     let (lp, _entropy, ck) = span_logprobs_and_entropy_for_update(model, rows)?;
+    let forward = start.elapsed().as_secs_f64();
     let loss = (lp.mul(adv)?.sum_all()?.neg()? / adv.elem_count() as f64)?;
     let mut sums: Vec<Option<Tensor>> = vec![None; vars.len()];
     let mut add = |g: &candle_core::backprop::GradStore| -> spade_model::Result<()> {
@@ -68,11 +70,17 @@ fn update(model: &Decoder, vars: &[Var], rows: &[Spans], adv: &Tensor) -> anyhow
     };
     let head = loss.backward()?;
     add(&head)?;
+    let head_backward = start.elapsed().as_secs_f64() - forward;
     let layers = ck.and_then(|ck| Some((head.get(ck.output())?.clone(), ck)));
     drop(head);
     if let Some((grad, ck)) = layers {
         model.backward_layers(ck, grad, &mut add)?;
     }
+    let layers_backward = start.elapsed().as_secs_f64() - forward - head_backward;
+    eprintln!(
+        "phases: forward and loss {forward:.3} s, the loss's backward {head_backward:.3} s, \
+         the layers' backward {layers_backward:.3} s"
+    );
     let missing = sums.iter().filter(|s| s.is_none()).count();
     anyhow::ensure!(missing == 0, "{missing} variables got no gradient");
     Ok(loss.to_scalar::<f32>()?)

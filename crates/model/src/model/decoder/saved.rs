@@ -364,7 +364,9 @@ mod tests {
     use candle_core::{Device, Tensor, Var};
 
     use crate::logprob::{Spans, span_logprobs_and_entropy_for_update};
-    use crate::model::{Decoder, LoraConfig, ModelConfig, TrainMemory, lora};
+    use crate::model::{
+        Decoder, LoraConfig, ModelConfig, TrainAttention, TrainMemory, TrainOps, lora,
+    };
 
     /// The tiny config of `family`, Qwen3 with a head dim other than hidden / heads (as the
     /// integration tests build them).
@@ -424,6 +426,39 @@ mod tests {
                 .unwrap();
         }
         (loss.to_scalar::<f32>().unwrap(), sums)
+    }
+
+    #[test]
+    fn saved_layers_are_checkpointed_layers_off_the_ops_they_are_written_for() {
+        // Composed ops or plain attention: the layers run again in the backward, as
+        // checkpointed layers do, and the gradients are still the kept graph's.
+        let cfg = tiny("qwen3");
+        let (model, varmap) = Decoder::random(&cfg, 3, 0.2, &Device::Cpu).unwrap();
+        let vars: Vec<(String, Var)> = varmap.data().lock().unwrap().clone().into_iter().collect();
+        let rows = [Spans {
+            prompt: &[5, 6, 7],
+            completion: &[8, 9, 10, 11],
+            spans: &[0..4],
+        }];
+        for (ops, attention) in [
+            (TrainOps::Composed, TrainAttention::Blockwise),
+            (TrainOps::Fused, TrainAttention::Plain),
+        ] {
+            let mut model = model.clone();
+            model.set_train_ops(ops);
+            model.set_train_attention(attention);
+            model.set_train_memory(TrainMemory::Kept);
+            let (kept_loss, kept) = update_gradients(&model, &vars, &rows);
+            model.set_train_memory(TrainMemory::Saved);
+            assert!(!model.saves_layers());
+            let (loss, grads) = update_gradients(&model, &vars, &rows);
+            assert_eq!(kept_loss, loss, "{ops:?}, {attention:?}");
+            assert_eq!(kept.len(), grads.len(), "{ops:?}, {attention:?}");
+            for (name, k) in &kept {
+                let diff = max_diff(k, &grads[name]);
+                assert!(diff <= 1e-5 * max_abs(k).max(1e-3), "{name}: {diff}");
+            }
+        }
     }
 
     #[test]
