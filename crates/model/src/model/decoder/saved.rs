@@ -15,7 +15,7 @@
 use candle_core::{Result, Storage, Tensor};
 
 use super::super::kernels::train_attention::{self, AttnDims};
-use super::super::linear::Linear;
+use super::super::linear::{Linear, matmul_sum};
 use super::super::train_ops;
 use super::{Layer, RmsNorm};
 
@@ -255,21 +255,17 @@ impl Layer {
 
         // The MLP: out = mid + down(silu(gate) · up), gate and up of norm(mid).
         let act = train_ops::silu_mul_fused(&gate, &up)?;
-        let d_act = dp
-            .backward_saved(&act, xa_d.as_ref(), &dy2, flags(true), grads)?
-            .expect("asked for");
+        let mut dx = Vec::new();
+        dp.backward_saved(&act, xa_d.as_ref(), &dy2, flags(true), grads, &mut dx)?;
         drop(act);
+        let d_act = matmul_sum(&std::mem::take(&mut dx))?;
         let (d_gate, d_up) = train_ops::silu_mul_fused_backward(&gate, &up, &d_act)?;
         drop((d_act, gate, up));
         let h2 = norm(&self.post_attention_layernorm, &mid)?.reshape((rows, hidden))?;
-        let dh2 = gp
-            .backward_saved(&h2, xa_g.as_ref(), &d_gate, flags(true), grads)?
-            .expect("asked for");
-        let dh2_up = up_p
-            .backward_saved(&h2, xa_u.as_ref(), &d_up, flags(true), grads)?
-            .expect("asked for");
+        gp.backward_saved(&h2, xa_g.as_ref(), &d_gate, flags(true), grads, &mut dx)?;
+        up_p.backward_saved(&h2, xa_u.as_ref(), &d_up, flags(true), grads, &mut dx)?;
         drop((h2, d_gate, d_up));
-        let dh2 = (dh2 + dh2_up)?;
+        let dh2 = matmul_sum(&std::mem::take(&mut dx))?;
         let post = &self.post_attention_layernorm;
         let (d_mid, dw_post) = train_ops::rms_norm_fused_backward(
             &mid.reshape((rows, hidden))?,
@@ -285,10 +281,9 @@ impl Layer {
 
         // Attention: mid = x + o_proj(attention(rope(q), rope(k), v)), q/k/v of norm(x).
         let o_rows = o.transpose(1, 2)?.reshape((rows, heads * d))?;
-        let d_o = op
-            .backward_saved(&o_rows, xa_o.as_ref(), &d_mid, flags(true), grads)?
-            .expect("asked for");
+        op.backward_saved(&o_rows, xa_o.as_ref(), &d_mid, flags(true), grads, &mut dx)?;
         drop(o_rows);
+        let d_o = matmul_sum(&std::mem::take(&mut dx))?;
         let d_o = d_o
             .reshape((b, t, heads, d))?
             .transpose(1, 2)?
@@ -335,14 +330,15 @@ impl Layer {
         let h1 = norm(input, &x2)?;
         // The input norm's weight needs dh1 as much as the input does.
         let need = want.dx || want.base;
-        let dh1 = qp.backward_saved(&h1, xa_q.as_ref(), &dq, flags(need), grads)?;
-        let dh1_k = kp.backward_saved(&h1, xa_k.as_ref(), &dk, flags(need), grads)?;
-        let dh1_v = vp.backward_saved(&h1, xa_v.as_ref(), &dv, flags(need), grads)?;
+        qp.backward_saved(&h1, xa_q.as_ref(), &dq, flags(need), grads, &mut dx)?;
+        kp.backward_saved(&h1, xa_k.as_ref(), &dk, flags(need), grads, &mut dx)?;
+        vp.backward_saved(&h1, xa_v.as_ref(), &dv, flags(need), grads, &mut dx)?;
         drop((h1, dq, dk, dv));
-        let (Some(dh1), Some(dh1_k), Some(dh1_v)) = (dh1, dh1_k, dh1_v) else {
+        if !need {
             return Ok(None);
-        };
-        let dh1 = ((dh1 + dh1_k)? + dh1_v)?;
+        }
+        let dh1 = matmul_sum(&dx)?;
+        drop(dx);
         let (dx, dw_in) = train_ops::rms_norm_fused_backward(&x2, &input.weight, &dh1, input.eps)?;
         if want.base {
             grads.push((input.weight.clone(), dw_in));
