@@ -64,9 +64,9 @@ pub fn span_logprobs_and_entropy(model: &Decoder, batch: &[Spans]) -> Result<(Te
 }
 
 /// [`span_logprobs_and_entropy`] for a model's own update, with the model's
-/// [`TrainMemory`]: with [`TrainMemory::Checkpointed`] the two tensors' graph reaches back to
-/// the last layer's output only, and the checkpoints returned beside them carry the
-/// gradient on through the layers ([`Decoder::backward_layers`]); with
+/// [`TrainMemory`]: with [`TrainMemory::Checkpointed`] (or [`TrainMemory::Saved`]) the two
+/// tensors' graph reaches back to the last layer's output only, and the checkpoints returned
+/// beside them carry the gradient on through the layers ([`Decoder::backward_layers`]); with
 /// [`TrainMemory::Kept`] there are none, and the graph is whole.
 pub fn span_logprobs_and_entropy_for_update(
     model: &Decoder,
@@ -74,7 +74,7 @@ pub fn span_logprobs_and_entropy_for_update(
 ) -> Result<(Tensor, Tensor, Option<LayerCheckpoints>)> {
     let (ids, targets) = span_ids(model, batch)?;
     let (hidden, ck) = match model.train_memory() {
-        TrainMemory::Checkpointed => {
+        TrainMemory::Checkpointed | TrainMemory::Saved => {
             let (hidden, ck) = model.hidden_train_checkpointed(&ids)?;
             (hidden, Some(ck))
         }

@@ -28,7 +28,14 @@
 //!   0.73-0.79 MB per token from 4 x 128 to 2 x 2,048 (peaks 1,139 to 3,628 MiB, 0.69 MiB a
 //!   token between 512 and 4,096 tokens); the estimate is 0.99 MB.
 //!
-//! Both are taken for full fine-tuning too, whose weights' gradients and moments are in
+//! - **`per_token`, with saved layers** ([`TrainMemory::Saved`]): what each layer's own
+//!   backward reads ([`saved_layer_floats`] per layer: SmolLM2-135M 5,833), one layer's
+//!   backward's temporaries ([`SAVED_LAYER_FLOATS`] per unit of `hidden_size +
+//!   intermediate_size`) and the head's [`VOCAB_FLOATS`] per vocabulary entry. SmolLM2-135M's
+//!   LoRA update added 1.19 MB per token at 4 x 128 and 4 x 512
+//!   (`examples/layer_backward_bench.rs`); the estimate is 1.54 MB.
+//!
+//! All are taken for full fine-tuning too, whose weights' gradients and moments are in
 //! `fixed` (it measured less per token: 0.67 MiB with checkpointed layers).
 //!
 //! The estimate is a pure function of the shape, so every process on every machine with the
@@ -42,6 +49,9 @@ pub const LAYER_FLOATS: u64 = 18;
 /// f32 values per token of the one layer being recomputed, per unit of `hidden_size +
 /// intermediate_size`, with checkpointed layers.
 pub const CHECKPOINTED_LAYER_FLOATS: u64 = 16;
+/// f32 values per token of the one layer whose own backward runs, per unit of
+/// `hidden_size + intermediate_size`, with [`TrainMemory::Saved`].
+pub const SAVED_LAYER_FLOATS: u64 = 6;
 /// f32 values kept per token per vocabulary entry.
 pub const VOCAB_FLOATS: u64 = 4;
 /// The rest of a training process that the model's shape does not give: the compiled guest,
@@ -70,6 +80,7 @@ impl UpdateMemory {
             TrainMemory::Checkpointed => {
                 layers * cfg.hidden_size as u64 + CHECKPOINTED_LAYER_FLOATS * width
             }
+            TrainMemory::Saved => layers * saved_layer_floats(cfg) + SAVED_LAYER_FLOATS * width,
         } + VOCAB_FLOATS * cfg.vocab_size as u64;
         UpdateMemory {
             fixed: params * per_param + PROCESS_BYTES,
@@ -89,6 +100,24 @@ impl UpdateMemory {
         self.fixed
             .saturating_add(self.per_token.saturating_mul(tokens as u64))
     }
+}
+
+/// f32 values per token and layer that [`TrainMemory::Saved`] keeps: the layer's input and
+/// post-attention residual, q, k and v after RoPE, the attention's output and log-sum-exp,
+/// gate and up, the adapters' `x Aᵀ` (taken as 64 values: rank 8 on the seven
+/// projections), and with q/k norms q and k before them.
+pub fn saved_layer_floats(cfg: &ModelConfig) -> u64 {
+    let h = cfg.hidden_size as u64;
+    let q = (cfg.num_attention_heads * cfg.head_dim()) as u64;
+    let kv = (cfg.kv_heads() * cfg.head_dim()) as u64;
+    let qk_norm = if cfg.model_type == "qwen3" { q + kv } else { 0 };
+    2 * h
+        + 2 * q
+        + 2 * kv
+        + cfg.num_attention_heads as u64
+        + 2 * cfg.intermediate_size as u64
+        + 64
+        + qk_norm
 }
 
 /// The decoder's parameters: embedding, LM head unless tied, per layer the attention's four
@@ -147,6 +176,17 @@ mod tests {
         assert_eq!(ck.fixed, 134_515_008 * 8 + (1 << 30));
         // 18 GiB: (19,327,352,832 - 2,149,861,888) / 990,720 = 17,338.4.
         assert_eq!(ck.tokens_within(18 << 30), 17_338);
+    }
+
+    #[test]
+    fn saved_layers_keep_what_each_layers_backward_reads() {
+        let cfg = ModelConfig::smollm2_135m();
+        // 2 x 576 + 2 x 576 + 2 x 192 + 9 + 2 x 1,536 + 64 = 5,833 a layer.
+        assert_eq!(saved_layer_floats(&cfg), 5_833);
+        let saved = UpdateMemory::estimate(&cfg, true, TrainMemory::Saved);
+        // 30 x 5,833 + 6 x (576 + 1,536) + 4 x 49,152 = 174,990 + 12,672 + 196,608 = 384,270.
+        assert_eq!(saved.per_token, 1_537_080);
+        assert_eq!(saved.fixed, 134_515_008 * 8 + (1 << 30));
     }
 
     #[test]

@@ -232,8 +232,9 @@ pub struct TrainConfig {
     /// What an update keeps for its backward: `"checkpointed"` (the default: each layer's
     /// input, the layers recomputed one at a time in the backward; about 0.7 MB a token of
     /// SmolLM2-135M's LoRA update instead of 4.7, for one more forward pass, 1.3-1.5x the
-    /// time) or `"kept"` (every activation: faster, and the budget holds about a sixth of
-    /// the tokens). docs/benchmarks.md measures both.
+    /// time), `"kept"` (every activation: faster, and the budget holds about a sixth of
+    /// the tokens) or `"saved"` (what each layer's own hand-written backward reads: about
+    /// 1.2 MB a token, no layer run twice). docs/benchmarks.md measures them.
     pub train_memory: TrainMemory,
     /// Most padded tokens per GRPO micro-batch, and the longest sequence of any role: a longer
     /// designer sequence is cut to it (its completion past it is not trained). `None` (the

@@ -198,7 +198,8 @@ pub struct PolicyConfig {
     pub grpo: GrpoConfig,
     /// Temperatures and top-p.
     pub sampling: SamplingConfig,
-    /// What an update keeps for its backward (checkpointed layers, or every activation).
+    /// What an update keeps for its backward (checkpointed layers, every activation, or what
+    /// each layer's own backward reads).
     pub train_memory: TrainMemory,
 }
 

@@ -73,8 +73,8 @@ pub struct BenchModel {
     #[arg(long, value_enum, default_value_t = OpsArg::Fused)]
     train_ops: OpsArg,
     /// What the update keeps for its backward: `checkpointed` (the default: each layer's
-    /// input, the layers recomputed one at a time in the backward) or `kept` (every
-    /// activation; for comparison).
+    /// input, the layers recomputed one at a time in the backward), `kept` (every
+    /// activation; for comparison) or `saved` (what each layer's own backward reads).
     #[arg(long, value_enum, default_value_t = MemoryArg::Checkpointed)]
     train_memory: MemoryArg,
     /// Decode variants to measure, in order, each compared with the first: `f32`, or
@@ -455,6 +455,8 @@ enum MemoryArg {
     Checkpointed,
     /// [`TrainMemory::Kept`].
     Kept,
+    /// [`TrainMemory::Saved`].
+    Saved,
 }
 
 impl MemoryArg {
@@ -462,6 +464,7 @@ impl MemoryArg {
         match self {
             Self::Checkpointed => TrainMemory::Checkpointed,
             Self::Kept => TrainMemory::Kept,
+            Self::Saved => TrainMemory::Saved,
         }
     }
 
@@ -469,6 +472,7 @@ impl MemoryArg {
         match self {
             Self::Checkpointed => "checkpointed",
             Self::Kept => "kept",
+            Self::Saved => "saved",
         }
     }
 }

@@ -100,7 +100,8 @@ fn blockwise_attention_gives_the_plain_paths_loss_and_gradients() {
 
 /// Every variable's gradient of the summed log-probabilities and entropies of `rows`, taken
 /// the way an update takes them with `model`'s [`TrainMemory`]: the loss's own backward, then,
-/// with checkpointed layers, [`Decoder::backward_layers`], each variable's parts summed.
+/// with checkpointed or saved layers, [`Decoder::backward_layers`], each variable's parts
+/// summed.
 fn update_gradients(
     model: &Decoder,
     vars: &[(String, Var)],
@@ -135,7 +136,7 @@ fn update_gradients(
 }
 
 #[test]
-fn checkpointed_layers_give_the_kept_graphs_loss_and_gradients() {
+fn checkpointed_and_saved_layers_give_the_kept_graphs_loss_and_gradients() {
     // Three rows of different lengths (so two are right-padded), one with two scored spans;
     // 70 positions in the longest, past one attention block. Full fine-tuning (every weight,
     // the tied embedding reached through the head and the input) and LoRA adapters.
@@ -195,25 +196,31 @@ fn checkpointed_layers_give_the_kept_graphs_loss_and_gradients() {
             ];
             model.set_train_memory(TrainMemory::Kept);
             let (kept_loss, kept) = update_gradients(&model, &vars, &rows);
-            model.set_train_memory(TrainMemory::Checkpointed);
-            let (ck_loss, checkpointed) = update_gradients(&model, &vars, &rows);
-            let what = format!("{family}, LoRA {lora_rank:?}");
-            assert_eq!(kept_loss, ck_loss, "{what}: the loss");
-            assert_eq!(kept.len(), vars.len(), "{what}: a variable has no gradient");
             assert_eq!(
-                kept.keys().collect::<Vec<_>>(),
-                checkpointed.keys().collect::<Vec<_>>(),
-                "{what}"
+                kept.len(),
+                vars.len(),
+                "{family}: a variable has no gradient"
             );
-            for (name, k) in &kept {
-                let c = &checkpointed[name];
-                let size = max_abs(k);
-                assert!(size > 0.0, "{what}: the gradient of {name} is 0");
-                let diff = max_diff(k, c);
-                assert!(
-                    diff <= 1e-5 * size.max(1e-3),
-                    "{what}: gradient of {name} differs by {diff} (size {size})"
+            for memory in [TrainMemory::Checkpointed, TrainMemory::Saved] {
+                model.set_train_memory(memory);
+                let (loss, grads) = update_gradients(&model, &vars, &rows);
+                let what = format!("{family}, LoRA {lora_rank:?}, {memory:?}");
+                assert_eq!(kept_loss, loss, "{what}: the loss");
+                assert_eq!(
+                    kept.keys().collect::<Vec<_>>(),
+                    grads.keys().collect::<Vec<_>>(),
+                    "{what}"
                 );
+                for (name, k) in &kept {
+                    let c = &grads[name];
+                    let size = max_abs(k);
+                    assert!(size > 0.0, "{what}: the gradient of {name} is 0");
+                    let diff = max_diff(k, c);
+                    assert!(
+                        diff <= 1e-5 * size.max(1e-3),
+                        "{what}: gradient of {name} differs by {diff} (size {size})"
+                    );
+                }
             }
         }
     }

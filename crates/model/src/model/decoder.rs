@@ -16,6 +16,8 @@ use super::quant::{BlockFormat, QuantWeight};
 use super::rope::RotaryTables;
 use super::train_ops;
 
+mod saved;
+
 /// RMSNorm with a learned scale.
 #[derive(Debug, Clone)]
 struct RmsNorm {
@@ -84,16 +86,36 @@ pub enum TrainMemory {
     Checkpointed,
     /// Every layer's activations until the backward ends (candle's autograd as it is).
     Kept,
+    /// What each layer's own hand-written backward reads: the forward runs the layers
+    /// without an autograd graph and keeps per layer its input, its post-attention residual,
+    /// q, k and v after RoPE, the attention's output and log-sum-exp, the MLP's gate and up
+    /// and the adapters' small `x Aᵀ` products; the backward then computes, from the top
+    /// layer down, each layer's input gradient and its weights' gradients with plain tensor
+    /// ops and the training kernels' backwards, without candle's autograd and without
+    /// running any projection again ([`Decoder::hidden_train_checkpointed`],
+    /// [`Decoder::backward_layers`]). Memory per token: about `4 hidden + 2 intermediate`
+    /// values per layer (SmolLM2-135M: 5,825 a layer, 0.7 MB over its 30), for the compute of
+    /// [`Self::Kept`]. Needs the default [`TrainOps::Fused`] and [`TrainAttention::Blockwise`]
+    /// on f32 CPU tensors; elsewhere it is [`Self::Checkpointed`].
+    Saved,
 }
 
 /// What [`Decoder::hidden_train_checkpointed`] keeps for [`Decoder::backward_layers`]: the
-/// token ids, each layer's input (detached) and the last layer's output as the variable the
+/// token ids, per layer its input (detached; [`TrainMemory::Checkpointed`]) or what its own
+/// backward reads ([`TrainMemory::Saved`]), and the last layer's output as the variable the
 /// loss's own backward stops at.
 #[derive(Debug)]
 pub struct LayerCheckpoints {
     ids: Tensor,
-    inputs: Vec<Tensor>,
+    layers: Kept,
     last: Var,
+}
+
+/// Per layer, what [`LayerCheckpoints`] keeps.
+#[derive(Debug)]
+enum Kept {
+    Inputs(Vec<Tensor>),
+    Saved(Vec<saved::SavedLayer>),
 }
 
 impl LayerCheckpoints {
@@ -633,7 +655,8 @@ impl Decoder {
     /// the last layer's output ([`LayerCheckpoints::output`], a variable), and what
     /// [`Self::backward_layers`] needs to carry the loss's gradient through the layers. The
     /// layers run on the training path's ops without a graph, so the values are the same as
-    /// [`Self::hidden_train`]'s.
+    /// [`Self::hidden_train`]'s. With [`TrainMemory::Saved`] (on the ops it is written for)
+    /// each layer keeps what its own backward reads instead of its input only.
     pub fn hidden_train_checkpointed(&self, ids: &Tensor) -> Result<(Tensor, LayerCheckpoints)> {
         let pass = self.train_pass();
         let quiet = Pass {
@@ -644,17 +667,28 @@ impl Decoder {
         let t = ids.dim(1)?;
         let (cos, sin) = self.rope.slice(0, t)?;
         let mut xs = self.embed(ids, quiet)?;
-        let mut inputs = Vec::with_capacity(self.layers.len());
-        for layer in &self.layers {
-            let next = layer.forward(&xs, (&cos, &sin), quiet, None, None)?;
-            inputs.push(xs);
-            xs = next;
-        }
+        let layers = if self.saves_layers() {
+            let mut saved = Vec::with_capacity(self.layers.len());
+            for layer in &self.layers {
+                let (next, s) = layer.forward_saved(&xs, (&cos, &sin))?;
+                saved.push(s);
+                xs = next;
+            }
+            Kept::Saved(saved)
+        } else {
+            let mut inputs = Vec::with_capacity(self.layers.len());
+            for layer in &self.layers {
+                let next = layer.forward(&xs, (&cos, &sin), quiet, None, None)?;
+                inputs.push(xs);
+                xs = next;
+            }
+            Kept::Inputs(inputs)
+        };
         let last = Var::from_tensor(&xs)?;
         let hidden = self.norm.forward(last.as_tensor(), pass)?;
         let ck = LayerCheckpoints {
             ids: ids.clone(),
-            inputs,
+            layers,
             last,
         };
         Ok((hidden, ck))
@@ -667,6 +701,9 @@ impl Decoder {
     /// layer's weights' gradients and its input's, the gradient of the layer below's output;
     /// then the embedding's, when the base weights train. `each` receives every one of these
     /// [`GradStore`]s in turn (a layer's graph and gradients are freed before the next).
+    /// With [`TrainMemory::Saved`]'s checkpoints, each layer's own backward runs on what its
+    /// forward kept instead (no layer runs again), and `each` receives one store per layer
+    /// holding its trainable tensors' gradients, then the embedding's.
     pub fn backward_layers(
         &self,
         ck: LayerCheckpoints,
@@ -676,9 +713,19 @@ impl Decoder {
         let pass = self.train_pass();
         let t = ck.ids.dim(1)?;
         let (cos, sin) = self.rope.slice(0, t)?;
-        let LayerCheckpoints { ids, inputs, last } = ck;
+        let LayerCheckpoints { ids, layers, last } = ck;
         drop(last);
         let mut grad = grad.detach();
+        let inputs = match layers {
+            Kept::Inputs(inputs) => inputs,
+            Kept::Saved(saved) => {
+                let Some(grad) = self.backward_saved(saved, grad, (&cos, &sin), &mut each)? else {
+                    return Ok(());
+                };
+                let embedded = self.embed(&ids, pass)?;
+                return each(&(embedded * &grad)?.sum_all()?.backward()?);
+            }
+        };
         for (layer, input) in self.layers.iter().zip(inputs).rev() {
             let x = Var::from_tensor(&input)?;
             drop(input);
@@ -696,6 +743,53 @@ impl Decoder {
             each(&(embedded * &grad)?.sum_all()?.backward()?)?;
         }
         Ok(())
+    }
+
+    /// Whether [`Self::hidden_train_checkpointed`] keeps what each layer's own backward reads
+    /// ([`TrainMemory::Saved`] on the ops and attention it is written for).
+    fn saves_layers(&self) -> bool {
+        self.train_memory == TrainMemory::Saved
+            && self.train_ops == TrainOps::Fused
+            && self
+                .layers
+                .iter()
+                .all(|l| l.self_attn.train_attention == TrainAttention::Blockwise)
+            && self.device.is_cpu()
+            && self.embed_tokens.dtype() == DType::F32
+    }
+
+    /// [`Self::backward_layers`] through layers with their own backward: hands each layer's
+    /// gradients to `each` as a [`GradStore`] and returns the gradient of the first layer's
+    /// input when the embedding trains.
+    fn backward_saved(
+        &self,
+        saved: Vec<saved::SavedLayer>,
+        grad: Tensor,
+        rope: (&Tensor, &Tensor),
+        each: &mut impl FnMut(&GradStore) -> crate::Result<()>,
+    ) -> crate::Result<Option<Tensor>> {
+        let pass = self.train_pass();
+        let mut grad = Some(grad);
+        for (i, (layer, s)) in self.layers.iter().zip(saved).enumerate().rev() {
+            let Some(dy) = grad.take() else {
+                break;
+            };
+            let want = saved::Wanted {
+                base: pass.grad_base,
+                lora: pass.grad_lora,
+                // The first layer's input is the embedding's output.
+                dx: i > 0 || pass.grad_base,
+            };
+            let mut grads = Vec::new();
+            grad = layer.backward_saved(s, &dy, rope, want, &mut grads)?;
+            drop(dy);
+            let mut store = empty_grad_store()?;
+            for (var, g) in grads {
+                store.insert(&var, g);
+            }
+            each(&store)?;
+        }
+        Ok(grad.filter(|_| pass.grad_base))
     }
 
     /// Training path: logits of hidden states `(..., hidden)` through the LM head.
@@ -728,6 +822,15 @@ impl Decoder {
             }
         }
     }
+}
+
+/// An empty [`GradStore`] (candle builds them only in its backward: this is the backward of a
+/// constant, less the constant's own gradient).
+fn empty_grad_store() -> Result<GradStore> {
+    let one = Tensor::new(1f32, &Device::Cpu)?;
+    let mut store = one.backward()?;
+    store.remove(&one);
+    Ok(store)
 }
 
 /// Most positions one inference forward pass attends for at once.

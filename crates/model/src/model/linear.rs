@@ -211,6 +211,70 @@ impl Linear {
         Ok(done.try_into().expect("one output per projection"))
     }
 
+    /// The training path's forward without an autograd graph, for a layer with its own
+    /// backward ([`super::decoder::TrainMemory::Saved`]): the same ops as [`Linear::forward`]
+    /// on the training path (so the same values), on 2-D `x2` `(rows, in)`. Returns
+    /// `(x Wᵀ + b + scale (x Aᵀ) Bᵀ, x Aᵀ)`, the second `(rows, rank)` when there is an
+    /// adapter: what [`Linear::backward_saved`] needs beside `x2`.
+    pub(crate) fn forward_saved(&self, x2: &Tensor) -> Result<(Tensor, Option<Tensor>)> {
+        // `frozen_matmul`'s forward is this product (on a copy of `x2`).
+        let mut y = x2.matmul(&self.weight.detach().t()?)?;
+        if let Some(b) = &self.bias {
+            y = y.broadcast_add(&b.detach())?;
+        }
+        let mut xa = None;
+        if let Some(l) = &self.lora {
+            let u = x2.matmul(&l.a.detach().t()?)?;
+            let delta = u.matmul(&l.b.detach().t()?)?;
+            y = (y + (delta * l.scale)?)?;
+            xa = Some(u);
+        }
+        Ok((y, xa))
+    }
+
+    /// The backward of [`Linear::forward_saved`]: `x2` `(rows, in)` its input, `xa` the
+    /// `x Aᵀ` it returned, `dy` `(rows, out)` its output's gradient. Pushes `(variable,
+    /// gradient)` onto `grads` for the base weight and bias when `base`, for the adapter's
+    /// factors when `lora`; and when `want_dx`, the products whose sum is the input's
+    /// gradient onto `dx` (`dy W`, and `scale (dy B) A` with an adapter), for
+    /// [`matmul_sum`] to add up with other projections' in one buffer.
+    pub(crate) fn backward_saved(
+        &self,
+        x2: &Tensor,
+        xa: Option<&Tensor>,
+        dy: &Tensor,
+        (base, lora, want_dx): (bool, bool, bool),
+        grads: &mut Vec<(Tensor, Tensor)>,
+        dx: &mut Vec<(Tensor, Tensor)>,
+    ) -> Result<()> {
+        if base {
+            grads.push((self.weight.clone(), dy.t()?.matmul(x2)?));
+            if let Some(b) = &self.bias {
+                grads.push((b.clone(), dy.sum(0)?));
+            }
+        }
+        if want_dx {
+            dx.push((dy.clone(), self.weight.detach()));
+        }
+        if let Some(l) = &self.lora
+            && (lora || want_dx)
+        {
+            // y += scale u Bᵀ with u = x Aᵀ: du = scale dy B.
+            let du = (dy.matmul(&l.b.detach())? * l.scale)?;
+            if lora {
+                let Some(u) = xa else {
+                    candle_core::bail!("{}: the adapter's x Aᵀ was not saved", self.name);
+                };
+                grads.push((l.b.clone(), (dy.t()?.matmul(u)? * l.scale)?));
+                grads.push((l.a.clone(), du.t()?.matmul(x2)?));
+            }
+            if want_dx {
+                dx.push((du, l.a.detach()));
+            }
+        }
+        Ok(())
+    }
+
     pub(crate) fn forward(&self, xs: &Tensor, pass: Pass) -> Result<Tensor> {
         let dims = xs.dims().to_vec();
         let in_dim = *dims.last().expect("linear input has a last dimension");
@@ -248,4 +312,73 @@ impl Linear {
         *out_dims.last_mut().expect("nonempty") = y.dim(1)?;
         y.reshape(out_dims)
     }
+}
+
+/// `Σ lhs · rhs` over `terms`, each `lhs` `(rows, k)` and `rhs` `(k, n)` (2-D f32 CPU tensors,
+/// any strides, `k` per term), accumulated in one `(rows, n)` buffer by `gemm` on rayon's
+/// threads: no intermediate product and no separate addition per term.
+pub(crate) fn matmul_sum(terms: &[(Tensor, Tensor)]) -> Result<Tensor> {
+    use candle_core::Storage;
+    let Some((first, _)) = terms.first() else {
+        candle_core::bail!("matmul_sum of no products");
+    };
+    let rows = first.dim(0)?;
+    let n = terms[0].1.dim(1)?;
+    let mut dst = vec![0f32; rows * n];
+    for (i, (lhs, rhs)) in terms.iter().enumerate() {
+        let (m, k) = lhs.dims2()?;
+        if m != rows || rhs.dims2()? != (k, n) {
+            candle_core::bail!(
+                "matmul_sum: {:?} · {:?} into ({rows}, {n})",
+                lhs.dims(),
+                rhs.dims()
+            );
+        }
+        let (ls, ll) = lhs.storage_and_layout();
+        let (rs, rl) = rhs.storage_and_layout();
+        let (Storage::Cpu(lc), Storage::Cpu(rc)) = (&*ls, &*rs) else {
+            candle_core::bail!("matmul_sum runs on the CPU only");
+        };
+        let (l, r) = (lc.as_slice::<f32>()?, rc.as_slice::<f32>()?);
+        let (l_rs, l_cs) = (ll.stride()[0], ll.stride()[1]);
+        let (r_rs, r_cs) = (rl.stride()[0], rl.stride()[1]);
+        let last = |off: usize, a: usize, sa: usize, b: usize, sb: usize| {
+            off + a.saturating_sub(1) * sa + b.saturating_sub(1) * sb
+        };
+        if rows == 0 || n == 0 || k == 0 {
+            continue;
+        }
+        if last(ll.start_offset(), m, l_rs, k, l_cs) >= l.len()
+            || last(rl.start_offset(), k, r_rs, n, r_cs) >= r.len()
+        {
+            candle_core::bail!("matmul_sum: an operand is shorter than its layout");
+        }
+        // SAFETY: the check above keeps every element read inside its slice, `dst` holds
+        // `rows * n` values written with row stride `n`, and it aliases neither operand.
+        #[allow(unsafe_code)]
+        unsafe {
+            gemm::gemm(
+                rows,
+                n,
+                k,
+                dst.as_mut_ptr(),
+                1,
+                n as isize,
+                i > 0,
+                l.as_ptr().add(ll.start_offset()),
+                l_cs as isize,
+                l_rs as isize,
+                r.as_ptr().add(rl.start_offset()),
+                r_cs as isize,
+                r_rs as isize,
+                1.0,
+                1.0,
+                false,
+                false,
+                false,
+                gemm::Parallelism::Rayon(rayon::current_num_threads()),
+            );
+        }
+    }
+    Tensor::from_vec(dst, (rows, n), first.device())
 }

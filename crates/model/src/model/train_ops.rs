@@ -307,6 +307,26 @@ pub fn rms_norm_fused(xs: &Tensor, weight: &Tensor, eps: f64) -> Result<Tensor> 
         .apply_op2(&weight.contiguous()?, RmsNormOp { eps: eps as f32 })
 }
 
+/// The backward of [`rms_norm_fused`] without an autograd graph: `x` its input, `weight`
+/// its weight, `grad` its output's gradient (f32 CPU tensors). Returns `(dx, dw)`, `dx`
+/// shaped as `x`.
+pub(crate) fn rms_norm_fused_backward(
+    x: &Tensor,
+    weight: &Tensor,
+    grad: &Tensor,
+    eps: f64,
+) -> Result<(Tensor, Tensor)> {
+    let rows = x.elem_count() / weight.elem_count().max(1);
+    let both = x.contiguous()?.apply_op3_no_bwd(
+        &weight.detach().contiguous()?,
+        &grad.contiguous()?,
+        &RmsNormGrad { eps: eps as f32 },
+    )?;
+    let dx = both.narrow(0, 0, rows)?.reshape(x.shape())?;
+    let dw = both.narrow(0, rows, 1)?.reshape(weight.shape())?;
+    Ok((dx, dw))
+}
+
 /// `1 / sqrt(mean(x^2) + eps)` of a row.
 fn inv_rms(x: &[f32], eps: f32) -> f32 {
     let sum: f32 = x.iter().map(|v| v * v).sum();
@@ -436,6 +456,21 @@ pub fn silu_mul_fused(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
         return gate.silu()? * up;
     }
     gate.contiguous()?.apply_op2(&up.contiguous()?, SiluMul)
+}
+
+/// The backward of [`silu_mul_fused`] without an autograd graph: `(dgate, dup)` of `gate`
+/// and `up` (f32 CPU tensors of one shape) for the output's gradient `grad`.
+pub(crate) fn silu_mul_fused_backward(
+    gate: &Tensor,
+    up: &Tensor,
+    grad: &Tensor,
+) -> Result<(Tensor, Tensor)> {
+    let both = gate.contiguous()?.apply_op3_no_bwd(
+        &up.contiguous()?,
+        &grad.contiguous()?,
+        &SiluMulGrad,
+    )?;
+    Ok((both.get(0)?, both.get(1)?))
 }
 
 /// Values per rayon task of [`silu_mul_fused`] and its backward.
