@@ -21,14 +21,14 @@
 //!   log-softmax and its gradient). Calibrated on `spade bench-model --update-only` (fused
 //!   ops, memory kept by the allocator): SmolLM2-135M's LoRA update added 4.67-4.96 MB per
 //!   token at 4 x 128 and 4 x 512; the estimate is 5.35 MB.
-//! - **`per_token`, with checkpointed layers** ([`TrainMemory::Checkpointed`], the default):
+//! - **`per_token`, with checkpointed layers** ([`TrainMemory::Checkpointed`]):
 //!   one `hidden_size` vector per layer (each layer's input), one layer's activations and
 //!   gradients ([`CHECKPOINTED_LAYER_FLOATS`] per unit of `hidden_size + intermediate_size`)
 //!   and the head's [`VOCAB_FLOATS`] per vocabulary entry. SmolLM2-135M's LoRA update added
 //!   0.73-0.79 MB per token from 4 x 128 to 2 x 2,048 (peaks 1,139 to 3,628 MiB, 0.69 MiB a
 //!   token between 512 and 4,096 tokens); the estimate is 0.99 MB.
 //!
-//! - **`per_token`, with saved layers** ([`TrainMemory::Saved`]): what each layer's own
+//! - **`per_token`, with saved layers** ([`TrainMemory::Saved`], the default): what each layer's own
 //!   backward reads ([`saved_layer_floats`] per layer: SmolLM2-135M 5,833), one layer's
 //!   backward's temporaries ([`SAVED_LAYER_FLOATS`] per unit of `hidden_size +
 //!   intermediate_size`) and the head's [`VOCAB_FLOATS`] per vocabulary entry. SmolLM2-135M's

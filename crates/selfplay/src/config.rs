@@ -229,17 +229,17 @@ pub struct TrainConfig {
     /// `config.json`, so that no update of a default run takes more, and a resumed run trains
     /// with the same numbers.
     pub train_memory_gib: Option<f64>,
-    /// What an update keeps for its backward: `"checkpointed"` (the default: each layer's
-    /// input, the layers recomputed one at a time in the backward; about 0.7 MB a token of
-    /// SmolLM2-135M's LoRA update instead of 4.7, for one more forward pass, 1.3-1.5x the
-    /// time), `"kept"` (every activation: faster, and the budget holds about a sixth of
-    /// the tokens) or `"saved"` (what each layer's own hand-written backward reads: about
-    /// 1.2 MB a token, no layer run twice). docs/benchmarks.md measures them.
+    /// What an update keeps for its backward: `"saved"` (the default: what each layer's own
+    /// hand-written backward reads, about 1.2 MB a token of SmolLM2-135M's LoRA update, no
+    /// layer run twice), `"checkpointed"` (each layer's input, the layers recomputed one at a
+    /// time in the backward; about 0.7 MB a token, for one more forward pass) or `"kept"`
+    /// (candle's whole graph, 4.7 MB a token). docs/benchmarks.md measures them.
     pub train_memory: TrainMemory,
     /// Most padded tokens per GRPO micro-batch, and the longest sequence of any role: a longer
     /// designer sequence is cut to it (its completion past it is not trained). `None` (the
-    /// default): the most `train_memory_gib` holds (17,338 for SmolLM2-135M's LoRA update
-    /// with checkpointed layers in 18 GiB; 3,211 with `train_memory = "kept"`). An explicit value the budget cannot hold is an error.
+    /// default): the most `train_memory_gib` holds (11,175 for SmolLM2-135M's LoRA update
+    /// with saved layers in 18 GiB; 17,338 with `train_memory = "checkpointed"`, 3,211 with
+    /// `"kept"`). An explicit value the budget cannot hold is an error.
     pub micro_batch_tokens: Option<usize>,
     /// Longest agent sequence trained on, in tokens: an episode trains as one sequence of its
     /// turns, and a longer one ends after its last turn that fits (its head, the system
@@ -396,7 +396,7 @@ impl Default for TrainConfig {
             max_grad_norm: 1.0,
             micro_batch: 4,
             train_memory_gib: None,
-            train_memory: TrainMemory::Checkpointed,
+            train_memory: TrainMemory::Saved,
             micro_batch_tokens: None,
             max_agent_train_tokens: None,
             max_agent_update_samples: 16,

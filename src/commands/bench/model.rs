@@ -72,10 +72,10 @@ pub struct BenchModel {
     /// backward, rows on every thread) or `composed` (candle's ops; for comparison).
     #[arg(long, value_enum, default_value_t = OpsArg::Fused)]
     train_ops: OpsArg,
-    /// What the update keeps for its backward: `checkpointed` (the default: each layer's
-    /// input, the layers recomputed one at a time in the backward), `kept` (every
-    /// activation; for comparison) or `saved` (what each layer's own backward reads).
-    #[arg(long, value_enum, default_value_t = MemoryArg::Checkpointed)]
+    /// What the update keeps for its backward: `saved` (the default: what each layer's own
+    /// backward reads), `checkpointed` (each layer's input, the layers recomputed one at a
+    /// time in the backward) or `kept` (every activation; for comparison).
+    #[arg(long, value_enum, default_value_t = MemoryArg::Saved)]
     train_memory: MemoryArg,
     /// Decode variants to measure, in order, each compared with the first: `f32`, or
     /// quantised weights (`q8_0`, `gguf`) with f32 or 8-bit inputs (`gguf:f32`, `gguf:q8`).
