@@ -233,27 +233,29 @@ fn connections_beyond_the_cap_are_refused_and_a_valid_client_is_served_after_the
     let auth = [("Authorization", "Bearer valid-token")];
     assert_eq!(http(server.addr, "GET", "/health", &auth, None).0, 200);
     // Three clients without a token hold every connection with headers they never finish.
-    let holders: Vec<TcpStream> = (0..3)
-        .map(|_| {
-            let mut stream = TcpStream::connect(server.addr).unwrap();
-            stream.write_all(b"GET /health HTTP/1.1\r\n").unwrap();
-            stream
-        })
-        .collect();
+    let hold = || {
+        let mut stream = TcpStream::connect(server.addr).unwrap();
+        stream.write_all(b"GET /health HTTP/1.1\r\n").unwrap();
+        stream
+    };
+    let mut holders: Vec<TcpStream> = (0..3).map(|_| hold()).collect();
     std::thread::sleep(Duration::from_millis(300));
-    // One more is answered 503 and closed at once, not queued.
-    let mut refused = TcpStream::connect(server.addr).unwrap();
-    let start = Instant::now();
-    let (answer, closed) = read_until_closed(&mut refused, Duration::from_secs(5));
-    assert!(
-        closed,
-        "a connection over the cap was kept open: {answer:?}"
-    );
-    assert!(
-        start.elapsed() < Duration::from_secs(2),
-        "{:?}",
-        start.elapsed()
-    );
+    // One more is answered 503 and closed at once (well within the 30 s header timeout that
+    // a queued connection would wait for). The health check's connection frees its slot only
+    // when its task ends, a moment after the client saw it close: on a loaded machine a later
+    // connection may still take that slot, and is then one more holder.
+    let answer = (0..3)
+        .find_map(|_| {
+            let mut next = TcpStream::connect(server.addr).unwrap();
+            let (answer, closed) = read_until_closed(&mut next, Duration::from_secs(3));
+            if closed {
+                return Some(answer);
+            }
+            next.write_all(b"GET /health HTTP/1.1\r\n").unwrap();
+            holders.push(next);
+            None
+        })
+        .expect("three connections over the cap were each kept open for 3 s");
     assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
     let body: Value = serde_json::from_str(answer.split_once("\r\n\r\n").unwrap().1).unwrap();
     assert_eq!(
