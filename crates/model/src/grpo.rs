@@ -399,6 +399,16 @@ impl<'a> GrpoTrainer<'a> {
         rollout: &[GrpoSample],
         recompute: bool,
     ) -> Result<(StepStats, Option<Fresh>)> {
+        crate::model::on_workers(|| self.step_on_workers(samples, rollout, recompute))
+    }
+
+    /// [`GrpoTrainer::step_inner`] on one of rayon's threads ([`crate::model::on_workers`]).
+    fn step_on_workers(
+        &mut self,
+        samples: &[GrpoSample],
+        rollout: &[GrpoSample],
+        recompute: bool,
+    ) -> Result<(StepStats, Option<Fresh>)> {
         let total: usize = samples.iter().map(GrpoSample::trained_tokens).sum();
         if total == 0 {
             return Err(ModelError::InvalidParameter(

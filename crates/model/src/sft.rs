@@ -99,6 +99,16 @@ pub fn sft_step(
     samples: &[GrpoSample],
     cfg: &SftConfig,
 ) -> Result<SftStats> {
+    crate::model::on_workers(|| sft_step_on_workers(model, optimizer, samples, cfg))
+}
+
+/// [`sft_step`] on one of rayon's threads ([`crate::model::on_workers`]).
+fn sft_step_on_workers(
+    model: &Decoder,
+    optimizer: &mut AdamW,
+    samples: &[GrpoSample],
+    cfg: &SftConfig,
+) -> Result<SftStats> {
     if cfg.micro_batch == 0 {
         return Err(ModelError::InvalidParameter(
             "micro_batch must be at least 1".into(),
