@@ -81,6 +81,7 @@ impl Generate {
             max_new_tokens: self.max_tokens,
             stop: self.stop.clone(),
             seed: self.seed,
+            dry: None,
         };
         let start = Instant::now();
         let stream = self.n == 1;

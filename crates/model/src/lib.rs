@@ -6,6 +6,7 @@
 #![warn(missing_docs)]
 pub mod chat;
 pub mod checkpoint;
+pub mod dry;
 pub mod error;
 pub mod fetch;
 pub mod gguf_lora;

@@ -4,6 +4,7 @@ use candle_core::{Device, Tensor};
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use tokenizers::Tokenizer;
 
+use crate::dry::Dry;
 use crate::error::{ModelError, Result};
 use crate::load::LoadedModel;
 use crate::model::{Decoder, KvCache};
@@ -23,6 +24,8 @@ pub struct SamplingParams {
     pub stop: Vec<String>,
     /// Seed; completion `i` of a group draws from its own stream derived from it.
     pub seed: u64,
+    /// The DRY penalty against loops ([`crate::dry`]); `None`: off.
+    pub dry: Option<Dry>,
 }
 
 impl Default for SamplingParams {
@@ -34,6 +37,7 @@ impl Default for SamplingParams {
             max_new_tokens: 128,
             stop: Vec::new(),
             seed: 0,
+            dry: None,
         }
     }
 }
@@ -74,12 +78,8 @@ fn stream_seed(seed: u64, i: usize) -> u64 {
 
 /// Picks a token from `logits`; returns it with its untempered log-probability.
 pub fn pick(logits: &[f32], params: &SamplingParams, rng: &mut StdRng) -> (u32, f32) {
-    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let lse = max
-        + map_each(logits, |l| (l - max).exp())
-            .iter()
-            .sum::<f32>()
-            .ln();
+    let max = max_of(logits);
+    let lse = log_sum_exp(logits, max);
     let argmax = || {
         let mut best = 0;
         for (i, &l) in logits.iter().enumerate() {
@@ -126,6 +126,43 @@ pub fn pick(logits: &[f32], params: &SamplingParams, rng: &mut StdRng) -> (u32, 
         }
     };
     (chosen as u32, logits[chosen] - lse)
+}
+
+/// [`pick`] after subtracting each `(token, penalty)` of `penalties` from its logit; the
+/// log-probability returned is still the model's, of the unpenalised logits.
+pub fn pick_penalised(
+    logits: &[f32],
+    penalties: &[(u32, f32)],
+    params: &SamplingParams,
+    rng: &mut StdRng,
+) -> (u32, f32) {
+    if penalties.is_empty() {
+        return pick(logits, params, rng);
+    }
+    let mut penalised = logits.to_vec();
+    for &(t, p) in penalties {
+        if let Some(l) = penalised.get_mut(t as usize) {
+            *l -= p;
+        }
+    }
+    let (tok, _) = pick(&penalised, params, rng);
+    (
+        tok,
+        logits[tok as usize] - log_sum_exp(logits, max_of(logits)),
+    )
+}
+
+/// The largest logit.
+fn max_of(logits: &[f32]) -> f32 {
+    logits.iter().copied().fold(f32::NEG_INFINITY, f32::max)
+}
+
+/// `log(sum(exp(logits)))`, shifted by their `max`.
+fn log_sum_exp(logits: &[f32], max: f32) -> f32 {
+    max + map_each(logits, |l| (l - max).exp())
+        .iter()
+        .sum::<f32>()
+        .ln()
 }
 
 /// The index that a uniform draw in `[0, total)` lands on when `weights` are laid end to
@@ -294,6 +331,9 @@ impl<'a> Sampler<'a> {
         if !(p.top_p > 0.0 && p.top_p <= 1.0) {
             return bad(format!("top_p must be in (0, 1], got {}", p.top_p));
         }
+        if let Some(Err(m)) = p.dry.map(|d| d.check()) {
+            return bad(m);
+        }
         let max = self.model.config().max_position_embeddings;
         if prompt_len + p.max_new_tokens > max {
             return bad(format!(
@@ -432,7 +472,11 @@ impl<'a> Sampler<'a> {
         loop {
             for (slot, &i) in active.iter().enumerate() {
                 let row = &mut rows[i];
-                let (tok, lp) = pick(&logits[slot], params, &mut row.rng);
+                let penalties = params
+                    .dry
+                    .map(|d| d.penalties(&row.tokens))
+                    .unwrap_or_default();
+                let (tok, lp) = pick_penalised(&logits[slot], &penalties, params, &mut row.rng);
                 row.tokens.push(tok);
                 row.logprobs.push(lp);
                 self.update(i, row, params, on_text)?;

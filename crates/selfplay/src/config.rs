@@ -9,6 +9,7 @@
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
+use spade_model::dry::Dry;
 use spade_model::grpo::{GrpoConfig, LossAggregation};
 use spade_model::model::{DecodeActivations, DecodeWeights, LoraConfig, ModelConfig, TrainMemory};
 use spade_model::optim::AdamWConfig;
@@ -178,6 +179,19 @@ pub struct TrainConfig {
     /// changes nothing. Default off: the budget every earlier run had (at most half the
     /// context, 4,096 tokens on the default model); the reference's paper scripts ask 16,384.
     pub designer_fill_context: bool,
+    /// The designer's (and repairs') DRY penalty against loops (`spade_model::dry`, beyond the
+    /// reference): before each draw, a token that would continue a repeat of `L >=
+    /// designer_dry_allowed_length` tokens of the completion so far loses
+    /// `designer_dry_multiplier * designer_dry_base^(L - allowed)` of its logit. 0 (the
+    /// default): off. On the default model most rejected designs were loops cut at the token
+    /// budget (docs/selfplay.md); in-process sampling only.
+    pub designer_dry_multiplier: f64,
+    /// Growth of the DRY penalty per token of repeat (llama.cpp's default, 1.75).
+    pub designer_dry_base: f64,
+    /// The longest repeat DRY leaves free, in tokens. Default 16: code repeats short stretches
+    /// (`return obs, 0.0, False, truncated, {}`, `{"type": "string"}`) by design; llama.cpp's 2
+    /// is for prose.
+    pub designer_dry_allowed_length: usize,
     /// Validation (`spade check`) episodes per probe.
     pub check_seeds: u32,
     /// Validation steps per episode when the environment has no `max_turns`.
@@ -379,6 +393,9 @@ impl Default for TrainConfig {
             designer_top_p: None,
             designer_top_k: 0,
             designer_fill_context: false,
+            designer_dry_multiplier: 0.0,
+            designer_dry_base: 1.75,
+            designer_dry_allowed_length: 16,
             check_seeds: 1,
             check_max_steps: 10,
             validation_fuel: 50_000_000_000,
@@ -556,6 +573,11 @@ impl TrainConfig {
             designer_top_p: self.designer_top_p.unwrap_or(self.top_p),
             designer_top_k: self.designer_top_k,
             designer_fill_context: self.designer_fill_context,
+            designer_dry: (self.designer_dry_multiplier > 0.0).then_some(Dry {
+                multiplier: self.designer_dry_multiplier as f32,
+                base: self.designer_dry_base as f32,
+                allowed_length: self.designer_dry_allowed_length,
+            }),
         }
     }
 
@@ -717,6 +739,19 @@ impl TrainConfig {
             && !(p > 0.0 && p <= 1.0)
         {
             return bad("designer_top_p must be in (0, 1]");
+        }
+        let dry = Dry {
+            multiplier: self.designer_dry_multiplier as f32,
+            base: self.designer_dry_base as f32,
+            allowed_length: self.designer_dry_allowed_length,
+        };
+        dry.check()
+            .map_err(|m| TrainError::InvalidParameter(format!("designer_dry_*: {m}")))?;
+        if self.designer_dry_multiplier > 0.0 && self.inference.is_some() {
+            return bad(
+                "designer_dry_multiplier > 0 needs in-process sampling: an OpenAI-compatible \
+                 inference server ([inference]) has no DRY setting; set it to 0",
+            );
         }
         check_agent_examples(&self.agent_examples).map_err(TrainError::InvalidParameter)?;
         if !(0.0..=1.0).contains(&self.agent_ema_decay) {

@@ -8,6 +8,7 @@ use candle_core::{Tensor, Var};
 use candle_nn::VarMap;
 use spade_model::chat::Message;
 use spade_model::checkpoint;
+use spade_model::dry::Dry;
 use spade_model::grpo::{GrpoConfig, GrpoSample, GrpoTrainer, UpdateStats};
 use spade_model::load::LoadedModel;
 use spade_model::logprob::{Pair, completion_logprobs};
@@ -160,6 +161,8 @@ pub struct SamplingConfig {
     /// A designer completion may use all the context its prompt leaves (at least half of
     /// it), not just half.
     pub designer_fill_context: bool,
+    /// The designer's (and repairs') DRY penalty (`None`: off).
+    pub designer_dry: Option<Dry>,
 }
 
 impl SamplingConfig {
@@ -176,6 +179,14 @@ impl SamplingConfig {
         match role {
             Role::Designer | Role::Repair => self.designer_top_k,
             Role::Hint | Role::Agent => 0,
+        }
+    }
+
+    /// The DRY penalty of `role` (`None`: off).
+    pub fn dry(&self, role: Role) -> Option<Dry> {
+        match role {
+            Role::Designer | Role::Repair => self.designer_dry,
+            Role::Hint | Role::Agent => None,
         }
     }
 }
@@ -472,6 +483,7 @@ impl Policy for CandlePolicy {
             max_new_tokens: max_new,
             stop: Vec::new(),
             seed,
+            dry: self.sampling.dry(role),
         };
         let out = self.sampler().sample(&prompt, n, &params, &mut |_, _| {})?;
         Ok(out
@@ -515,6 +527,7 @@ impl Policy for CandlePolicy {
             max_new_tokens: max_new,
             stop: Vec::new(),
             seed: 0,
+            dry: self.sampling.dry(role),
         };
         let out = self
             .sampler()

@@ -417,3 +417,72 @@ fn untruncated_sampling_is_the_inverse_cdf_in_vocabulary_order() {
         }
     }
 }
+
+/// Whether some `n`-gram occurs twice in `t`.
+fn repeats_an_ngram(t: &[u32], n: usize) -> bool {
+    let mut seen = std::collections::HashSet::new();
+    t.windows(n).any(|w| !seen.insert(w.to_vec()))
+}
+
+#[test]
+fn dry_keeps_a_greedy_loop_from_repeating_and_logprobs_stay_the_models() {
+    use spade_model::dry::Dry;
+    let (m, tok) = setup();
+    let s = Sampler::new(&m, &tok, &[]);
+    let prompt = s.encode("the winter").unwrap();
+    let greedy = SamplingParams {
+        temperature: 0.0,
+        max_new_tokens: 60,
+        ..SamplingParams::default()
+    };
+    let plain = s.sample(&prompt, 1, &greedy, &mut |_, _| {}).unwrap();
+    // A tiny random model's greedy completion loops: the test means something.
+    assert!(
+        repeats_an_ngram(&plain[0].tokens, 3),
+        "{:?}",
+        plain[0].tokens
+    );
+    // With a penalty past any logit gap, greedy never takes a token that would continue a
+    // repeat of 2 tokens, so no 3-gram of the completion occurs twice (by the definition of
+    // the penalty: the 3rd token of a second occurrence continues a repeat of the first 2).
+    let dry = SamplingParams {
+        dry: Some(Dry {
+            multiplier: 1e30,
+            base: 1.0,
+            allowed_length: 2,
+        }),
+        ..greedy.clone()
+    };
+    let out = s.sample(&prompt, 1, &dry, &mut |_, _| {}).unwrap();
+    assert_eq!(out[0].tokens.len(), 60);
+    assert!(!repeats_an_ngram(&out[0].tokens, 3), "{:?}", out[0].tokens);
+    // The reported log-probabilities are the model's own, as the training path computes them.
+    let lp: Vec<f32> = completion_logprobs(
+        &m,
+        &[Pair {
+            prompt: &prompt,
+            completion: &out[0].tokens,
+        }],
+    )
+    .unwrap()
+    .to_vec1()
+    .unwrap();
+    for (x, y) in lp.iter().zip(&out[0].logprobs) {
+        assert!((x - y).abs() < 1e-4, "{x} vs {y}");
+    }
+    // Bad settings are refused with what is wrong.
+    let bad = SamplingParams {
+        dry: Some(Dry {
+            multiplier: 0.8,
+            base: 0.5,
+            allowed_length: 3,
+        }),
+        ..greedy
+    };
+    let err = s.sample(&prompt, 1, &bad, &mut |_, _| {}).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("the DRY base must be finite and >= 1, got 0.5"),
+        "{err}"
+    );
+}

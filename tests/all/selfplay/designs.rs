@@ -359,6 +359,67 @@ fn the_designer_samples_with_its_own_top_p_and_top_k() {
     );
 }
 
+#[test]
+fn the_designer_samples_with_dry_only_when_asked_and_bad_settings_are_refused() {
+    use spade_model::dry::Dry;
+    use spade_selfplay::remote::InferenceConfig;
+    // Off by default, for every role.
+    let s = TrainConfig::default().sampling();
+    for role in [Role::Designer, Role::Repair, Role::Hint, Role::Agent] {
+        assert_eq!(s.dry(role), None);
+    }
+    // On, for the designer and its repairs only.
+    let on = TrainConfig {
+        designer_dry_multiplier: 0.8,
+        ..TrainConfig::default()
+    };
+    on.validate().unwrap();
+    let want = Some(Dry {
+        multiplier: 0.8,
+        base: 1.75,
+        allowed_length: 16,
+    });
+    let s = on.sampling();
+    assert_eq!((s.dry(Role::Designer), s.dry(Role::Repair)), (want, want));
+    assert_eq!((s.dry(Role::Hint), s.dry(Role::Agent)), (None, None));
+    let refused = |cfg: TrainConfig, msg: &str| {
+        let err = cfg.validate().unwrap_err().to_string();
+        assert!(err.contains(msg), "{err}");
+    };
+    refused(
+        TrainConfig {
+            designer_dry_multiplier: -1.0,
+            ..TrainConfig::default()
+        },
+        "designer_dry_*: the DRY multiplier must be finite and >= 0, got -1",
+    );
+    refused(
+        TrainConfig {
+            designer_dry_base: 0.9,
+            ..on.clone()
+        },
+        "designer_dry_*: the DRY base must be finite and >= 1, got 0.9",
+    );
+    refused(
+        TrainConfig {
+            designer_dry_allowed_length: 0,
+            ..on.clone()
+        },
+        "designer_dry_*: the DRY allowed length must be at least 1 token",
+    );
+    refused(
+        TrainConfig {
+            inference: Some(InferenceConfig {
+                url: "http://127.0.0.1:1".into(),
+                model: "m".into(),
+                ..InferenceConfig::default()
+            }),
+            ..on
+        },
+        "designer_dry_multiplier > 0 needs in-process sampling",
+    );
+}
+
 /// `spade eval --designer` refuses bad flags before it loads a model, each with its message.
 #[test]
 fn eval_designer_errors_are_clear() {
