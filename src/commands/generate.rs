@@ -82,6 +82,7 @@ impl Generate {
             stop: self.stop.clone(),
             seed: self.seed,
             dry: None,
+            python_guard: None,
         };
         let start = Instant::now();
         let stream = self.n == 1;

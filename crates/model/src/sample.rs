@@ -8,6 +8,7 @@ use crate::dry::Dry;
 use crate::error::{ModelError, Result};
 use crate::load::LoadedModel;
 use crate::model::{Decoder, KvCache};
+use crate::pyguard::PythonGuard;
 
 /// Sampling settings.
 #[derive(Debug, Clone, PartialEq)]
@@ -26,7 +27,17 @@ pub struct SamplingParams {
     pub seed: u64,
     /// The DRY penalty against loops ([`crate::dry`]); `None`: off.
     pub dry: Option<Dry>,
+    /// The lexical guard over Python in the completion ([`crate::pyguard`]), in its starting
+    /// state; `None`: off. A token it refuses is masked and redrawn from the same stream, up to
+    /// [`MAX_GUARD_REDRAWS`] times a token.
+    pub python_guard: Option<PythonGuard>,
 }
+
+/// Most redraws of one token that the Python guard refuses. After them the most likely token
+/// the guard allows is taken (the whole vocabulary searched, in order of logit); only if none
+/// is allowed is the last draw kept, which ends the guarding ([`PythonGuard::feed`]). A
+/// guard never stalls a completion.
+pub const MAX_GUARD_REDRAWS: usize = 32;
 
 impl Default for SamplingParams {
     fn default() -> Self {
@@ -38,6 +49,7 @@ impl Default for SamplingParams {
             stop: Vec::new(),
             seed: 0,
             dry: None,
+            python_guard: None,
         }
     }
 }
@@ -78,8 +90,13 @@ fn stream_seed(seed: u64, i: usize) -> u64 {
 
 /// Picks a token from `logits`; returns it with its untempered log-probability.
 pub fn pick(logits: &[f32], params: &SamplingParams, rng: &mut StdRng) -> (u32, f32) {
+    let tok = choose(logits, params, rng);
+    (tok, model_logprob(logits, tok))
+}
+
+/// The token that temperature, top-k and top-p draw from `logits`.
+fn choose(logits: &[f32], params: &SamplingParams, rng: &mut StdRng) -> u32 {
     let max = max_of(logits);
-    let lse = log_sum_exp(logits, max);
     let argmax = || {
         let mut best = 0;
         for (i, &l) in logits.iter().enumerate() {
@@ -125,7 +142,7 @@ pub fn pick(logits: &[f32], params: &SamplingParams, rng: &mut StdRng) -> (u32, 
             cand[draw(&weights[..keep], total, rng).unwrap_or(keep - 1)]
         }
     };
-    (chosen as u32, logits[chosen] - lse)
+    chosen as u32
 }
 
 /// [`pick`] after subtracting each `(token, penalty)` of `penalties` from its logit; the
@@ -139,17 +156,24 @@ pub fn pick_penalised(
     if penalties.is_empty() {
         return pick(logits, params, rng);
     }
+    let tok = choose(&penalise(logits, penalties), params, rng);
+    (tok, model_logprob(logits, tok))
+}
+
+/// `logits` with each `(token, penalty)` of `penalties` subtracted.
+fn penalise(logits: &[f32], penalties: &[(u32, f32)]) -> Vec<f32> {
     let mut penalised = logits.to_vec();
     for &(t, p) in penalties {
         if let Some(l) = penalised.get_mut(t as usize) {
             *l -= p;
         }
     }
-    let (tok, _) = pick(&penalised, params, rng);
-    (
-        tok,
-        logits[tok as usize] - log_sum_exp(logits, max_of(logits)),
-    )
+    penalised
+}
+
+/// The log-probability of `tok` under the untempered `logits`.
+fn model_logprob(logits: &[f32], tok: u32) -> f32 {
+    logits[tok as usize] - log_sum_exp(logits, max_of(logits))
 }
 
 /// The largest logit.
@@ -265,6 +289,8 @@ struct Row {
     read: usize,
     emitted: usize,
     finish: Option<FinishReason>,
+    /// The Python guard after `text` (`None`: off, or nothing left to guard).
+    guard: Option<PythonGuard>,
 }
 
 impl<'a> Sampler<'a> {
@@ -459,6 +485,7 @@ impl<'a> Sampler<'a> {
                 read: 0,
                 emitted: 0,
                 finish: None,
+                guard: params.python_guard.clone(),
             })
             .collect();
         let mut kept: Vec<Option<KvCache>> = (0..n).map(|_| None).collect();
@@ -476,7 +503,7 @@ impl<'a> Sampler<'a> {
                     .dry
                     .map(|d| d.penalties(&row.tokens))
                     .unwrap_or_default();
-                let (tok, lp) = pick_penalised(&logits[slot], &penalties, params, &mut row.rng);
+                let (tok, lp) = self.pick_guarded(&logits[slot], penalties, params, row)?;
                 row.tokens.push(tok);
                 row.logprobs.push(lp);
                 self.update(i, row, params, on_text)?;
@@ -521,6 +548,77 @@ impl<'a> Sampler<'a> {
             .collect())
     }
 
+    /// Picks the row's next token; while its Python guard is in the code, a token the guard
+    /// refuses is masked and drawn again (the same stream), up to [`MAX_GUARD_REDRAWS`] times,
+    /// then the most likely allowed token is taken.
+    fn pick_guarded(
+        &self,
+        logits: &[f32],
+        mut penalties: Vec<(u32, f32)>,
+        params: &SamplingParams,
+        row: &mut Row,
+    ) -> Result<(u32, f32)> {
+        let mut redraws = 0;
+        loop {
+            let (tok, lp) = pick_penalised(logits, &penalties, params, &mut row.rng);
+            let Some(guard) = row.guard.as_ref().filter(|g| g.in_code_now()) else {
+                return Ok((tok, lp));
+            };
+            if self.guard_allows(guard, row, tok)? {
+                return Ok((tok, lp));
+            }
+            penalties.push((tok, f32::INFINITY));
+            redraws += 1;
+            if redraws == MAX_GUARD_REDRAWS {
+                let best = self.most_likely_allowed(logits, &penalties, guard, row)?;
+                return Ok(best.map_or((tok, lp), |t| (t, model_logprob(logits, t))));
+            }
+        }
+    }
+
+    /// Whether the row's guard allows `tok` next (an end-of-sequence token always: a guard
+    /// does not keep a completion going).
+    fn guard_allows(&self, guard: &PythonGuard, row: &Row, tok: u32) -> Result<bool> {
+        Ok(self.eos_ids.contains(&tok) || guard.allows(&self.candidate_text(row, tok)?))
+    }
+
+    /// The token of highest penalised logit (ties: lowest id) that the guard allows, if any.
+    fn most_likely_allowed(
+        &self,
+        logits: &[f32],
+        penalties: &[(u32, f32)],
+        guard: &PythonGuard,
+        row: &Row,
+    ) -> Result<Option<u32>> {
+        let penalised = penalise(logits, penalties);
+        let mut order: Vec<u32> = (0..logits.len() as u32)
+            .filter(|&t| penalised[t as usize] > f32::NEG_INFINITY)
+            .collect();
+        order.sort_by(|&a, &b| {
+            penalised[b as usize]
+                .total_cmp(&penalised[a as usize])
+                .then(a.cmp(&b))
+        });
+        for t in order {
+            if self.guard_allows(guard, row, t)? {
+                return Ok(Some(t));
+            }
+        }
+        Ok(None)
+    }
+
+    /// The text that `tok` would add to the row (with any tokens still pending), as
+    /// [`Sampler::extend_text`] would append it.
+    fn candidate_text(&self, row: &Row, tok: u32) -> Result<String> {
+        let window = &row.tokens[row.prefix..];
+        let old = self.decode(&window[..row.read - row.prefix])?;
+        let mut ids = window.to_vec();
+        ids.push(tok);
+        let new = self.decode(&ids)?;
+        let common = common_prefix(&old, &new);
+        Ok(new[common..].to_string())
+    }
+
     /// Extends row `i`'s text by its new token, checks EOS, stop strings and length, and
     /// streams new text. The work per token does not grow with the completion: only a window
     /// of the last tokens is decoded ([`Sampler::extend_text`]) and only the text that the new
@@ -537,6 +635,12 @@ impl<'a> Sampler<'a> {
         let at_length = row.tokens.len() >= params.max_new_tokens;
         let before = row.text.len();
         self.extend_text(row, eos || at_length)?;
+        if let Some(guard) = &mut row.guard {
+            guard.feed(&row.text[before..]);
+            if guard.done() {
+                row.guard = None;
+            }
+        }
         if eos {
             row.finish = Some(FinishReason::Eos);
         } else if let Some(cut) = find_stop(&row.text, before, &params.stop) {
@@ -581,17 +685,19 @@ impl<'a> Sampler<'a> {
         if !flush && new.ends_with('\u{FFFD}') && pending < MAX_PENDING {
             return Ok(());
         }
-        // The common prefix of the two decodings, in whole characters.
-        let common = old
-            .char_indices()
-            .zip(new.chars())
-            .find(|((_, a), b)| a != b)
-            .map_or(old.len().min(new.len()), |((at, _), _)| at);
-        row.text.push_str(&new[common..]);
+        row.text.push_str(&new[common_prefix(&old, &new)..]);
         row.prefix = row.read;
         row.read = row.tokens.len();
         Ok(())
     }
+}
+
+/// The length of the common prefix of two decodings, in whole characters.
+fn common_prefix(old: &str, new: &str) -> usize {
+    old.char_indices()
+        .zip(new.chars())
+        .find(|((_, a), b)| a != b)
+        .map_or(old.len().min(new.len()), |((at, _), _)| at)
 }
 
 /// Most tokens held back while their bytes are not yet valid UTF-8 (a model can emit bytes

@@ -192,6 +192,13 @@ pub struct TrainConfig {
     /// (`return obs, 0.0, False, truncated, {}`, `{"type": "string"}`) by design; llama.cpp's 2
     /// is for prose.
     pub designer_dry_allowed_length: usize,
+    /// The designer's (and repairs') lexical guard over the Python it writes
+    /// (`spade_model::pyguard`, beyond the reference): a token after which the code in the
+    /// completion's first ```` ```python ```` fence could not be valid Python (a closing
+    /// bracket of the wrong kind, a line break inside a one-line string, `f"{}"`, a `return`
+    /// inside an open bracket, the fence closing with a bracket open) is masked and redrawn.
+    /// Default off; in-process sampling only.
+    pub designer_python_guard: bool,
     /// Validation (`spade check`) episodes per probe.
     pub check_seeds: u32,
     /// Validation steps per episode when the environment has no `max_turns`.
@@ -396,6 +403,7 @@ impl Default for TrainConfig {
             designer_dry_multiplier: 0.0,
             designer_dry_base: 1.75,
             designer_dry_allowed_length: 16,
+            designer_python_guard: false,
             check_seeds: 1,
             check_max_steps: 10,
             validation_fuel: 50_000_000_000,
@@ -578,6 +586,7 @@ impl TrainConfig {
                 base: self.designer_dry_base as f32,
                 allowed_length: self.designer_dry_allowed_length,
             }),
+            designer_python_guard: self.designer_python_guard,
         }
     }
 
@@ -751,6 +760,12 @@ impl TrainConfig {
             return bad(
                 "designer_dry_multiplier > 0 needs in-process sampling: an OpenAI-compatible \
                  inference server ([inference]) has no DRY setting; set it to 0",
+            );
+        }
+        if self.designer_python_guard && self.inference.is_some() {
+            return bad(
+                "designer_python_guard needs in-process sampling: an OpenAI-compatible \
+                 inference server ([inference]) cannot refuse a token; set it to false",
             );
         }
         check_agent_examples(&self.agent_examples).map_err(TrainError::InvalidParameter)?;

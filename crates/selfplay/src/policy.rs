@@ -15,6 +15,7 @@ use spade_model::logprob::{Pair, completion_logprobs};
 use spade_model::model::{DecodeActivations, DecodePath, DecodeWeights, LoraConfig, TrainMemory};
 use spade_model::optim::{AdamW, AdamWConfig};
 use spade_model::prefix_cache::PrefixCache;
+use spade_model::pyguard::PythonGuard;
 use spade_model::sample::{Sampler, SamplingParams};
 use spade_model::sft::{self, SftConfig, SftStats};
 
@@ -163,6 +164,8 @@ pub struct SamplingConfig {
     pub designer_fill_context: bool,
     /// The designer's (and repairs') DRY penalty (`None`: off).
     pub designer_dry: Option<Dry>,
+    /// The designer's (and repairs') Python guard ([`spade_model::pyguard`]).
+    pub designer_python_guard: bool,
 }
 
 impl SamplingConfig {
@@ -186,6 +189,15 @@ impl SamplingConfig {
     pub fn dry(&self, role: Role) -> Option<Dry> {
         match role {
             Role::Designer | Role::Repair => self.designer_dry,
+            Role::Hint | Role::Agent => None,
+        }
+    }
+
+    /// The Python guard of `role`, in its starting state (`None`: off): the designer's and
+    /// repairs' code is the completion's first ```` ```python ```` fence.
+    pub fn python_guard(&self, role: Role) -> Option<PythonGuard> {
+        match role {
+            Role::Designer | Role::Repair => self.designer_python_guard.then(PythonGuard::fenced),
             Role::Hint | Role::Agent => None,
         }
     }
@@ -484,6 +496,7 @@ impl Policy for CandlePolicy {
             stop: Vec::new(),
             seed,
             dry: self.sampling.dry(role),
+            python_guard: self.sampling.python_guard(role),
         };
         let out = self.sampler().sample(&prompt, n, &params, &mut |_, _| {})?;
         Ok(out
@@ -528,6 +541,7 @@ impl Policy for CandlePolicy {
             stop: Vec::new(),
             seed: 0,
             dry: self.sampling.dry(role),
+            python_guard: self.sampling.python_guard(role),
         };
         let out = self
             .sampler()

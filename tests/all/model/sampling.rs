@@ -2,7 +2,7 @@
 use candle_core::Device;
 use spade_model::logprob::{Pair, completion_logprobs};
 use spade_model::model::Decoder;
-use spade_model::sample::{FinishReason, Sampler, SamplingParams};
+use spade_model::sample::{Completion, FinishReason, Sampler, SamplingParams};
 
 use super::common::{tiny_llama_with_vocab, tiny_tokenizer};
 
@@ -18,6 +18,26 @@ fn params(seed: u64) -> SamplingParams {
         max_new_tokens: 12,
         seed,
         ..SamplingParams::default()
+    }
+}
+
+/// Each completion's sampled log-probabilities equal those the training path computes.
+fn assert_logprobs_are_the_models(m: &Decoder, prompt: &[u32], completions: &[Completion]) {
+    let pairs: Vec<Pair> = completions
+        .iter()
+        .map(|c| Pair {
+            prompt,
+            completion: &c.tokens,
+        })
+        .collect();
+    let lp: Vec<f32> = completion_logprobs(m, &pairs).unwrap().to_vec1().unwrap();
+    let sampled: Vec<f32> = completions
+        .iter()
+        .flat_map(|c| c.logprobs.iter().copied())
+        .collect();
+    assert_eq!(lp.len(), sampled.len());
+    for (x, y) in lp.iter().zip(&sampled) {
+        assert!((x - y).abs() < 1e-4, "{x} vs {y}");
     }
 }
 
@@ -40,19 +60,7 @@ fn same_seed_same_group_and_logprobs_match_training_path() {
     // Completion i of a group equals a lone completion with the same stream.
     let single = s.sample(&prompt, 1, &params(3), &mut |_, _| {}).unwrap();
     assert_eq!(single[0].tokens, a[0].tokens);
-    let pairs: Vec<Pair> = a
-        .iter()
-        .map(|c| Pair {
-            prompt: &prompt,
-            completion: &c.tokens,
-        })
-        .collect();
-    let lp: Vec<f32> = completion_logprobs(&m, &pairs).unwrap().to_vec1().unwrap();
-    let sampled: Vec<f32> = a.iter().flat_map(|c| c.logprobs.iter().copied()).collect();
-    assert_eq!(lp.len(), sampled.len());
-    for (x, y) in lp.iter().zip(&sampled) {
-        assert!((x - y).abs() < 1e-4, "{x} vs {y}");
-    }
+    assert_logprobs_are_the_models(&m, &prompt, &a);
 }
 
 #[test]
@@ -457,19 +465,7 @@ fn dry_keeps_a_greedy_loop_from_repeating_and_logprobs_stay_the_models() {
     assert_eq!(out[0].tokens.len(), 60);
     assert!(!repeats_an_ngram(&out[0].tokens, 3), "{:?}", out[0].tokens);
     // The reported log-probabilities are the model's own, as the training path computes them.
-    let lp: Vec<f32> = completion_logprobs(
-        &m,
-        &[Pair {
-            prompt: &prompt,
-            completion: &out[0].tokens,
-        }],
-    )
-    .unwrap()
-    .to_vec1()
-    .unwrap();
-    for (x, y) in lp.iter().zip(&out[0].logprobs) {
-        assert!((x - y).abs() < 1e-4, "{x} vs {y}");
-    }
+    assert_logprobs_are_the_models(&m, &prompt, &out);
     // Bad settings are refused with what is wrong.
     let bad = SamplingParams {
         dry: Some(Dry {
@@ -485,4 +481,70 @@ fn dry_keeps_a_greedy_loop_from_repeating_and_logprobs_stay_the_models() {
             .contains("the DRY base must be finite and >= 1, got 0.5"),
         "{err}"
     );
+}
+
+/// The tokens of `c` that a guard fed with the text before each refuses: a token's text is
+/// what it adds to the decoding of the tokens before it.
+fn refused_at(
+    tok: &tokenizers::Tokenizer,
+    c: &Completion,
+    guard: &spade_model::pyguard::PythonGuard,
+) -> Option<usize> {
+    let mut g = guard.clone();
+    let mut before = String::new();
+    for k in 0..c.tokens.len() {
+        let text = tok.decode(&c.tokens[..=k], true).unwrap();
+        let common = before
+            .char_indices()
+            .zip(text.chars())
+            .find(|((_, a), b)| a != b)
+            .map_or(before.len().min(text.len()), |((at, _), _)| at);
+        let delta = &text[common..];
+        if !g.allows(delta) {
+            return Some(k);
+        }
+        g.feed(delta);
+        before = text;
+    }
+    None
+}
+
+#[test]
+fn the_python_guard_redraws_refused_tokens_and_logprobs_stay_the_models() {
+    use spade_model::pyguard::PythonGuard;
+    let (m, tok) = setup();
+    let s = Sampler::new(&m, &tok, &[]);
+    let prompt = s.encode("```python\nx = (").unwrap();
+    let guard = PythonGuard::in_code();
+    let free = SamplingParams {
+        temperature: 1.0,
+        max_new_tokens: 40,
+        seed: 11,
+        ..SamplingParams::default()
+    };
+    let guarded = SamplingParams {
+        python_guard: Some(guard.clone()),
+        ..free.clone()
+    };
+    let a = s.sample(&prompt, 8, &free, &mut |_, _| {}).unwrap();
+    let b = s.sample(&prompt, 8, &guarded, &mut |_, _| {}).unwrap();
+    let mut refusals = 0;
+    for (free, kept) in a.iter().zip(&b) {
+        // Random bytes reach a dead end: a stray `)`, a line break in a string, a backtick.
+        if let Some(k) = refused_at(&tok, free, &guard) {
+            refusals += 1;
+            // The same stream draws the same tokens up to the first refused one; there the
+            // guarded completion took another.
+            assert_eq!(kept.tokens[..k], free.tokens[..k]);
+            assert_ne!(kept.tokens[k], free.tokens[k]);
+        } else {
+            assert_eq!(kept, free, "nothing refused, nothing redrawn");
+        }
+        assert_eq!(refused_at(&tok, kept, &guard), None, "{:?}", kept.text);
+        assert_eq!(kept.tokens.len(), 40);
+    }
+    // The test means something: some free completion reached a dead end.
+    assert!(refusals > 0, "no free completion was refused");
+    // The log-probabilities kept are the model's own, as the training path computes them.
+    assert_logprobs_are_the_models(&m, &prompt, &b);
 }

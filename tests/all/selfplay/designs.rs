@@ -420,6 +420,45 @@ fn the_designer_samples_with_dry_only_when_asked_and_bad_settings_are_refused() 
     );
 }
 
+#[test]
+fn the_designer_writes_under_the_python_guard_only_when_asked() {
+    use spade_model::pyguard::PythonGuard;
+    use spade_selfplay::remote::InferenceConfig;
+    let s = TrainConfig::default().sampling();
+    for role in [Role::Designer, Role::Repair, Role::Hint, Role::Agent] {
+        assert_eq!(s.python_guard(role), None);
+    }
+    let on = TrainConfig {
+        designer_python_guard: true,
+        ..TrainConfig::default()
+    };
+    on.validate().unwrap();
+    let s = on.sampling();
+    // The designer's code is its first ```python fence: the guard starts before it.
+    for role in [Role::Designer, Role::Repair] {
+        assert_eq!(s.python_guard(role), Some(PythonGuard::fenced()));
+    }
+    assert_eq!(
+        (s.python_guard(Role::Hint), s.python_guard(Role::Agent)),
+        (None, None)
+    );
+    let err = TrainConfig {
+        inference: Some(InferenceConfig {
+            url: "http://127.0.0.1:1".into(),
+            model: "m".into(),
+            ..InferenceConfig::default()
+        }),
+        ..on
+    }
+    .validate()
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("designer_python_guard needs in-process sampling"),
+        "{err}"
+    );
+}
+
 /// `spade eval --designer` refuses bad flags before it loads a model, each with its message.
 #[test]
 fn eval_designer_errors_are_clear() {
