@@ -152,11 +152,6 @@ impl PythonGuard {
         self.clone().run(text).is_ok()
     }
 
-    /// Whether the code written so far is complete lexically: no bracket or string open.
-    pub fn is_complete(&self) -> bool {
-        self.clean()
-    }
-
     /// Advances past `text` (what was sampled). Text that reaches a dead end (a token accepted
     /// after every redraw was refused) ends the guarding: from a dead end nothing is valid, so
     /// nothing more would be refused for a reason.
@@ -188,8 +183,9 @@ impl PythonGuard {
         Ok(())
     }
 
-    /// Nothing open, nothing pending but a word or an empty string: the code could end here.
-    fn clean(&self) -> bool {
+    /// Whether the code written so far is complete lexically: nothing open, nothing pending but
+    /// a word or an empty string, so the code could end here.
+    pub fn is_complete(&self) -> bool {
         self.stack.is_empty()
             && matches!(
                 self.pending,

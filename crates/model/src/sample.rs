@@ -558,19 +558,22 @@ impl<'a> Sampler<'a> {
         params: &SamplingParams,
         row: &mut Row,
     ) -> Result<(u32, f32)> {
+        let Some(guard) = row.guard.as_ref().filter(|g| g.in_code_now()) else {
+            return Ok(pick_penalised(logits, &penalties, params, &mut row.rng));
+        };
+        // The text decoded so far: decoded once for every candidate of this pick.
+        let read = self.read_text(row)?;
+        let read = read.as_str();
         let mut redraws = 0;
         loop {
             let (tok, lp) = pick_penalised(logits, &penalties, params, &mut row.rng);
-            let Some(guard) = row.guard.as_ref().filter(|g| g.in_code_now()) else {
-                return Ok((tok, lp));
-            };
-            if self.guard_allows(guard, row, tok)? {
+            if self.guard_allows(guard, row, read, tok)? {
                 return Ok((tok, lp));
             }
             penalties.push((tok, f32::INFINITY));
             redraws += 1;
             if redraws == MAX_GUARD_REDRAWS {
-                let best = self.most_likely_allowed(logits, &penalties, guard, row)?;
+                let best = self.most_likely_allowed(logits, &penalties, guard, row, read)?;
                 return Ok(best.map_or((tok, lp), |t| (t, model_logprob(logits, t))));
             }
         }
@@ -578,8 +581,8 @@ impl<'a> Sampler<'a> {
 
     /// Whether the row's guard allows `tok` next (an end-of-sequence token always: a guard
     /// does not keep a completion going).
-    fn guard_allows(&self, guard: &PythonGuard, row: &Row, tok: u32) -> Result<bool> {
-        Ok(self.eos_ids.contains(&tok) || guard.allows(&self.candidate_text(row, tok)?))
+    fn guard_allows(&self, guard: &PythonGuard, row: &Row, read: &str, tok: u32) -> Result<bool> {
+        Ok(self.eos_ids.contains(&tok) || guard.allows(&self.candidate_text(row, read, tok)?))
     }
 
     /// The token of highest penalised logit (ties: lowest id) that the guard allows, if any.
@@ -589,6 +592,7 @@ impl<'a> Sampler<'a> {
         penalties: &[(u32, f32)],
         guard: &PythonGuard,
         row: &Row,
+        read: &str,
     ) -> Result<Option<u32>> {
         let penalised = penalise(logits, penalties);
         let mut order: Vec<u32> = (0..logits.len() as u32)
@@ -600,23 +604,26 @@ impl<'a> Sampler<'a> {
                 .then(a.cmp(&b))
         });
         for t in order {
-            if self.guard_allows(guard, row, t)? {
+            if self.guard_allows(guard, row, read, t)? {
                 return Ok(Some(t));
             }
         }
         Ok(None)
     }
 
+    /// The decoding of the row's window up to `read`: what [`Sampler::extend_text`] compares
+    /// a new decoding with.
+    fn read_text(&self, row: &Row) -> Result<String> {
+        self.decode(&row.tokens[row.prefix..row.read])
+    }
+
     /// The text that `tok` would add to the row (with any tokens still pending), as
-    /// [`Sampler::extend_text`] would append it.
-    fn candidate_text(&self, row: &Row, tok: u32) -> Result<String> {
-        let window = &row.tokens[row.prefix..];
-        let old = self.decode(&window[..row.read - row.prefix])?;
-        let mut ids = window.to_vec();
+    /// [`Sampler::extend_text`] would append it; `read` is [`Sampler::read_text`].
+    fn candidate_text(&self, row: &Row, read: &str, tok: u32) -> Result<String> {
+        let mut ids = row.tokens[row.prefix..].to_vec();
         ids.push(tok);
         let new = self.decode(&ids)?;
-        let common = common_prefix(&old, &new);
-        Ok(new[common..].to_string())
+        Ok(new[common_prefix(read, &new)..].to_string())
     }
 
     /// Extends row `i`'s text by its new token, checks EOS, stop strings and length, and
