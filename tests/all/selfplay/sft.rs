@@ -424,7 +424,7 @@ fn spade_sft_checks_the_library_holds_out_a_fifth_and_writes_an_adapter() {
     let _ = std::fs::remove_dir_all(root);
 }
 
-/// The warm-start library (`library_envs/`): forty environments, each accepted by
+/// The warm-start library (`library_envs/`): 103 environments, each accepted by
 /// `spade check` at its default five seeds (stricter than self-play's one) with no warning,
 /// a solution that wins when played, one of the nine skills, and at most 2,400 characters, so
 /// that a design learnt from it fits the default 1,024-token design budget. Every kind of
@@ -433,7 +433,7 @@ fn spade_sft_checks_the_library_holds_out_a_fifth_and_writes_an_adapter() {
 async fn every_library_env_passes_check_without_a_warning_and_is_short() {
     let dir = crate::common::repo_root().join("library_envs");
     let envs = library::read_dir(&dir).unwrap();
-    assert_eq!(envs.len(), 40);
+    assert_eq!(envs.len(), 103);
     let runtime = crate::common::runtime();
     let opts = spade_envtools::check::CheckOptions::default();
     assert!(opts.require_winning_solution);
@@ -457,7 +457,7 @@ async fn every_library_env_passes_check_without_a_warning_and_is_short() {
         variants.push(library::variant_of(report.tool_use, report.max_turns));
     }
     let count = |v: Variant| variants.iter().filter(|&&x| x == v).count();
-    assert_eq!(count(Variant::ToolUse), 5);
-    assert_eq!(count(Variant::MultiTurn), 11);
-    assert_eq!(count(Variant::SingleAnswer), 24);
+    assert_eq!(count(Variant::ToolUse), 14);
+    assert_eq!(count(Variant::MultiTurn), 30);
+    assert_eq!(count(Variant::SingleAnswer), 59);
 }
